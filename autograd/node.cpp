@@ -1,0 +1,140 @@
+#include "autograd/node.h"
+
+#include "autograd/function.h"
+#include "core/grad_mode.h"
+#include "core/strided.h"
+
+namespace stoke::autograd {
+
+namespace {
+
+template <class T>
+void add_kernel(T* out, const T* a, const T* b, int64_t n) {
+  parallel_for(0, n, 1 << 15, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) out[i] = T(float(a[i]) + float(b[i]));
+  });
+}
+
+void add_kernel(float* out, const float* a, const float* b, int64_t n) {
+  parallel_for(0, n, 1 << 15, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+void add_kernel(double* out, const double* a, const double* b, int64_t n) {
+  parallel_for(0, n, 1 << 15, [&](int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
+  });
+}
+
+}  // namespace
+
+Tensor add_gradients(const Tensor& a, const Tensor& b) {
+  STOKE_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), "backward",
+              "cannot accumulate gradients of different shapes or dtypes: ", a.dtype(), " ",
+              a.shape(), " and ", b.dtype(), " ", b.shape());
+  STOKE_CHECK(a.device().is_cpu() && b.device().is_cpu(), "backward", "gradient accumulation on ",
+              a.device(), " needs the device backend");
+  const Tensor ac = a.contiguous(), bc = b.contiguous();
+  Tensor out = empty_like(a);
+  dispatch_all(a.dtype(), "backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_same_v<T, bool>) {
+      STOKE_FAIL("backward", "gradients cannot be bool");
+    } else {
+      add_kernel(out.data<T>(), ac.data<T>(), bc.data<T>(), a.numel());
+    }
+  });
+  return out;
+}
+
+AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {
+  outputs.push_back({leaf_.shape(), leaf_.dtype(), leaf_.device()});
+}
+
+std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
+  Tensor g = std::move(grads[0]);
+  AutogradMeta& meta = leaf_.autograd_meta();
+  for (const auto& hook : meta.hooks) {
+    Tensor replaced = hook(g);
+    if (replaced.defined()) g = replaced;
+  }
+  STOKE_CHECK(g.shape() == leaf_.shape() && g.dtype() == leaf_.dtype(), "backward",
+              "gradient for a leaf of ", leaf_.dtype(), " ", leaf_.shape(), " has ", g.dtype(), " ",
+              g.shape());
+  if (meta.grad) {
+    *meta.grad = add_gradients(*meta.grad, g);
+  } else {
+    // Own the gradient: the incoming tensor may alias another tensor's memory.
+    const bool owned = g.is_contiguous() && g.storage().use_count() == 1;
+    meta.grad = std::make_shared<Tensor>(owned ? g.detach() : g.detach().clone());
+  }
+  for (const auto& hook : meta.post_accumulate_hooks) hook(leaf_);
+  return {};
+}
+
+Edge gradient_edge(const Tensor& t) {
+  if (!t.defined()) return {};
+  AutogradMeta* meta = t.autograd_meta_if_exists();
+  if (!meta) return {};
+  if (meta->grad_fn) return {meta->grad_fn, meta->output_nr};
+  if (!meta->requires_grad) return {};
+  auto acc = meta->grad_accumulator.lock();
+  if (!acc) {
+    acc = std::make_shared<AccumulateGrad>(t);
+    meta->grad_accumulator = acc;
+  }
+  return {acc, 0};
+}
+
+namespace {
+
+class LambdaNode final : public Node {
+ public:
+  LambdaNode(std::string name, BackwardFn fn) : name_(std::move(name)), fn_(std::move(fn)) {}
+  std::string name() const override { return name_; }
+
+  std::vector<Tensor> apply(std::vector<Tensor>&& grads) override {
+    STOKE_CHECK(fn_ != nullptr, "backward", "trying to run backward through ", name_,
+                " a second time: its saved tensors were freed; pass retain_graph=true to the first "
+                "backward");
+    NeedList needs(next_edges.size());
+    for (size_t i = 0; i < needs.size(); ++i) needs[i] = next_edges[i].node != nullptr;
+    return fn_(grads, needs);
+  }
+
+  void release_saved() override { fn_ = nullptr; }
+
+ private:
+  std::string name_;
+  BackwardFn fn_;
+};
+
+}  // namespace
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!GradMode::is_enabled()) return false;
+  for (const auto& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(const std::string& name, const std::vector<Tensor>& inputs,
+            const std::vector<Tensor>& outputs, BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return;
+  (void)autograd_hooks_registered;
+  auto node = std::make_shared<LambdaNode>(name, std::move(backward));
+  node->next_edges.reserve(inputs.size());
+  for (const auto& t : inputs) node->next_edges.push_back(gradient_edge(t));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const Tensor& out = outputs[i];
+    node->outputs.push_back({out.shape(), out.dtype(), out.device()});
+    AutogradMeta& meta = out.autograd_meta();
+    node->output_meta.push_back(out.impl()->autograd);
+    STOKE_CHECK(!meta.grad_fn, "record", name, ": output ", i, " already has a grad_fn");
+    meta.grad_fn = node;
+    meta.output_nr = static_cast<uint32_t>(i);
+  }
+}
+
+}  // namespace stoke::autograd

@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""PyTorch peer of the C++ benchmark bench/ops_cpu.
+
+Usage:
+    /usr/bin/python3 bench/ops_cpu_torch.py --op OP [--threads 2] [--reps N] [--warmup W]
+                                            [--case NAME] [--list]
+
+Prints one JSON line per case to stdout, e.g.
+    {"op": "conv2d", "case": "N64_C32_K64_H14_k3", "fwd_ms": 2.71, "fwdbwd_ms": 8.70}
+sgemm prints {"op": "sgemm", "case": "n1024", "fwd_ms": ..., "gflops": ...} instead.
+Times are medians over --reps timed repetitions (time.perf_counter), in milliseconds.
+
+fwd_ms     : forward only, under torch.no_grad() (no autograd graph is recorded).
+fwdbwd_ms  : forward with the input and parameters requiring grad, then
+             out.backward(grad_out) (loss.backward() for cross_entropy); grads are
+             reset to None between repetitions, outside the timed region.
+Everything is float32. Nothing but the JSON lines goes to stdout.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+OPS = {
+    "conv2d": ["N64_C1_K32_H28_k3", "N64_C32_K64_H14_k3", "N64_C64_K64_H8_k3"],
+    "linear": ["N128_784_256"],
+    "batch_norm": ["N64_C32_H28"],
+    "max_pool2d": ["N64_C32_H28_k2s2"],
+    "cross_entropy": ["N128_C10", "N1024_C1000"],
+    "softmax": ["N1024_C1000"],
+    "sgemm": ["n256", "n512", "n1024", "n2048"],
+}
+
+
+def parse_case(case):
+    """'N64_C32_K64_H14_k3' -> {'N': 64, 'C': 32, 'K': 64, 'H': 14, 'k': 3}."""
+    out = {}
+    for part in case.split("_"):
+        i = 0
+        while i < len(part) and not part[i].isdigit():
+            i += 1
+        out[part[:i]] = part[i:]
+    return out
+
+
+def median_ms(fn, reps, warmup, before=None):
+    for _ in range(warmup):
+        if before is not None:
+            before()
+        fn()
+    times = []
+    for _ in range(reps):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def clear_grads(tensors):
+    def run():
+        for t in tensors:
+            t.grad = None
+    return run
+
+
+def bench_autograd(forward, leaves, grad_out, reps, warmup):
+    """forward: () -> output tensor, using `leaves` (which require grad)."""
+    def fwd():
+        with torch.no_grad():
+            forward()
+
+    def fwdbwd():
+        out = forward()
+        if grad_out is None:
+            out.backward()
+        else:
+            out.backward(grad_out)
+
+    fwd_ms = median_ms(fwd, reps, warmup)
+    fwdbwd_ms = median_ms(fwdbwd, reps, warmup, before=clear_grads(leaves))
+    return {"fwd_ms": round(fwd_ms, 4), "fwdbwd_ms": round(fwdbwd_ms, 4)}
+
+
+def leaf(*shape):
+    return torch.randn(*shape, dtype=torch.float32).requires_grad_(True)
+
+
+def run_case(op, case, reps, warmup):
+    p = parse_case(case)
+    if op == "conv2d":
+        n, c, k, h, ks = int(p["N"]), int(p["C"]), int(p["K"]), int(p["H"]), int(p["k"])
+        x, w, b = leaf(n, c, h, h), leaf(k, c, ks, ks), leaf(k)
+        fwd = lambda: F.conv2d(x, w, b, stride=1, padding=ks // 2)
+        with torch.no_grad():
+            gout = torch.randn_like(fwd())
+        return bench_autograd(fwd, [x, w, b], gout, reps, warmup)
+    if op == "linear":
+        # N128_784_256 -> N=128, in=784, out=256
+        parts = case.split("_")
+        n, fin, fout = int(parts[0][1:]), int(parts[1]), int(parts[2])
+        x, w, b = leaf(n, fin), leaf(fout, fin), leaf(fout)
+        fwd = lambda: F.linear(x, w, b)
+        gout = torch.randn(n, fout)
+        return bench_autograd(fwd, [x, w, b], gout, reps, warmup)
+    if op == "batch_norm":
+        n, c, h = int(p["N"]), int(p["C"]), int(p["H"])
+        x, w, b = leaf(n, c, h, h), leaf(c), leaf(c)
+        rm, rv = torch.zeros(c), torch.ones(c)
+        fwd = lambda: F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5)
+        gout = torch.randn(n, c, h, h)
+        return bench_autograd(fwd, [x, w, b], gout, reps, warmup)
+    if op == "max_pool2d":
+        n, c, h, ks = int(p["N"]), int(p["C"]), int(p["H"]), int(p["k"].split("s")[0])
+        stride = int(case.rsplit("s", 1)[1])
+        x = leaf(n, c, h, h)
+        fwd = lambda: F.max_pool2d(x, ks, stride)
+        with torch.no_grad():
+            gout = torch.randn_like(fwd())
+        return bench_autograd(fwd, [x], gout, reps, warmup)
+    if op == "cross_entropy":
+        n, c = int(p["N"]), int(p["C"])
+        x = leaf(n, c)
+        target = torch.randint(0, c, (n,), dtype=torch.int64)
+        fwd = lambda: F.cross_entropy(x, target, reduction="mean")
+        return bench_autograd(fwd, [x], None, reps, warmup)
+    if op == "softmax":
+        n, c = int(p["N"]), int(p["C"])
+        x = leaf(n, c)
+        fwd = lambda: F.softmax(x, dim=-1)
+        gout = torch.randn(n, c)
+        return bench_autograd(fwd, [x], gout, reps, warmup)
+    if op == "sgemm":
+        n = int(p["n"])
+        a = torch.randn(n, n, dtype=torch.float32)
+        b = torch.randn(n, n, dtype=torch.float32)
+        out = torch.empty(n, n, dtype=torch.float32)
+        ms = median_ms(lambda: torch.mm(a, b, out=out), reps, warmup)
+        return {"fwd_ms": round(ms, 4), "gflops": round(2.0 * n ** 3 / (ms * 1e-3) / 1e9, 3)}
+    raise ValueError("unknown op %r" % op)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--op", required=True, choices=sorted(OPS))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--case", default=None, help="run only this case")
+    ap.add_argument("--list", action="store_true", help="print the case names of OP and exit")
+    args = ap.parse_args()
+
+    cases = OPS[args.op]
+    if args.list:
+        for c in cases:
+            print(c)
+        return 0
+    if args.case is not None:
+        if args.case not in cases:
+            print("unknown case %r for op %s; cases: %s" % (args.case, args.op, ", ".join(cases)),
+                  file=sys.stderr)
+            return 2
+        cases = [args.case]
+    if args.reps < 1 or args.warmup < 0:
+        print("--reps must be >= 1 and --warmup >= 0", file=sys.stderr)
+        return 2
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    for case in cases:
+        res = {"op": args.op, "case": case}
+        res.update(run_case(args.op, case, args.reps, args.warmup))
+        print(json.dumps(res), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

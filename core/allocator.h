@@ -1,0 +1,39 @@
+// Memory for tensors. The CPU allocator returns 64-byte aligned blocks and caches large ones:
+// big temporaries (im2col buffers, activations) are reused instead of being returned to the OS
+// and page-faulted in again on every call. Other devices register their own allocator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/device.h"
+
+namespace stoke {
+
+struct AllocatorStats {
+  size_t allocated_bytes = 0;       // bytes in live blocks (as requested, rounded)
+  size_t peak_allocated_bytes = 0;  // high-water mark of allocated_bytes
+  size_t cached_bytes = 0;          // bytes held in the cache, free for reuse
+  size_t system_allocs = 0;         // calls that went to the system allocator
+  size_t live_blocks = 0;
+};
+
+class DeviceAllocator {
+ public:
+  virtual ~DeviceAllocator() = default;
+  virtual void* allocate(size_t nbytes) = 0;
+  virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  virtual AllocatorStats stats() const = 0;
+  virtual void empty_cache() = 0;
+};
+
+constexpr size_t kCpuAlignment = 64;
+
+// The allocator for a device type; throws if none is registered (e.g. cuda without the backend).
+DeviceAllocator& allocator_for(Device device);
+// Registers the allocator for a device type (called by backends at start-up).
+void register_allocator(Device::Type type, DeviceAllocator* allocator);
+
+DeviceAllocator& cpu_allocator();
+
+}  // namespace stoke

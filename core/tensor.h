@@ -1,0 +1,187 @@
+// Tensor: a cheap handle to shared data. Copying a Tensor aliases it; clone() copies the data.
+// A tensor has a shape, strides (in elements), a storage offset, a dtype, a device and autograd
+// metadata. View methods (view, transpose, permute, narrow, ...) share storage and, when the
+// input requires grad, are recorded by autograd like any other op.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/storage.h"
+
+namespace stoke {
+
+namespace autograd {
+class Node;
+}
+
+class Tensor;
+
+// Per-tensor autograd state; null for tensors that neither require grad nor come from a graph.
+struct AutogradMeta {
+  bool requires_grad = false;  // set on leaves by the user
+  std::shared_ptr<Tensor> grad;
+  std::shared_ptr<autograd::Node> grad_fn;  // the node that produced this tensor (null for leaves)
+  uint32_t output_nr = 0;                   // which output of grad_fn this tensor is
+  std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that accumulates into grad
+  // Hooks on the gradient flowing into this tensor: may return a replacement (or an undefined
+  // tensor to keep it). On leaves they run before accumulation.
+  std::vector<std::function<Tensor(const Tensor&)>> hooks;
+  // Leaves only: run after this backward pass finished accumulating into grad (DDP uses it).
+  std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
+};
+
+struct TensorImpl {
+  std::shared_ptr<Storage> storage;
+  Shape shape;
+  Shape strides;
+  int64_t offset = 0;
+  DType dtype = DType::f32;
+  std::shared_ptr<AutogradMeta> autograd;
+};
+
+// Options for creating tensors: zeros({2, 3}, {.dtype = DType::f64, .requires_grad = true}).
+struct TensorOptions {
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+  bool requires_grad = false;
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
+
+  // A tensor over existing storage (no copy).
+  static Tensor from_storage(std::shared_ptr<Storage> storage, Shape shape, Shape strides,
+                             int64_t offset, DType dtype);
+
+  bool defined() const { return impl_ != nullptr; }
+  TensorImpl* impl() const { return impl_.get(); }
+  // True when both handles refer to the same tensor (not merely the same storage).
+  bool is_same(const Tensor& other) const { return impl_ == other.impl_; }
+
+  const Shape& shape() const { return checked().shape; }
+  const Shape& strides() const { return checked().strides; }
+  int64_t dim() const { return static_cast<int64_t>(shape().size()); }
+  int64_t size(int64_t d) const;
+  int64_t stride(int64_t d) const;
+  int64_t numel() const { return shape().numel(); }
+  int64_t offset() const { return checked().offset; }
+  DType dtype() const { return checked().dtype; }
+  Device device() const { return checked().storage->device(); }
+  size_t element_size() const { return dtype_size(dtype()); }
+  const std::shared_ptr<Storage>& storage() const { return checked().storage; }
+  bool is_contiguous() const;
+
+  // Pointer to the first element (storage data + offset).
+  void* data_ptr() const;
+  template <class T>
+  T* data() const {
+    STOKE_CHECK(dtype_of<T>() == dtype(), "Tensor::data", "expected dtype ", dtype_of<T>(),
+                ", tensor has dtype ", dtype());
+    return static_cast<T*>(data_ptr());
+  }
+
+  // --- views: share storage -------------------------------------------------------------------
+  Tensor view(const Shape& shape) const;     // needs compatible strides; one dim may be -1
+  Tensor reshape(const Shape& shape) const;  // a view when possible, else a copy
+  Tensor flatten(int64_t start_dim = 0, int64_t end_dim = -1) const;
+  Tensor transpose(int64_t dim0, int64_t dim1) const;
+  Tensor t() const;  // transpose of a 2-D tensor
+  Tensor permute(const std::vector<int64_t>& dims) const;
+  Tensor narrow(int64_t dim, int64_t start, int64_t length) const;
+  Tensor slice(int64_t dim, int64_t start, int64_t end, int64_t step = 1) const;
+  Tensor select(int64_t dim, int64_t index) const;  // removes `dim`
+  Tensor squeeze() const;
+  Tensor squeeze(int64_t dim) const;
+  Tensor unsqueeze(int64_t dim) const;
+  Tensor expand(const Shape& shape) const;  // -1 keeps a dim; new leading dims allowed
+  Tensor as_strided(const Shape& shape, const Shape& strides, int64_t offset) const;
+
+  // --- copies ----------------------------------------------------------------------------------
+  Tensor contiguous() const;  // this tensor if already contiguous
+  Tensor clone() const;       // always a new contiguous copy
+  Tensor to(DType dtype) const;
+  Tensor to(Device device) const;
+  // Copies src into this tensor (broadcasting src, converting dtype). Not recorded by autograd.
+  Tensor& copy_(const Tensor& src);
+
+  // The single element of a one-element tensor, as double. Keeps no graph alive.
+  double item() const;
+  template <class T>
+  T item() const {
+    return static_cast<T>(item());
+  }
+  // All elements, converted to T, in row-major order.
+  template <class T>
+  std::vector<T> to_vector() const;
+
+  std::string str() const;  // PyTorch-style printing, summarized when large
+
+  // --- autograd --------------------------------------------------------------------------------
+  bool requires_grad() const;
+  Tensor& set_requires_grad(bool requires_grad);  // leaves only
+  bool is_leaf() const;
+  Tensor grad() const;  // undefined until a backward pass reached this leaf
+  void set_grad(const Tensor& grad);
+  const std::shared_ptr<autograd::Node>& grad_fn() const;
+  uint32_t output_nr() const;
+  // Same data, no history, does not require grad.
+  Tensor detach() const;
+  // Runs backward from this tensor (a scalar unless `gradient` is given).
+  void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  void register_hook(std::function<Tensor(const Tensor&)> hook) const;
+  void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
+  AutogradMeta& autograd_meta() const;  // creates it if absent
+  AutogradMeta* autograd_meta_if_exists() const { return checked().autograd.get(); }
+
+ private:
+  const TensorImpl& checked() const;
+  Tensor make_view(Shape shape, Shape strides, int64_t offset) const;
+
+  std::shared_ptr<TensorImpl> impl_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
+
+// Uninitialized tensors.
+Tensor empty(const Shape& shape, TensorOptions options = {});
+Tensor empty_like(const Tensor& t);  // same shape, dtype and device; contiguous
+Tensor empty_strided(const Shape& shape, const Shape& strides, TensorOptions options = {});
+
+// Copies `src` (any strides, any dtype) into `dst` (same shape, any strides), converting element
+// types. Both on the CPU. Not recorded by autograd.
+void copy_strided(const Tensor& dst, const Tensor& src);
+
+// Number of elements between the first and one past the last addressed element.
+int64_t storage_span(const Shape& shape, const Shape& strides);
+
+namespace detail {
+// Autograd registers these at start-up so that core's view and copy methods are differentiable
+// without core depending on autograd (see DESIGN.md, "Autograd").
+struct AutogradHooks {
+  // `out` was computed from `in` by a view, a copy (clone/contiguous) or a dtype cast.
+  void (*record_view)(const Tensor& in, Tensor& out) = nullptr;
+  void (*record_copy)(const Tensor& in, Tensor& out) = nullptr;
+  void (*backward)(const Tensor& root, const Tensor& gradient, bool retain_graph) = nullptr;
+};
+void set_autograd_hooks(const AutogradHooks& hooks);
+const AutogradHooks& autograd_hooks();
+}  // namespace detail
+
+template <class T>
+std::vector<T> Tensor::to_vector() const {
+  Tensor c = detach().to(Device::cpu()).to(dtype_of<T>()).contiguous();
+  const T* p = c.data<T>();
+  return std::vector<T>(p, p + c.numel());
+}
+
+}  // namespace stoke

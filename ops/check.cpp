@@ -1,0 +1,49 @@
+#include "ops/check.h"
+
+namespace stoke::ops {
+
+void check_cpu(const char* op, std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors)
+    if (t && t->defined())
+      STOKE_CHECK(t->device().is_cpu(), op, "expected cpu tensors, got a tensor on ", t->device(),
+                  " (this build has no kernels for that device)");
+}
+
+void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t || !t->defined()) continue;
+    if (!first) {
+      first = t;
+      continue;
+    }
+    STOKE_CHECK(t->device() == first->device(), op, "expected all tensors on the same device, got ",
+                first->device(), " and ", t->device());
+  }
+  check_cpu(op, tensors);
+}
+
+void check_same_dtype(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
+                      const char* b_name) {
+  STOKE_CHECK(a.dtype() == b.dtype(), op, "expected ", a_name, " and ", b_name,
+              " of the same dtype, got ", a.dtype(), " and ", b.dtype(),
+              " (no implicit promotion: cast one with .to())");
+}
+
+void check_dim(const char* op, const Tensor& t, const char* name, int64_t ndim,
+               const char* layout) {
+  STOKE_CHECK(t.dim() == ndim, op, "expected ", name, " with ", ndim, " dims ", layout,
+              ", got shape ", t.shape());
+}
+
+void check_float(const char* op, const Tensor& t, const char* name) {
+  STOKE_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::f64, op, "expected ", name,
+              " of dtype f32 or f64, got ", t.dtype(),
+              " (f16/bf16 are storage types on the CPU: cast to f32 first)");
+}
+
+void check_shape(const char* op, const Tensor& t, const char* name, const Shape& shape) {
+  STOKE_CHECK(t.shape() == shape, op, "expected ", name, " of shape ", shape, ", got ", t.shape());
+}
+
+}  // namespace stoke::ops

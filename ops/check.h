@@ -1,0 +1,25 @@
+// Argument checks shared by all ops, so that every op reports bad input the same way:
+// "stoke::<op>: expected ..., got ...".
+#pragma once
+
+#include <initializer_list>
+
+#include "core/tensor.h"
+
+namespace stoke::ops {
+
+// Every defined tensor must be on the CPU (the only device with kernels in this build).
+void check_cpu(const char* op, std::initializer_list<const Tensor*> tensors);
+// All defined tensors on the same device; names the devices otherwise.
+void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors);
+// a and b have the same dtype (no silent promotion); `what` names the operands ("input", "weight").
+void check_same_dtype(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
+                      const char* b_name);
+// t has `ndim` dims; `layout` describes them, e.g. "(N, C, H, W)".
+void check_dim(const char* op, const Tensor& t, const char* name, int64_t ndim, const char* layout);
+// t is f32 or f64 (the CPU compute dtypes).
+void check_float(const char* op, const Tensor& t, const char* name);
+// t has exactly `shape`.
+void check_shape(const char* op, const Tensor& t, const char* name, const Shape& shape);
+
+}  // namespace stoke::ops
