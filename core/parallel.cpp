@@ -26,7 +26,10 @@ class ThreadPool {
   void resize(int n) {
     stop();
     stopping_ = false;
-    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
+    // New workers start at the current generation: they must not run the previous loop again.
+    // (No loop is in flight: resizing holds the same mutex as parallel_chunks.)
+    const uint64_t start = generation_;
+    for (int i = 1; i < n; ++i) workers_.emplace_back([this, i, start] { worker_loop(i, start); });
   }
 
   // Runs task(i) for i in [0, n) with the caller taking i = 0; the rest go to workers 1..n-1.
@@ -58,8 +61,7 @@ class ThreadPool {
     t_in_parallel = false;
   }
 
-  void worker_loop(int index) {
-    uint64_t seen = 0;
+  void worker_loop(int index, uint64_t seen) {
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });

@@ -54,7 +54,7 @@ Shape infer_shape(const Shape& requested, int64_t numel, const char* op) {
 // (PyTorch's computeStride).
 bool view_strides(const Shape& shape, const Shape& strides, const Shape& new_shape, Shape& out) {
   out.assign(new_shape.size(), 0);
-  if (shape.numel() == 0) {
+  if (shape.numel() == 0 || shape.empty()) {  // no elements, or one element of a 0-dim tensor
     out = contiguous_strides(new_shape);
     return true;
   }
@@ -456,7 +456,7 @@ Tensor Tensor::grad() const {
   return m && m->grad ? *m->grad : Tensor();
 }
 
-void Tensor::set_grad(const Tensor& grad) {
+void Tensor::set_grad(const Tensor& grad) const {
   if (grad.defined())
     STOKE_CHECK(grad.shape() == shape() && grad.dtype() == dtype(), "set_grad", "expected a ",
                 dtype(), " gradient of shape ", shape(), ", got ", grad.dtype(), " ", grad.shape());

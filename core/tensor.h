@@ -131,7 +131,7 @@ class Tensor {
   Tensor& set_requires_grad(bool requires_grad);  // leaves only
   bool is_leaf() const;
   Tensor grad() const;  // undefined until a backward pass reached this leaf
-  void set_grad(const Tensor& grad);
+  void set_grad(const Tensor& grad) const;
   const std::shared_ptr<autograd::Node>& grad_fn() const;
   uint32_t output_nr() const;
   // Same data, no history, does not require grad.

@@ -1,14 +1,33 @@
 // The umbrella header: everything a user of stoke needs.
 #pragma once
 
+#include "autograd/conv.h"
+#include "autograd/dropout.h"
+#include "autograd/elementwise.h"
 #include "autograd/engine.h"
 #include "autograd/function.h"
 #include "autograd/gradcheck.h"
+#include "autograd/index.h"
+#include "autograd/linalg.h"
+#include "autograd/loss.h"
+#include "autograd/norm.h"
+#include "autograd/pool.h"
+#include "autograd/reduce.h"
+#include "autograd/softmax.h"
 #include "core/allocator.h"
 #include "core/grad_mode.h"
 #include "core/parallel.h"
 #include "core/random.h"
 #include "core/tensor.h"
+#include "data/batcher.h"
+#include "data/idx.h"
+#include "nn/checkpoint/safetensors.h"
+#include "nn/init.h"
+#include "nn/layers.h"
+#include "nn/models/models.h"
+#include "nn/module.h"
+#include "nn/optim/optimizer.h"
+#include "nn/optim/scheduler.h"
 #include "ops/creation.h"
 
 namespace stoke::autograd {

@@ -84,3 +84,15 @@ TEST_CASE("parallel_for covers the range once, chunks are static, exceptions pro
   CHECK(parallel_chunk_count(0, 1) == 0);
   CHECK(parallel_chunk_count(5, 100) == 1);
 }
+
+TEST_CASE("parallel_for after resizing the pool runs each loop exactly once", "[core][parallel]") {
+  // Regression: workers started by set_num_threads once replayed the previous loop.
+  const int saved = num_threads();
+  for (int round = 0; round < 200; ++round) {
+    set_num_threads(1 + round % 3);
+    std::atomic<int> count{0};
+    parallel_for(0, 64, 1, [&](int64_t b, int64_t e) { count += static_cast<int>(e - b); });
+    REQUIRE(count == 64);
+  }
+  set_num_threads(saved);
+}

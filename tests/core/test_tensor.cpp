@@ -40,6 +40,11 @@ TEST_CASE("tensor: views share storage and read the right elements", "[core][ten
   CHECK(t.view({-1}).shape() == Shape{12});
   CHECK(t.view({2, -1, 2}).shape() == Shape{2, 3, 2});
   CHECK(t.flatten().shape() == Shape{12});
+  Tensor s = scalar_tensor(5);  // 0-dim tensors view and reshape like any other
+  CHECK(s.view({1, 1}).shape() == Shape{1, 1});
+  CHECK(s.reshape({-1}).item() == 5);
+  CHECK(s.flatten().shape() == Shape{1});
+  CHECK(s.view({1}).view({}).dim() == 0);
   Tensor row = arange(3).view({3, 1});
   Tensor e = row.expand({3, 4});
   CHECK(e.strides() == Shape{1, 0});

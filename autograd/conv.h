@@ -1,0 +1,13 @@
+// Differentiable 2-D convolution: stoke::conv2d(x, w, b, {.stride = {2, 2}, .padding = {1, 1}}).
+#pragma once
+
+#include "ops/conv.h"
+
+namespace stoke {
+
+// input (N, C, H, W), weight (K, C/groups, kh, kw), bias (K) or undefined -> (N, K, OH, OW).
+// Gradients flow to every operand that requires grad (ops::conv2d_backward computes only those).
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+              const Conv2dOptions& options = {});
+
+}  // namespace stoke

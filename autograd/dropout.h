@@ -1,0 +1,14 @@
+// Differentiable dropout: stoke::dropout (see ops/dropout.h for how the mask is drawn).
+#pragma once
+
+#include "core/random.h"
+#include "core/tensor.h"
+#include "ops/dropout.h"
+
+namespace stoke {
+
+// In training, zeroes each element with probability p and scales the rest by 1 / (1 - p); the
+// backward multiplies by the same mask. Returns `input` itself when !training or p == 0.
+Tensor dropout(const Tensor& input, double p, bool training, Generator* generator = nullptr);
+
+}  // namespace stoke

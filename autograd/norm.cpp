@@ -1,0 +1,36 @@
+#include "autograd/norm.h"
+
+#include "autograd/function.h"
+
+namespace stoke {
+
+using autograd::GradList;
+using autograd::NeedList;
+
+namespace {
+Tensor detached(const Tensor& t) {
+  return t.defined() ? t.detach() : Tensor();
+}
+}  // namespace
+
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, const BatchNormOptions& options) {
+  // The kernel writes the running statistics through raw pointers: no graph is built for them.
+  ops::BatchNormForward f =
+      ops::batch_norm_forward(input, running_mean, running_var, weight, bias, options);
+  if (autograd::any_requires_grad({input, weight, bias})) {
+    const bool batch_stats = options.training || !running_mean.defined();
+    autograd::record("BatchNormBackward", {input, weight, bias}, {f.output},
+                     [x = input.detach(), w = detached(weight), has_bias = bias.defined(),
+                      mean = f.save_mean, invstd = f.save_invstd,
+                      batch_stats](const GradList& g, const NeedList& needs) -> GradList {
+                       ops::BatchNormGrads r = ops::batch_norm_backward(
+                           g[0], x, w, mean, invstd, batch_stats,
+                           {needs[0], needs[1] && w.defined(), needs[2] && has_bias});
+                       return {r.grad_input, r.grad_weight, r.grad_bias};
+                     });
+  }
+  return f.output;
+}
+
+}  // namespace stoke

@@ -1,0 +1,85 @@
+#include "autograd/reduce.h"
+
+#include "autograd/function.h"
+
+namespace stoke {
+
+using autograd::GradList;
+using autograd::NeedList;
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  Tensor y = ops::sum(x, dims, keepdim);
+  if (autograd::any_requires_grad({x}))
+    autograd::record("sum", {x}, {y},
+                     [shape = x.shape(), dims, keepdim](const GradList& g, const NeedList&) {
+                       return GradList{ops::sum_backward(g[0], shape, dims, keepdim)};
+                     });
+  return y;
+}
+
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  Tensor y = ops::mean(x, dims, keepdim);
+  if (autograd::any_requires_grad({x}))
+    autograd::record("mean", {x}, {y},
+                     [shape = x.shape(), dims, keepdim](const GradList& g, const NeedList&) {
+                       return GradList{ops::mean_backward(g[0], shape, dims, keepdim)};
+                     });
+  return y;
+}
+
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  Tensor y = ops::var(x, dims, correction, keepdim);
+  if (autograd::any_requires_grad({x}))
+    autograd::record(
+        "var", {x}, {y},
+        [xd = x.detach(), dims, correction, keepdim](const GradList& g, const NeedList&) {
+          return GradList{ops::var_backward(g[0], xd, dims, correction, keepdim)};
+        });
+  return y;
+}
+
+namespace {
+ValuesIndices record_extremum(const char* name, const Tensor& x, ValuesIndices r, int64_t dim,
+                              bool keepdim) {
+  if (autograd::any_requires_grad({x}))
+    autograd::record(
+        name, {x}, {r.values},
+        [idx = r.indices, shape = x.shape(), dim, keepdim](const GradList& g, const NeedList&) {
+          return GradList{ops::index_reduce_backward(g[0], idx, shape, dim, keepdim)};
+        });
+  return r;
+}
+
+Tensor record_extremum_all(const char* name, const Tensor& x, const Tensor& value,
+                           const Tensor& index) {
+  if (autograd::any_requires_grad({x}))
+    autograd::record(name, {x}, {value},
+                     [index, shape = x.shape()](const GradList& g, const NeedList&) {
+                       return GradList{ops::flat_index_backward(g[0], index, shape)};
+                     });
+  return value;
+}
+}  // namespace
+
+ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
+  return record_extremum("max", x, ops::max_with_indices(x, dim, keepdim), dim, keepdim);
+}
+ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
+  return record_extremum("min", x, ops::min_with_indices(x, dim, keepdim), dim, keepdim);
+}
+Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
+  return max_with_indices(x, dim, keepdim).values;
+}
+Tensor min(const Tensor& x, int64_t dim, bool keepdim) {
+  return min_with_indices(x, dim, keepdim).values;
+}
+Tensor max(const Tensor& x) {
+  const ValuesIndices r = ops::max_all_with_index(x);
+  return record_extremum_all("max", x, r.values, r.indices);
+}
+Tensor min(const Tensor& x) {
+  const ValuesIndices r = ops::min_all_with_index(x);
+  return record_extremum_all("min", x, r.values, r.indices);
+}
+
+}  // namespace stoke

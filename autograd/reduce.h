@@ -1,0 +1,34 @@
+// Differentiable reductions: sum, mean, var over any set of dims, and max/min along a dim or over
+// all elements (the gradient flows to the first extremal element). argmax/argmin are re-exported
+// from ops (not differentiable). See ops/reduce.h for the semantics of `dims` and `keepdim`.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ops/reduce.h"
+
+namespace stoke {
+
+// Sum over `dims` (empty: all); integer inputs give i64 (not differentiable).
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+// Mean over `dims` (empty: all).
+Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
+// Variance over `dims` with divisor N - correction (1: unbiased, 0: biased).
+Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1,
+           bool keepdim = false);
+// Maximum / minimum along `dim`; the gradient goes to the first extremal element.
+Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
+// Maximum / minimum over all elements (0-dim); the gradient goes to the first extremal element.
+Tensor max(const Tensor& x);
+Tensor min(const Tensor& x);
+
+using ops::argmax;
+using ops::argmin;
+using ops::ValuesIndices;
+// Values (differentiable) and indices of the maximum / minimum along `dim`.
+ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
+ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
+
+}  // namespace stoke

@@ -1,0 +1,30 @@
+#include "autograd/softmax.h"
+
+#include "autograd/function.h"
+
+namespace stoke {
+
+using autograd::GradList;
+using autograd::NeedList;
+
+Tensor softmax(const Tensor& x, int64_t dim) {
+  Tensor y = ops::softmax(x, dim);
+  if (autograd::any_requires_grad({x}))
+    autograd::record("softmax", {x}, {y},
+                     [yd = y.detach(), dim](const GradList& g, const NeedList&) {
+                       return GradList{ops::softmax_backward(g[0], yd, dim)};
+                     });
+  return y;
+}
+
+Tensor log_softmax(const Tensor& x, int64_t dim) {
+  Tensor y = ops::log_softmax(x, dim);
+  if (autograd::any_requires_grad({x}))
+    autograd::record("log_softmax", {x}, {y},
+                     [yd = y.detach(), dim](const GradList& g, const NeedList&) {
+                       return GradList{ops::log_softmax_backward(g[0], yd, dim)};
+                     });
+  return y;
+}
+
+}  // namespace stoke

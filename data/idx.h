@@ -1,0 +1,30 @@
+// IDX files (the MNIST family's format: LeCun et al., "THE MNIST DATABASE"): a 4-byte magic
+// (0, 0, element type code, number of dims), one big-endian uint32 per dim, then the elements in
+// row-major order, multi-byte types big-endian. Files may be gzip-compressed, as distributed.
+#pragma once
+
+#include <string>
+
+#include "core/tensor.h"
+
+namespace stoke::data {
+
+// Reads an IDX file, raw or gzip-compressed (detected by its 1f 8b magic), into a CPU tensor of
+// the file's dims. Element types: u8 (0x08) -> u8, i8 (0x09) / i16 (0x0B) / i32 (0x0C) -> i32,
+// f32 (0x0D) -> f32, f64 (0x0E) -> f64. Throws stoke::Error naming the path and what was wrong:
+// missing or unreadable file, bad magic, unknown type code, 0 or more than 8 dims, fewer data
+// bytes than the header declares (truncated) or more (trailing bytes), corrupt or truncated gzip.
+Tensor read_idx(const std::string& path);
+
+// An image classification dataset held in memory.
+struct IdxDataset {
+  Tensor images;  // u8 (N, H, W)
+  Tensor labels;  // i64 (N)
+};
+
+// Loads MNIST-style files from `dir`: {train,t10k}-images-idx3-ubyte and
+// {train,t10k}-labels-idx1-ubyte, each raw or with a .gz suffix (the raw file wins when both
+// exist). Checks that images are u8 (N, H, W), labels 1-D with N entries in [0, 255].
+IdxDataset load_mnist(const std::string& dir, bool train);
+
+}  // namespace stoke::data

@@ -1,0 +1,126 @@
+#include "flags.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace stoke::train {
+
+namespace {
+
+int64_t to_int(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  STOKE_CHECK(!v.empty() && *end == '\0', "stoke-train", "flag ", flag,
+              " expects an integer, got '", v, "'");
+  return x;
+}
+
+double to_double(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  STOKE_CHECK(!v.empty() && *end == '\0', "stoke-train", "flag ", flag, " expects a number, got '",
+              v, "'");
+  return x;
+}
+
+}  // namespace
+
+std::string usage() {
+  return R"(usage: stoke-train [flags]
+  --model NAME            lenet5 (default), resnet8, resnet20, resnet56, resnet18, resnet9, vgg11,
+                          vgg16, mobilenetv2
+  --data DIR              Fashion-MNIST/MNIST IDX files (default /usr/share/datasets/fashion-mnist)
+  --recipe fast           a tuned speedrun recipe (sets model, schedule, smoothing, augmentation)
+  --epochs N (2)  --batch N (128)  --lr X (0.05)  --seed N (0)  --threads N
+  --optimizer sgd|adam|adamw (sgd)  --momentum X (0.9)  --nesterov  --weight-decay X
+  --schedule none|step|multistep|cosine|onecycle  --step-size EPOCHS  --milestones E1,E2
+  --gamma X (0.1)  --warmup STEPS
+  --label-smoothing X  --clip-grad NORM  --accum K (gradient accumulation)  --augment
+  --patience EPOCHS       early stopping on test loss
+  --checkpoint DIR        keep DIR/best.safetensors and DIR/last.safetensors
+  --checkpoint-every N    also save DIR/last.safetensors every N optimizer steps
+  --resume                continue from DIR/last.safetensors (mid-epoch if it was saved there)
+  --eval-every N          evaluate every N optimizer steps (default: once per epoch)
+  --metrics FILE          JSONL metrics (default DIR/metrics.jsonl with --checkpoint)
+  --log-every N (50)      steps between step records in the metrics
+  --limit-train N  --limit-test N   use the first N images only
+  --device cpu|cuda  --allow-cpu-fallback   --no-progress
+)";
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  using Setter = std::function<void(const std::string&, const std::string&)>;
+  const std::map<std::string, Setter> with_value = {
+      {"--model", [&](auto&, auto& v) { f.model = v; }},
+      {"--data", [&](auto&, auto& v) { f.data = v; }},
+      {"--recipe", [&](auto&, auto& v) { f.recipe = v; }},
+      {"--epochs", [&](auto& k, auto& v) { f.epochs = to_int(k, v); }},
+      {"--batch", [&](auto& k, auto& v) { f.batch = to_int(k, v); }},
+      {"--optimizer", [&](auto&, auto& v) { f.optimizer = v; }},
+      {"--lr", [&](auto& k, auto& v) { f.lr = to_double(k, v); }},
+      {"--momentum", [&](auto& k, auto& v) { f.momentum = to_double(k, v); }},
+      {"--weight-decay", [&](auto& k, auto& v) { f.weight_decay = to_double(k, v); }},
+      {"--schedule", [&](auto&, auto& v) { f.schedule = v; }},
+      {"--step-size", [&](auto& k, auto& v) { f.step_size = to_int(k, v); }},
+      {"--milestones", [&](auto&, auto& v) { f.milestones = v; }},
+      {"--gamma", [&](auto& k, auto& v) { f.gamma = to_double(k, v); }},
+      {"--warmup", [&](auto& k, auto& v) { f.warmup = to_int(k, v); }},
+      {"--label-smoothing", [&](auto& k, auto& v) { f.label_smoothing = to_double(k, v); }},
+      {"--clip-grad", [&](auto& k, auto& v) { f.clip_grad = to_double(k, v); }},
+      {"--accum", [&](auto& k, auto& v) { f.accum = to_int(k, v); }},
+      {"--patience", [&](auto& k, auto& v) { f.patience = to_int(k, v); }},
+      {"--seed", [&](auto& k, auto& v) { f.seed = static_cast<uint64_t>(to_int(k, v)); }},
+      {"--threads", [&](auto& k, auto& v) { f.threads = static_cast<int>(to_int(k, v)); }},
+      {"--checkpoint", [&](auto&, auto& v) { f.checkpoint = v; }},
+      {"--checkpoint-every", [&](auto& k, auto& v) { f.checkpoint_every = to_int(k, v); }},
+      {"--eval-every", [&](auto& k, auto& v) { f.eval_every = to_int(k, v); }},
+      {"--metrics", [&](auto&, auto& v) { f.metrics = v; }},
+      {"--log-every", [&](auto& k, auto& v) { f.log_every = to_int(k, v); }},
+      {"--limit-train", [&](auto& k, auto& v) { f.limit_train = to_int(k, v); }},
+      {"--limit-test", [&](auto& k, auto& v) { f.limit_test = to_int(k, v); }},
+      {"--device", [&](auto&, auto& v) { f.device = v; }},
+      {"--kill-at-step", [&](auto& k, auto& v) { f.kill_at_step = to_int(k, v); }},
+  };
+  const std::map<std::string, std::function<void()>> switches = {
+      {"--nesterov", [&] { f.nesterov = true; }},
+      {"--augment", [&] { f.augment = true; }},
+      {"--resume", [&] { f.resume = true; }},
+      {"--allow-cpu-fallback", [&] { f.allow_cpu_fallback = true; }},
+      {"--no-progress", [&] { f.progress = false; }},
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(usage().c_str(), stdout);
+      std::exit(0);
+    }
+    if (const auto eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else if (with_value.count(arg)) {
+      STOKE_CHECK(i + 1 < argc, "stoke-train", "flag ", arg, " needs a value");
+      value = argv[++i];
+    }
+    if (auto it = with_value.find(arg); it != with_value.end()) {
+      it->second(arg, value);
+    } else if (auto sw = switches.find(arg); sw != switches.end()) {
+      sw->second();
+    } else {
+      STOKE_FAIL("stoke-train", "unknown flag '", arg, "' (see --help)");
+    }
+  }
+  STOKE_CHECK(f.epochs > 0 && f.batch > 0 && f.accum > 0, "stoke-train",
+              "--epochs, --batch and --accum must be positive");
+  STOKE_CHECK(f.recipe.empty() || f.recipe == "fast", "stoke-train", "unknown recipe '", f.recipe,
+              "' (known: fast)");
+  STOKE_CHECK(!f.resume || !f.checkpoint.empty(), "stoke-train", "--resume needs --checkpoint DIR");
+  return f;
+}
+
+}  // namespace stoke::train

@@ -1,0 +1,50 @@
+// Command-line options of stoke-train.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace stoke::train {
+
+struct Flags {
+  std::string model = "lenet5";
+  std::string data = "/usr/share/datasets/fashion-mnist";
+  std::string recipe;  // "" or "fast"
+  int64_t epochs = 2;
+  int64_t batch = 128;
+  std::string optimizer = "sgd";  // sgd | adam | adamw
+  double lr = 0.05;
+  double momentum = 0.9;
+  bool nesterov = false;
+  double weight_decay = 0;
+  std::string schedule = "none";  // none | step | multistep | cosine | onecycle
+  int64_t step_size = 1;          // epochs, for --schedule step
+  std::string milestones;         // epochs, comma separated, for --schedule multistep
+  double gamma = 0.1;
+  int64_t warmup = 0;  // optimizer steps of linear warm-up
+  double label_smoothing = 0;
+  double clip_grad = 0;  // global-norm clipping; 0 = off
+  int64_t accum = 1;     // gradient accumulation micro-batches per optimizer step
+  int64_t patience = 0;  // early stopping on test loss; 0 = off
+  bool augment = false;  // random crop (pad 2) + horizontal flip
+  uint64_t seed = 0;
+  int threads = 0;               // 0 = stoke's default
+  std::string checkpoint;        // directory for best.safetensors and last.safetensors
+  int64_t checkpoint_every = 0;  // optimizer steps; 0 = at the end of each epoch only
+  bool resume = false;
+  int64_t eval_every = 0;   // optimizer steps between evaluations; 0 = once per epoch
+  std::string metrics;      // JSONL file; default <checkpoint>/metrics.jsonl when checkpointing
+  int64_t log_every = 50;   // steps between JSONL step records
+  int64_t limit_train = 0;  // use only the first N training images (tests, quick runs)
+  int64_t limit_test = 0;
+  std::string device = "cpu";
+  bool allow_cpu_fallback = false;
+  bool progress = true;
+  int64_t kill_at_step = 0;  // testing: SIGKILL this process after that optimizer step
+};
+
+// Parses argv; prints usage and exits on --help; throws stoke::Error naming a bad flag or value.
+Flags parse_flags(int argc, char** argv);
+std::string usage();
+
+}  // namespace stoke::train

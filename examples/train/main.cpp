@@ -1,0 +1,402 @@
+// stoke-train: trains a reference CNN on Fashion-MNIST (or MNIST) from the IDX files, with the
+// habits of a good training loop built in: progress bar, evaluation in eval mode under no-grad,
+// per-epoch summary, JSONL metrics, best and last checkpoints, exact mid-epoch resume, gradient
+// accumulation, early stopping.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "autograd/loss.h"
+#include "data/batcher.h"
+#include "data/idx.h"
+#include "flags.h"
+#include "nn/checkpoint/safetensors.h"
+#include "nn/models/models.h"
+#include "nn/optim/optimizer.h"
+#include "nn/optim/scheduler.h"
+#include "ops/reduce.h"
+#include "progress.h"
+#include "stoke/stoke.h"
+
+namespace stoke::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Fashion-MNIST statistics of the training images (pixel / 255).
+constexpr float kMean = 0.2860f, kStd = 0.3530f;
+
+// The recipe that --recipe fast stands for (see README: the CPU speedrun).
+void apply_fast_recipe(Flags& f) {
+  f.model = "resnet8";
+  f.epochs = 4;
+  f.batch = 256;
+  f.optimizer = "sgd";
+  f.lr = 0.2;
+  f.momentum = 0.9;
+  f.nesterov = true;
+  f.weight_decay = 5e-4;
+  f.schedule = "onecycle";
+  f.label_smoothing = 0.1;
+  f.augment = true;
+}
+
+struct EvalResult {
+  double loss = 0, acc = 0;
+};
+
+EvalResult evaluate(nn::Module& model, const data::InMemoryBatcher& test) {
+  NoGradGuard no_grad;
+  model.eval();
+  double loss_sum = 0;
+  int64_t correct = 0;
+  for (int64_t b = 0; b < test.num_batches(); ++b) {
+    const auto batch = test.batch(b);
+    const Tensor logits = model(batch.images);
+    loss_sum += ops::cross_entropy(logits, batch.labels, {.reduction = ops::Reduction::sum}).item();
+    const auto pred = ops::argmax(logits, 1).to_vector<int64_t>();
+    const auto labels = batch.labels.to_vector<int64_t>();
+    for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == labels[i];
+  }
+  model.train();
+  const double n = static_cast<double>(test.size());
+  return {loss_sum / n, 100.0 * static_cast<double>(correct) / n};
+}
+
+std::unique_ptr<nn::optim::Optimizer> make_optimizer(const Flags& f, std::vector<Tensor> params) {
+  using namespace nn::optim;
+  if (f.optimizer == "sgd")
+    return std::make_unique<SGD>(std::move(params), SGDOptions{.lr = f.lr,
+                                                               .momentum = f.momentum,
+                                                               .weight_decay = f.weight_decay,
+                                                               .nesterov = f.nesterov});
+  if (f.optimizer == "adam")
+    return std::make_unique<Adam>(std::move(params),
+                                  AdamOptions{.lr = f.lr, .weight_decay = f.weight_decay});
+  if (f.optimizer == "adamw")
+    return std::make_unique<AdamW>(std::move(params),
+                                   AdamOptions{.lr = f.lr, .weight_decay = f.weight_decay});
+  STOKE_FAIL("stoke-train", "unknown optimizer '", f.optimizer, "' (known: sgd, adam, adamw)");
+}
+
+std::unique_ptr<nn::optim::LRScheduler> make_scheduler(const Flags& f, nn::optim::Optimizer& opt,
+                                                       int64_t steps_per_epoch) {
+  using namespace nn::optim;
+  const int64_t total = f.epochs * steps_per_epoch;
+  std::unique_ptr<LRScheduler> s;
+  if (f.schedule == "step") {
+    s = std::make_unique<StepLR>(opt, f.step_size * steps_per_epoch, f.gamma);
+  } else if (f.schedule == "multistep") {
+    std::vector<int64_t> ms;
+    std::stringstream ss(f.milestones);
+    for (std::string item; std::getline(ss, item, ',');)
+      ms.push_back(std::stoll(item) * steps_per_epoch);
+    s = std::make_unique<MultiStepLR>(opt, ms, f.gamma);
+  } else if (f.schedule == "cosine") {
+    s = std::make_unique<CosineAnnealingLR>(opt, std::max<int64_t>(total - f.warmup, 1));
+  } else if (f.schedule == "onecycle") {
+    s = std::make_unique<OneCycleLR>(opt, f.lr, std::max<int64_t>(total - f.warmup, 2));
+  } else {
+    STOKE_CHECK(f.schedule == "none", "stoke-train", "unknown schedule '", f.schedule,
+                "' (known: none, step, multistep, cosine, onecycle)");
+  }
+  if (f.warmup > 0) s = std::make_unique<LinearWarmup>(opt, f.warmup, 0.0, std::move(s));
+  return s;
+}
+
+// Everything a resumed run needs besides the tensors.
+struct Position {
+  int64_t epoch = 0, batch = 0, global_step = 0;
+  double best_acc = -1, best_loss = 1e300;
+  int64_t bad_epochs = 0;
+  double epoch_loss_sum = 0;
+  int64_t epoch_correct = 0, epoch_seen = 0;
+};
+
+std::map<std::string, std::string> to_metadata(const Position& p, const Flags& f) {
+  const GeneratorState g = default_generator().state();
+  return {{"format", "stoke-train/1"},
+          {"model", f.model},
+          {"epoch", std::to_string(p.epoch)},
+          {"batch", std::to_string(p.batch)},
+          {"global_step", std::to_string(p.global_step)},
+          {"best_acc", std::to_string(p.best_acc)},
+          {"best_loss", std::to_string(p.best_loss)},
+          {"bad_epochs", std::to_string(p.bad_epochs)},
+          {"epoch_loss_sum", std::to_string(p.epoch_loss_sum)},
+          {"epoch_correct", std::to_string(p.epoch_correct)},
+          {"epoch_seen", std::to_string(p.epoch_seen)},
+          {"rng_seed", std::to_string(g.seed)},
+          {"rng_offset", std::to_string(g.offset)}};
+}
+
+std::string meta(const std::map<std::string, std::string>& m, const std::string& key,
+                 const std::string& path) {
+  auto it = m.find(key);
+  STOKE_CHECK(it != m.end(), "stoke-train", path, ": checkpoint metadata has no '", key, "'");
+  return it->second;
+}
+
+void save_last(const std::string& path, const nn::Module& model, const nn::optim::Optimizer& opt,
+               const Position& p, const Flags& f) {
+  nn::NamedTensors all = model.state_dict();
+  for (auto& [k, t] : opt.state_dict()) all.emplace_back("optimizer." + k, t);
+  nn::save_safetensors(path, all, to_metadata(p, f));
+}
+
+Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimizer& opt,
+                   const Flags& f) {
+  const nn::SafetensorsFile file = nn::load_safetensors(path);
+  STOKE_CHECK(meta(file.metadata, "model", path) == f.model, "stoke-train", path,
+              ": checkpoint is of model '", meta(file.metadata, "model", path), "', not '", f.model,
+              "'");
+  nn::NamedTensors model_state, opt_state;
+  for (const auto& [k, t] : file.tensors) {
+    if (k.rfind("optimizer.", 0) == 0) {
+      opt_state.emplace_back(k.substr(10), t);
+    } else {
+      model_state.emplace_back(k, t);
+    }
+  }
+  model.load_state_dict(model_state);
+  opt.load_state_dict(opt_state);
+  Position p;
+  const auto& m = file.metadata;
+  p.epoch = std::stoll(meta(m, "epoch", path));
+  p.batch = std::stoll(meta(m, "batch", path));
+  p.global_step = std::stoll(meta(m, "global_step", path));
+  p.best_acc = std::stod(meta(m, "best_acc", path));
+  p.best_loss = std::stod(meta(m, "best_loss", path));
+  p.bad_epochs = std::stoll(meta(m, "bad_epochs", path));
+  p.epoch_loss_sum = std::stod(meta(m, "epoch_loss_sum", path));
+  p.epoch_correct = std::stoll(meta(m, "epoch_correct", path));
+  p.epoch_seen = std::stoll(meta(m, "epoch_seen", path));
+  default_generator().set_state(
+      {std::stoull(meta(m, "rng_seed", path)), std::stoull(meta(m, "rng_offset", path))});
+  return p;
+}
+
+int run(Flags f) {
+  if (f.recipe == "fast") apply_fast_recipe(f);
+  if (f.device != "cpu") {
+    STOKE_CHECK(f.device == "cuda" || f.device.rfind("cuda:", 0) == 0, "stoke-train",
+                "unknown device '", f.device, "' (cpu or cuda[:i])");
+    if (!f.allow_cpu_fallback) {
+      std::fprintf(stderr,
+                   "stoke-train: --device %s: this build has no CUDA backend (or no GPU is "
+                   "present); stopping. Use --device cpu, or --allow-cpu-fallback.\n",
+                   f.device.c_str());
+      return 2;
+    }
+    std::fprintf(stderr, "stoke-train: no CUDA device available; falling back to the CPU.\n");
+  }
+  if (f.threads > 0) set_num_threads(f.threads);
+  manual_seed(f.seed);
+
+  const auto t_load = Clock::now();
+  data::IdxDataset train = data::load_mnist(f.data, true);
+  data::IdxDataset test = data::load_mnist(f.data, false);
+  if (f.limit_train > 0 && f.limit_train < train.images.size(0)) {
+    train.images = train.images.narrow(0, 0, f.limit_train);
+    train.labels = train.labels.narrow(0, 0, f.limit_train);
+  }
+  if (f.limit_test > 0 && f.limit_test < test.images.size(0)) {
+    test.images = test.images.narrow(0, 0, f.limit_test);
+    test.labels = test.labels.narrow(0, 0, f.limit_test);
+  }
+  data::InMemoryBatcher batcher(train.images, train.labels,
+                                {.batch_size = f.batch,
+                                 .shuffle = true,
+                                 .seed = f.seed,
+                                 .mean = kMean,
+                                 .std = kStd,
+                                 .random_crop_padding = f.augment ? 2 : 0,
+                                 .horizontal_flip = f.augment});
+  data::InMemoryBatcher test_batcher(
+      test.images, test.labels, {.batch_size = 1000, .shuffle = false, .mean = kMean, .std = kStd});
+  std::printf("data: %lld train / %lld test images from %s (%.2f s)\n",
+              static_cast<long long>(batcher.size()), static_cast<long long>(test_batcher.size()),
+              f.data.c_str(), seconds_since(t_load));
+
+  Generator init_gen(f.seed);
+  auto model = nn::models::make_model(f.model, {.in_channels = 1,
+                                                .num_classes = 10,
+                                                .input_size = train.images.size(1),
+                                                .generator = &init_gen});
+  auto opt = make_optimizer(f, model->parameters());
+  const int64_t steps_per_epoch = (batcher.num_batches() + f.accum - 1) / f.accum;
+  auto sched = make_scheduler(f, *opt, steps_per_epoch);
+  std::printf(
+      "model: %s, %lld parameters | %s lr %g, batch %lld x %lld accum, %lld epochs, %d threads\n",
+      f.model.c_str(), static_cast<long long>(model->num_parameters()), f.optimizer.c_str(), f.lr,
+      static_cast<long long>(f.batch), static_cast<long long>(f.accum),
+      static_cast<long long>(f.epochs), num_threads());
+
+  const std::string last_path = f.checkpoint.empty() ? "" : f.checkpoint + "/last.safetensors";
+  const std::string best_path = f.checkpoint.empty() ? "" : f.checkpoint + "/best.safetensors";
+  if (!f.checkpoint.empty()) std::filesystem::create_directories(f.checkpoint);
+  if (f.metrics.empty() && !f.checkpoint.empty()) f.metrics = f.checkpoint + "/metrics.jsonl";
+
+  Position pos;
+  if (f.resume && std::filesystem::exists(last_path)) {
+    pos = load_last(last_path, *model, *opt, f);
+    if (sched) sched->set_last_step(pos.global_step);
+    std::printf("resumed from %s at epoch %lld, batch %lld (step %lld)\n", last_path.c_str(),
+                static_cast<long long>(pos.epoch + 1), static_cast<long long>(pos.batch),
+                static_cast<long long>(pos.global_step));
+  } else if (f.resume) {
+    std::printf("no checkpoint at %s: starting from scratch\n", last_path.c_str());
+  }
+  std::ofstream metrics;
+  if (!f.metrics.empty()) metrics.open(f.metrics, f.resume ? std::ios::app : std::ios::trunc);
+
+  const auto t_total = Clock::now();
+  int64_t images_total = 0;
+  double train_seconds = 0;
+  bool stop = false;
+  for (; pos.epoch < f.epochs && !stop; ++pos.epoch) {
+    batcher.set_epoch(pos.epoch);
+    model->train();
+    const auto t_epoch = Clock::now();
+    double data_wait = 0;
+    int64_t epoch_images = 0;
+    const int64_t nb = batcher.num_batches();
+    ProgressBar bar("epoch " + std::to_string(pos.epoch + 1) + "/" + std::to_string(f.epochs), nb,
+                    f.progress);
+    for (; pos.batch < nb; ++pos.batch) {
+      const auto t_data = Clock::now();
+      const auto batch = batcher.batch(pos.batch);
+      data_wait += seconds_since(t_data);
+      const int64_t group_begin = pos.batch / f.accum * f.accum;
+      const int64_t group_size = std::min(f.accum, nb - group_begin);
+      Tensor logits = (*model)(batch.images);
+      Tensor loss = cross_entropy(logits, batch.labels, {.label_smoothing = f.label_smoothing});
+      const double loss_value = loss.item();
+      // Each micro-batch's mean loss is scaled so that k micro-batches of b give the gradient of
+      // one batch of k*b (when the micro-batches have equal size).
+      if (group_size > 1) loss = loss * (1.0 / static_cast<double>(group_size));
+      loss.backward();
+      {
+        NoGradGuard no_grad;
+        const auto pred = ops::argmax(logits, 1).to_vector<int64_t>();
+        const auto labels = batch.labels.to_vector<int64_t>();
+        for (size_t i = 0; i < pred.size(); ++i) pos.epoch_correct += pred[i] == labels[i];
+      }
+      const int64_t n = batch.labels.numel();
+      pos.epoch_loss_sum += loss_value * static_cast<double>(n);
+      pos.epoch_seen += n;
+      epoch_images += n;
+      const bool boundary = pos.batch + 1 == group_begin + group_size;
+      if (boundary) {
+        if (f.clip_grad > 0) nn::optim::clip_grad_norm_(opt->params(), f.clip_grad);
+        opt->step();
+        opt->zero_grad();
+        if (sched) sched->step();
+        ++pos.global_step;
+        if (metrics.is_open() && f.log_every > 0 && pos.global_step % f.log_every == 0)
+          metrics << "{\"type\":\"step\",\"epoch\":" << pos.epoch + 1
+                  << ",\"step\":" << pos.global_step << ",\"loss\":" << loss_value
+                  << ",\"lr\":" << opt->lr() << "}\n";
+        if (f.checkpoint_every > 0 && pos.global_step % f.checkpoint_every == 0 &&
+            !last_path.empty()) {
+          Position next = pos;
+          ++next.batch;
+          save_last(last_path, *model, *opt, next, f);
+        }
+        if (f.eval_every > 0 && pos.global_step % f.eval_every == 0) {
+          const EvalResult r = evaluate(*model, test_batcher);
+          if (metrics.is_open())
+            metrics << "{\"type\":\"eval\",\"step\":" << pos.global_step
+                    << ",\"test_loss\":" << r.loss << ",\"test_acc\":" << r.acc << "}\n";
+        }
+        if (f.kill_at_step > 0 && pos.global_step == f.kill_at_step) {
+          metrics.flush();
+          std::raise(SIGKILL);
+        }
+      }
+      char extra[96];
+      std::snprintf(
+          extra, sizeof extra, "loss %.4f acc %.1f%% wait %.0f%%",
+          pos.epoch_loss_sum / static_cast<double>(pos.epoch_seen),
+          100.0 * static_cast<double>(pos.epoch_correct) / static_cast<double>(pos.epoch_seen),
+          100.0 * data_wait / std::max(seconds_since(t_epoch), 1e-9));
+      bar.update(pos.batch + 1,
+                 static_cast<double>(epoch_images) / std::max(seconds_since(t_epoch), 1e-9), extra);
+    }
+    bar.finish();
+    const double epoch_time = seconds_since(t_epoch);
+    train_seconds += epoch_time;
+    images_total += epoch_images;
+    const double train_loss =
+        pos.epoch_loss_sum / static_cast<double>(std::max<int64_t>(pos.epoch_seen, 1));
+    const double train_acc = 100.0 * static_cast<double>(pos.epoch_correct) /
+                             static_cast<double>(std::max<int64_t>(pos.epoch_seen, 1));
+    const auto t_eval = Clock::now();
+    const EvalResult r = evaluate(*model, test_batcher);
+    const double eval_time = seconds_since(t_eval);
+    const double ips = static_cast<double>(epoch_images) / std::max(epoch_time, 1e-9);
+    std::printf(
+        "epoch %lld/%lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s "
+        "(%.0f img/s, data wait %.1f%%), eval %.1f s, rss %.0f MiB (peak %.0f)\n",
+        static_cast<long long>(pos.epoch + 1), static_cast<long long>(f.epochs), train_loss,
+        train_acc, r.loss, r.acc, epoch_time, ips, 100.0 * data_wait / std::max(epoch_time, 1e-9),
+        eval_time, current_rss_mib(), peak_rss_mib());
+    std::fflush(stdout);
+    if (metrics.is_open()) {
+      metrics << "{\"type\":\"epoch\",\"epoch\":" << pos.epoch + 1
+              << ",\"step\":" << pos.global_step << ",\"train_loss\":" << train_loss
+              << ",\"train_acc\":" << train_acc << ",\"test_loss\":" << r.loss
+              << ",\"test_acc\":" << r.acc << ",\"time_s\":" << epoch_time
+              << ",\"images_per_s\":" << ips << ",\"data_wait_s\":" << data_wait
+              << ",\"lr\":" << opt->lr() << ",\"rss_mib\":" << current_rss_mib()
+              << ",\"peak_rss_mib\":" << peak_rss_mib() << "}\n";
+      metrics.flush();
+    }
+    if (r.acc > pos.best_acc) {
+      pos.best_acc = r.acc;
+      if (!best_path.empty())
+        nn::save_safetensors(best_path, model->state_dict(),
+                             {{"epoch", std::to_string(pos.epoch + 1)},
+                              {"test_acc", std::to_string(r.acc)},
+                              {"model", f.model}});
+    }
+    if (r.loss < pos.best_loss) {
+      pos.best_loss = r.loss;
+      pos.bad_epochs = 0;
+    } else if (f.patience > 0 && ++pos.bad_epochs >= f.patience) {
+      std::printf("early stopping: test loss has not improved for %lld epochs\n",
+                  static_cast<long long>(pos.bad_epochs));
+      stop = true;
+    }
+    pos.batch = 0;
+    pos.epoch_loss_sum = 0;
+    pos.epoch_correct = pos.epoch_seen = 0;
+    if (!last_path.empty()) {
+      Position next = pos;
+      ++next.epoch;
+      save_last(last_path, *model, *opt, next, f);
+    }
+  }
+  std::printf("done: best test acc %.2f%% | total %.1f s | %.0f img/s training\n", pos.best_acc,
+              seconds_since(t_total),
+              static_cast<double>(images_total) / std::max(train_seconds, 1e-9));
+  return 0;
+}
+
+}  // namespace
+}  // namespace stoke::train
+
+int main(int argc, char** argv) {
+  try {
+    return stoke::train::run(stoke::train::parse_flags(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 1;
+  }
+}

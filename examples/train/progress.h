@@ -1,0 +1,30 @@
+// Terminal progress bar and process statistics for the training main.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace stoke::train {
+
+// A one-line progress bar on stderr ("epoch 1/2 [#####-----] 234/469 loss 0.51 ...") redrawn at
+// most every 0.2 s; on a non-terminal it prints nothing until finish().
+class ProgressBar {
+ public:
+  ProgressBar(std::string label, int64_t total, bool enabled);
+  // `done` items of `total`; `images_per_s` and `extra` ("loss 0.51 acc 81.2%") go on the line.
+  void update(int64_t done, double images_per_s, const std::string& extra);
+  void finish();
+
+ private:
+  std::string label_;
+  int64_t total_;
+  bool enabled_, tty_;
+  std::chrono::steady_clock::time_point start_, last_draw_;
+};
+
+// Resident set size now and at its peak, in MiB.
+double current_rss_mib();
+double peak_rss_mib();
+
+}  // namespace stoke::train

@@ -1,0 +1,47 @@
+// Checkpoints in the safetensors format, the files PyTorch users read with
+// `safetensors.torch.load_file` and write with `save_file`: an 8-byte little-endian header length
+// N, N bytes of JSON describing each tensor (dtype, shape, byte offsets into the data section) plus
+// optional string metadata under "__metadata__", then the raw little-endian tensor data.
+//
+// Files are laid out as the reference serializer (safetensors/src/tensor.rs, `prepare`) lays them
+// out: tensors sorted by descending dtype alignment, then by name, so that every tensor's data is
+// aligned to its element size; compact JSON with "__metadata__" first, padded with spaces to a
+// multiple of 8 bytes. The bytes match the reference serializer's (tests/fixtures/
+// make_safetensors_fixture.py re-implements it), except that metadata keys are written sorted where
+// the reference writes them in hash order.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace stoke::nn {
+
+// (name, tensor) pairs in a chosen order: a module's parameters, a checkpoint's contents.
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// What a safetensors file holds: its tensors, in the order their data lies in the file, and its
+// "__metadata__" string map (empty when the file has none).
+struct SafetensorsFile {
+  NamedTensors tensors;
+  std::map<std::string, std::string> metadata;
+};
+
+// Writes `tensors` (CPU tensors of any dtype and strides; names unique, not "__metadata__") and
+// `metadata` to `path` atomically: the file is written to `path + ".tmp.<pid>"`, flushed and
+// fsynced, renamed over `path`, and the directory is fsynced, so a crash leaves either the old file
+// or the new one. Throws stoke::Error naming the path (and strerror for I/O failures); on failure
+// the temporary file is removed and `path` is untouched. Metadata is written only when non-empty.
+void save_safetensors(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata = {});
+
+// Reads a safetensors file into fresh, contiguous CPU tensors (ordered by data offset). The file is
+// treated as untrusted: every length, offset, shape and type is validated before use, and any
+// problem is a stoke::Error naming the path and what is wrong (never a crash or an out-of-bounds
+// read). BOOL bytes other than 0 are read as true.
+SafetensorsFile load_safetensors(const std::string& path);
+
+}  // namespace stoke::nn

@@ -1,0 +1,120 @@
+#include "nn/layers.h"
+
+#include <cmath>
+
+#include "autograd/conv.h"
+#include "autograd/dropout.h"
+#include "autograd/elementwise.h"
+#include "autograd/linalg.h"
+#include "autograd/norm.h"
+#include "autograd/pool.h"
+#include "core/grad_mode.h"
+#include "nn/init.h"
+#include "ops/creation.h"
+
+namespace stoke::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, LinearOptions options) {
+  STOKE_CHECK(in_features > 0 && out_features > 0, "Linear", "expected positive sizes, got ",
+              in_features, " -> ", out_features);
+  weight =
+      register_parameter("weight", empty({out_features, in_features}, {.dtype = options.dtype}));
+  init::kaiming_uniform_(weight, std::sqrt(5.0), options.generator);
+  if (options.bias) {
+    bias = register_parameter("bias", empty({out_features}, {.dtype = options.dtype}));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+    init::uniform_(bias, -bound, bound, options.generator);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  return linear(x, weight, bias);
+}
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size,
+               Conv2dLayerOptions options)
+    : conv{.stride = options.stride,
+           .padding = options.padding,
+           .dilation = options.dilation,
+           .groups = options.groups} {
+  STOKE_CHECK(
+      options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
+      "Conv2d", "in_channels ", in_channels, " and out_channels ", out_channels,
+      " must be divisible by groups ", options.groups);
+  weight = register_parameter(
+      "weight", empty({out_channels, in_channels / options.groups, kernel_size[0], kernel_size[1]},
+                      {.dtype = options.dtype}));
+  init::kaiming_uniform_(weight, std::sqrt(5.0), options.generator);
+  if (options.bias) {
+    bias = register_parameter("bias", empty({out_channels}, {.dtype = options.dtype}));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(init::fan_in(weight)));
+    init::uniform_(bias, -bound, bound, options.generator);
+  }
+}
+
+Tensor Conv2d::forward(const Tensor& x) {
+  return conv2d(x, weight, bias, conv);
+}
+
+BatchNorm::BatchNorm(int64_t num_features, BatchNormLayerOptions options) : options(options) {
+  if (options.affine) {
+    weight = register_parameter("weight", ones({num_features}, {.dtype = options.dtype}));
+    bias = register_parameter("bias", zeros({num_features}, {.dtype = options.dtype}));
+  }
+  if (options.track_running_stats) {
+    running_mean = register_buffer("running_mean", zeros({num_features}, {.dtype = options.dtype}));
+    running_var = register_buffer("running_var", ones({num_features}, {.dtype = options.dtype}));
+    num_batches_tracked = register_buffer("num_batches_tracked", zeros({}, {.dtype = DType::i64}));
+  }
+}
+
+Tensor BatchNorm::forward(const Tensor& x) {
+  const bool use_batch_stats = is_training() || !options.track_running_stats;
+  if (is_training() && options.track_running_stats) {
+    int64_t* n = num_batches_tracked.data<int64_t>();
+    ++*n;
+  }
+  // Without running statistics (track_running_stats=false) both modes normalize with the batch's.
+  return batch_norm(
+      x, running_mean, running_var, weight, bias,
+      {.training = use_batch_stats, .momentum = options.momentum, .eps = options.eps});
+}
+
+Tensor ReLU::forward(const Tensor& x) {
+  return relu(x);
+}
+Tensor LeakyReLU::forward(const Tensor& x) {
+  return leaky_relu(x, negative_slope);
+}
+Tensor GELU::forward(const Tensor& x) {
+  return gelu(x);
+}
+Tensor MaxPool2d::forward(const Tensor& x) {
+  return max_pool2d(x, options);
+}
+Tensor AvgPool2d::forward(const Tensor& x) {
+  return avg_pool2d(x, options);
+}
+Tensor AdaptiveAvgPool2d::forward(const Tensor& x) {
+  return adaptive_avg_pool2d(x, output_size);
+}
+Tensor Dropout::forward(const Tensor& x) {
+  return dropout(x, p, is_training(), generator);
+}
+
+Sequential::Sequential(std::initializer_list<ModulePtr> modules) {
+  for (const auto& m : modules) push_back(m);
+}
+
+void Sequential::push_back(ModulePtr m) {
+  register_module(std::to_string(modules_.size()), m);
+  modules_.push_back(std::move(m));
+}
+
+Tensor Sequential::forward(const Tensor& x) {
+  Tensor h = x;
+  for (auto& m : modules_) h = m->forward(h);
+  return h;
+}
+
+}  // namespace stoke::nn

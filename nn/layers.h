@@ -1,0 +1,159 @@
+// The standard layers, with PyTorch's parameter names and default initialization.
+#pragma once
+
+#include <array>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+
+#include "core/random.h"
+#include "nn/module.h"
+#include "ops/conv.h"
+#include "ops/norm.h"
+#include "ops/pool.h"
+
+namespace stoke::nn {
+
+struct LinearOptions {
+  bool bias = true;
+  DType dtype = DType::f32;
+  Generator* generator = nullptr;  // for initialization; the default generator if null
+};
+
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, LinearOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Linear"; }
+  Tensor weight, bias;  // (out, in), (out) or undefined
+};
+
+struct Conv2dLayerOptions {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+  bool bias = true;
+  DType dtype = DType::f32;
+  Generator* generator = nullptr;
+};
+
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size,
+         Conv2dLayerOptions options = {});
+  Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+         Conv2dLayerOptions options = {})
+      : Conv2d(in_channels, out_channels, {kernel_size, kernel_size}, options) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Conv2d"; }
+  Tensor weight, bias;  // (out, in/groups, kh, kw), (out) or undefined
+  ops::Conv2dOptions conv;
+};
+
+struct BatchNormLayerOptions {
+  double eps = 1e-5;
+  double momentum = 0.1;
+  bool affine = true;
+  bool track_running_stats = true;
+  DType dtype = DType::f32;
+};
+
+// BatchNorm over dim 1 of (N, C, ...) inputs: BatchNorm1d and BatchNorm2d are this module.
+class BatchNorm : public Module {
+ public:
+  explicit BatchNorm(int64_t num_features, BatchNormLayerOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "BatchNorm2d"; }
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  BatchNormLayerOptions options;
+};
+using BatchNorm2d = BatchNorm;
+using BatchNorm1d = BatchNorm;
+
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "ReLU"; }
+};
+
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : negative_slope(negative_slope) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "LeakyReLU"; }
+  double negative_slope;
+};
+
+class GELU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "GELU"; }
+};
+
+class MaxPool2d : public Module {
+ public:
+  explicit MaxPool2d(ops::Pool2dOptions options) : options(options) {}
+  explicit MaxPool2d(int64_t kernel_size) : options{.kernel_size = {kernel_size, kernel_size}} {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "MaxPool2d"; }
+  ops::Pool2dOptions options;
+};
+
+class AvgPool2d : public Module {
+ public:
+  explicit AvgPool2d(ops::Pool2dOptions options) : options(options) {}
+  explicit AvgPool2d(int64_t kernel_size) : options{.kernel_size = {kernel_size, kernel_size}} {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "AvgPool2d"; }
+  ops::Pool2dOptions options;
+};
+
+class AdaptiveAvgPool2d : public Module {
+ public:
+  explicit AdaptiveAvgPool2d(std::array<int64_t, 2> output_size) : output_size(output_size) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "AdaptiveAvgPool2d"; }
+  std::array<int64_t, 2> output_size;
+};
+
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5, Generator* generator = nullptr) : p(p), generator(generator) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Dropout"; }
+  double p;
+  Generator* generator;
+};
+
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)
+      : start_dim(start_dim), end_dim(end_dim) {}
+  Tensor forward(const Tensor& x) override { return x.flatten(start_dim, end_dim); }
+  std::string name() const override { return "Flatten"; }
+  int64_t start_dim, end_dim;
+};
+
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
+  std::string name() const override { return "Identity"; }
+};
+
+// Children named "0", "1", ... applied in order.
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  Sequential(std::initializer_list<ModulePtr> modules);
+  void push_back(ModulePtr m);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Sequential"; }
+  size_t size() const { return modules_.size(); }
+  const ModulePtr& operator[](size_t i) const { return modules_.at(i); }
+
+ private:
+  std::vector<ModulePtr> modules_;
+};
+
+}  // namespace stoke::nn

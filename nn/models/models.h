@@ -1,0 +1,101 @@
+// Reference CNNs. Each takes the input channels, the number of classes and the input size, so the
+// same model trains on 1-channel 28x28 (Fashion-MNIST) and 3-channel 32x32 (CIFAR) images.
+// Parameter names follow the usual PyTorch implementations named beside each model.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "nn/layers.h"
+
+namespace stoke::nn::models {
+
+struct ModelOptions {
+  int64_t in_channels = 1;
+  int64_t num_classes = 10;
+  int64_t input_size = 28;         // height = width of the input images
+  Generator* generator = nullptr;  // for initialization; the default generator if null
+};
+
+// LeNet-5 with ReLU and max-pooling: conv1 (5x5, 6; padded by 2 for 28x28 inputs), conv2 (5x5,
+// 16), fc1 400-120, fc2 120-84, fc3 84-classes.
+class LeNet5 : public Module {
+ public:
+  explicit LeNet5(ModelOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "LeNet5"; }
+  std::shared_ptr<Conv2d> conv1, conv2;
+  std::shared_ptr<Linear> fc1, fc2, fc3;
+};
+
+// The basic residual block (He et al. 2016); a 1x1 conv + BN "downsample" shortcut where the shape
+// changes (torchvision's names: conv1, bn1, conv2, bn2, downsample.0, downsample.1).
+class BasicBlock : public Module {
+ public:
+  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Generator* gen);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "BasicBlock"; }
+  std::shared_ptr<Conv2d> conv1, conv2;
+  std::shared_ptr<BatchNorm> bn1, bn2;
+  std::shared_ptr<Sequential> downsample;  // null for an identity shortcut
+};
+
+// CIFAR-style ResNet: a 3x3 stem, stages of BasicBlocks, global average pool and fc.
+//   resnet8/20/56: depth 6n+2, stages of n blocks at 16/32/64 channels (He et al. 2016, sec. 4.2);
+//   resnet18: stages of 2 blocks at 64/128/256/512 channels with a 3x3 stem and no max-pool.
+class ResNet : public Module {
+ public:
+  ResNet(const std::vector<int64_t>& blocks, const std::vector<int64_t>& widths,
+         ModelOptions options);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "ResNet"; }
+  std::shared_ptr<Conv2d> conv1;
+  std::shared_ptr<BatchNorm> bn1;
+  std::vector<std::shared_ptr<Sequential>> layers;  // layer1, layer2, ...
+  std::shared_ptr<Linear> fc;
+};
+
+// ResNet-9 of the DAWNBench / airbench family (Myrtle.ai): prep, layer1 (+res1), layer2, layer3
+// (+res3), global pooling, a bias-free linear layer and the 0.125 output scale. Global average
+// pooling replaces the original 4x4 max-pool so that 28x28 inputs work too.
+class ResNet9 : public Module {
+ public:
+  explicit ResNet9(ModelOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "ResNet9"; }
+  std::shared_ptr<Sequential> prep, layer1, res1, layer2, layer3, res3;
+  std::shared_ptr<Linear> fc;
+};
+
+// VGG with batch norm (Simonyan & Zisserman; the CIFAR variant with one linear classifier).
+// A max-pool that would shrink the feature map below 1x1 (28x28 inputs) is left out.
+class VGG : public Module {
+ public:
+  VGG(const std::vector<int64_t>& config, ModelOptions options);  // -1 = max-pool
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "VGG"; }
+  std::shared_ptr<Sequential> features;
+  std::shared_ptr<Linear> classifier;
+};
+
+// MobileNetV2 for CIFAR (Sandler et al. 2018; the first strides set to 1 for 32x32 inputs, as in
+// the widely used kuangliu/pytorch-cifar model and its names: conv1, bn1, layers.N, conv2, bn2,
+// linear).
+class MobileNetV2 : public Module {
+ public:
+  explicit MobileNetV2(ModelOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "MobileNetV2"; }
+  std::shared_ptr<Conv2d> conv1, conv2;
+  std::shared_ptr<BatchNorm> bn1, bn2;
+  std::shared_ptr<Sequential> layers;
+  std::shared_ptr<Linear> linear;
+};
+
+// Builds a model by name: lenet5, resnet8, resnet20, resnet56, resnet18, resnet9, vgg11, vgg16,
+// mobilenetv2. Unknown names are an error listing the known ones.
+std::shared_ptr<Module> make_model(const std::string& name, ModelOptions options = {});
+std::vector<std::string> model_names();
+
+}  // namespace stoke::nn::models

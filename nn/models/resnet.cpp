@@ -1,0 +1,106 @@
+#include "autograd/elementwise.h"
+#include "autograd/pool.h"
+#include "nn/models/models.h"
+
+namespace stoke::nn::models {
+
+namespace {
+
+std::shared_ptr<Conv2d> conv3x3(int64_t in, int64_t out, int64_t stride, Generator* gen) {
+  return std::make_shared<Conv2d>(
+      in, out, 3,
+      Conv2dLayerOptions{
+          .stride = {stride, stride}, .padding = {1, 1}, .bias = false, .generator = gen});
+}
+
+}  // namespace
+
+BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Generator* gen) {
+  conv1 = register_module("conv1", conv3x3(in_planes, planes, stride, gen));
+  bn1 = register_module("bn1", std::make_shared<BatchNorm>(planes));
+  conv2 = register_module("conv2", conv3x3(planes, planes, 1, gen));
+  bn2 = register_module("bn2", std::make_shared<BatchNorm>(planes));
+  if (stride != 1 || in_planes != planes) {
+    downsample = register_module(
+        "downsample",
+        std::make_shared<Sequential>(std::initializer_list<ModulePtr>{
+            std::make_shared<Conv2d>(
+                in_planes, planes, 1,
+                Conv2dLayerOptions{.stride = {stride, stride}, .bias = false, .generator = gen}),
+            std::make_shared<BatchNorm>(planes)}));
+  }
+}
+
+Tensor BasicBlock::forward(const Tensor& x) {
+  Tensor out = relu(bn1->forward(conv1->forward(x)));
+  out = bn2->forward(conv2->forward(out));
+  return relu(out + (downsample ? downsample->forward(x) : x));
+}
+
+ResNet::ResNet(const std::vector<int64_t>& blocks, const std::vector<int64_t>& widths,
+               ModelOptions o) {
+  STOKE_CHECK(blocks.size() == widths.size() && !blocks.empty(), "ResNet",
+              "expected one width per stage, got ", blocks.size(), " stages and ", widths.size(),
+              " widths");
+  conv1 = register_module("conv1", conv3x3(o.in_channels, widths[0], 1, o.generator));
+  bn1 = register_module("bn1", std::make_shared<BatchNorm>(widths[0]));
+  int64_t in = widths[0];
+  for (size_t s = 0; s < blocks.size(); ++s) {
+    auto layer = std::make_shared<Sequential>();
+    for (int64_t b = 0; b < blocks[s]; ++b) {
+      const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
+      layer->push_back(std::make_shared<BasicBlock>(in, widths[s], stride, o.generator));
+      in = widths[s];
+    }
+    layers.push_back(register_module("layer" + std::to_string(s + 1), layer));
+  }
+  fc = register_module(
+      "fc", std::make_shared<Linear>(in, o.num_classes, LinearOptions{.generator = o.generator}));
+}
+
+Tensor ResNet::forward(const Tensor& x) {
+  Tensor h = relu(bn1->forward(conv1->forward(x)));
+  for (auto& layer : layers) h = layer->forward(h);
+  h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
+  return fc->forward(h);
+}
+
+namespace {
+
+std::shared_ptr<Sequential> conv_bn(int64_t in, int64_t out, Generator* gen, bool pool = false) {
+  auto s = std::make_shared<Sequential>(std::initializer_list<ModulePtr>{
+      std::make_shared<Conv2d>(
+          in, out, 3, Conv2dLayerOptions{.padding = {1, 1}, .bias = false, .generator = gen}),
+      std::make_shared<BatchNorm>(out), std::make_shared<ReLU>()});
+  if (pool) s->push_back(std::make_shared<MaxPool2d>(2));
+  return s;
+}
+
+}  // namespace
+
+ResNet9::ResNet9(ModelOptions o) {
+  prep = register_module("prep", conv_bn(o.in_channels, 64, o.generator));
+  layer1 = register_module("layer1", conv_bn(64, 128, o.generator, true));
+  res1 =
+      register_module("res1", std::make_shared<Sequential>(std::initializer_list<ModulePtr>{
+                                  conv_bn(128, 128, o.generator), conv_bn(128, 128, o.generator)}));
+  layer2 = register_module("layer2", conv_bn(128, 256, o.generator, true));
+  layer3 = register_module("layer3", conv_bn(256, 512, o.generator, true));
+  res3 =
+      register_module("res3", std::make_shared<Sequential>(std::initializer_list<ModulePtr>{
+                                  conv_bn(512, 512, o.generator), conv_bn(512, 512, o.generator)}));
+  fc = register_module(
+      "fc", std::make_shared<Linear>(512, o.num_classes,
+                                     LinearOptions{.bias = false, .generator = o.generator}));
+}
+
+Tensor ResNet9::forward(const Tensor& x) {
+  Tensor h = layer1->forward(prep->forward(x));
+  h = h + res1->forward(h);
+  h = layer3->forward(layer2->forward(h));
+  h = h + res3->forward(h);
+  h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
+  return fc->forward(h) * 0.125;
+}
+
+}  // namespace stoke::nn::models

@@ -1,0 +1,254 @@
+#include "nn/optim/optimizer.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+
+#include "core/grad_mode.h"
+#include "core/parallel.h"
+
+namespace stoke::nn::optim {
+
+namespace {
+
+constexpr int64_t kGrain = 1 << 14;
+
+// Contiguous f32/f64 views of a parameter and its gradient for the update loops.
+template <class T>
+struct Slot {
+  T* p;
+  const T* g;
+  int64_t n;
+};
+
+Tensor contiguous_grad(const Tensor& p) {
+  Tensor g = p.grad();
+  STOKE_CHECK(g.device() == p.device() && g.dtype() == p.dtype(), "optimizer", "gradient of ",
+              g.dtype(), " on ", g.device(), " for a parameter of ", p.dtype(), " on ", p.device());
+  return g.is_contiguous() ? g : g.contiguous();
+}
+
+Tensor zeros_like_param(const Tensor& p) {
+  Tensor z = empty(p.shape(), {.dtype = p.dtype(), .device = p.device()});
+  std::memset(z.data_ptr(), 0, z.numel() * z.element_size());
+  return z;
+}
+
+std::map<std::string, Tensor> by_name(const NamedTensors& state) {
+  std::map<std::string, Tensor> m;
+  for (const auto& [n, t] : state) m[n] = t;
+  return m;
+}
+
+Tensor take(std::map<std::string, Tensor>& m, const std::string& key, const Tensor& like,
+            const char* op) {
+  auto it = m.find(key);
+  STOKE_CHECK(it != m.end(), op, "missing optimizer state '", key, "'");
+  STOKE_CHECK(it->second.shape() == like.shape() && it->second.dtype() == like.dtype(), op,
+              "optimizer state '", key, "': expected ", like.dtype(), " ", like.shape(), ", got ",
+              it->second.dtype(), " ", it->second.shape());
+  Tensor t = it->second.contiguous().clone();
+  m.erase(it);
+  return t;
+}
+
+void check_no_leftovers(const std::map<std::string, Tensor>& m, const char* op) {
+  if (m.empty()) return;
+  std::string keys;
+  for (const auto& [k, t] : m) keys += (keys.empty() ? "'" : ", '") + k + "'";
+  STOKE_FAIL(op, "unexpected optimizer state ", keys);
+}
+
+}  // namespace
+
+Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    STOKE_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer", "parameter ", i,
+                " must be a leaf tensor that requires grad");
+    STOKE_CHECK(p.is_contiguous(), "optimizer", "parameter ", i, " must be contiguous");
+    STOKE_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, "optimizer", "parameter ", i,
+                " has dtype ", p.dtype(), "; master weights are f32 (or f64)");
+  }
+  STOKE_CHECK(lr >= 0, "optimizer", "invalid learning rate ", lr);
+}
+
+void Optimizer::zero_grad() {
+  for (auto& p : params_) p.set_grad(Tensor());
+}
+
+SGD::SGD(std::vector<Tensor> params, SGDOptions o)
+    : Optimizer(std::move(params), o.lr), options(o), momentum_buffers_(params_.size()) {
+  STOKE_CHECK(o.momentum >= 0 && o.weight_decay >= 0, "SGD", "invalid momentum ", o.momentum,
+              " or weight_decay ", o.weight_decay);
+  STOKE_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD",
+              "nesterov momentum requires a momentum and zero dampening");
+}
+
+void SGD::step() {
+  NoGradGuard no_grad;
+  const double lr = lr_, mom = options.momentum, damp = options.dampening,
+               wd = options.weight_decay;
+  const bool nesterov = options.nesterov;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    const Tensor g = contiguous_grad(p);
+    const bool first = !momentum_buffers_[i].defined();
+    if (mom != 0 && first) momentum_buffers_[i] = zeros_like_param(p);
+    dispatch_float(p.dtype(), "SGD", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* w = p.data<T>();
+      const T* gp = g.data<T>();
+      T* buf = mom != 0 ? momentum_buffers_[i].data<T>() : nullptr;
+      const T tlr = T(lr), tmom = T(mom), tdamp = T(1 - damp), twd = T(wd);
+      parallel_for(0, p.numel(), kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) {
+          T d = gp[j];
+          if (wd != 0) d = d + twd * w[j];
+          if (buf) {
+            // torch: buf = clone(d) on the first step, else buf = mom * buf + (1 - dampening) * d
+            buf[j] = first ? d : tmom * buf[j] + tdamp * d;
+            d = nesterov ? d + tmom * buf[j] : buf[j];
+          }
+          w[j] = w[j] - tlr * d;
+        }
+      });
+    });
+  }
+}
+
+NamedTensors SGD::state_dict() const {
+  NamedTensors out;
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (momentum_buffers_[i].defined())
+      out.emplace_back("state." + std::to_string(i) + ".momentum_buffer", momentum_buffers_[i]);
+  return out;
+}
+
+void SGD::load_state_dict(const NamedTensors& state) {
+  auto m = by_name(state);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string key = "state." + std::to_string(i) + ".momentum_buffer";
+    momentum_buffers_[i] =
+        m.count(key) ? take(m, key, params_[i], "SGD::load_state_dict") : Tensor();
+  }
+  check_no_leftovers(m, "SGD::load_state_dict");
+}
+
+Adam::Adam(std::vector<Tensor> params, AdamOptions o, bool decoupled)
+    : Optimizer(std::move(params), o.lr),
+      options(o),
+      decoupled_(decoupled),
+      exp_avg_(params_.size()),
+      exp_avg_sq_(params_.size()),
+      steps_(params_.size(), 0) {
+  STOKE_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps >= 0, "Adam",
+              "invalid betas (", o.beta1, ", ", o.beta2, ") or eps ", o.eps);
+}
+
+void Adam::step() {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Tensor& p = params_[i];
+    if (!p.grad().defined()) continue;
+    const Tensor g = contiguous_grad(p);
+    if (!exp_avg_[i].defined()) {
+      exp_avg_[i] = zeros_like_param(p);
+      exp_avg_sq_[i] = zeros_like_param(p);
+    }
+    const int64_t step = ++steps_[i];
+    const double b1 = options.beta1, b2 = options.beta2, lr = lr_, wd = options.weight_decay;
+    const double bias1 = 1 - std::pow(b1, static_cast<double>(step));
+    const double bias2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(step)));
+    const double step_size = lr / bias1;
+    dispatch_float(p.dtype(), "Adam", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      T* w = p.data<T>();
+      const T* gp = g.data<T>();
+      T* m = exp_avg_[i].data<T>();
+      T* v = exp_avg_sq_[i].data<T>();
+      const T tb1 = T(b1), tb2 = T(b2), omb1 = T(1 - b1), omb2 = T(1 - b2), twd = T(wd),
+              decay = T(1 - lr * wd), tss = T(step_size), tb2s = T(bias2_sqrt),
+              teps = T(options.eps);
+      const bool decoupled = decoupled_;
+      parallel_for(0, p.numel(), kGrain, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) {
+          T d = gp[j];
+          if (decoupled) {
+            w[j] = w[j] * decay;
+          } else if (wd != 0) {
+            d = d + twd * w[j];
+          }
+          m[j] = m[j] * tb1 + omb1 * d;
+          v[j] = v[j] * tb2 + omb2 * d * d;
+          const T denom = std::sqrt(v[j]) / tb2s + teps;
+          w[j] = w[j] - tss * (m[j] / denom);
+        }
+      });
+    });
+  }
+}
+
+NamedTensors Adam::state_dict() const {
+  NamedTensors out;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!exp_avg_[i].defined()) continue;
+    const std::string k = "state." + std::to_string(i) + ".";
+    Tensor step = empty({}, {.dtype = DType::i64});
+    *step.data<int64_t>() = steps_[i];
+    out.emplace_back(k + "step", step);
+    out.emplace_back(k + "exp_avg", exp_avg_[i]);
+    out.emplace_back(k + "exp_avg_sq", exp_avg_sq_[i]);
+  }
+  return out;
+}
+
+void Adam::load_state_dict(const NamedTensors& state) {
+  auto m = by_name(state);
+  const Tensor step_like = empty({}, {.dtype = DType::i64});
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const std::string k = "state." + std::to_string(i) + ".";
+    if (!m.count(k + "exp_avg")) {
+      exp_avg_[i] = exp_avg_sq_[i] = Tensor();
+      steps_[i] = 0;
+      continue;
+    }
+    steps_[i] = *take(m, k + "step", step_like, "Adam::load_state_dict").data<int64_t>();
+    exp_avg_[i] = take(m, k + "exp_avg", params_[i], "Adam::load_state_dict");
+    exp_avg_sq_[i] = take(m, k + "exp_avg_sq", params_[i], "Adam::load_state_dict");
+  }
+  check_no_leftovers(m, "Adam::load_state_dict");
+}
+
+double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  double total = 0;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    const Tensor g = contiguous_grad(p);
+    dispatch_float(g.dtype(), "clip_grad_norm_", [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      const T* gp = g.data<T>();
+      double s = 0;
+      for (int64_t j = 0; j < g.numel(); ++j) s += double(gp[j]) * double(gp[j]);
+      total += s;
+    });
+  }
+  const double norm = std::sqrt(total);
+  const double coef = max_norm / (norm + 1e-6);
+  if (coef < 1)
+    for (const auto& p : params) {
+      if (!p.grad().defined()) continue;
+      Tensor g = contiguous_grad(p);
+      dispatch_float(g.dtype(), "clip_grad_norm_", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        T* gp = g.data<T>();
+        for (int64_t j = 0; j < g.numel(); ++j) gp[j] = T(gp[j] * coef);
+      });
+      p.set_grad(g);
+    }
+  return norm;
+}
+
+}  // namespace stoke::nn::optim

@@ -1,0 +1,56 @@
+// 2-D convolution (cross-correlation, as in PyTorch) without autograd, and its backward kernels.
+// CPU: im2col + GEMM per sample and group, parallel over the batch; 1x1 stride-1 unpadded
+// convolutions are plain GEMMs and depthwise convolutions (groups == C == K) use a direct loop.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace stoke {
+
+// conv2d(x, w, b, {.stride = {2, 2}, .padding = {1, 1}}). Pairs are (height, width). Declared in
+// namespace stoke (not ops) so that argument-dependent lookup of an unqualified conv2d(x, w, b,
+// options) finds only the differentiable stoke::conv2d, never this raw kernel as well.
+struct Conv2dOptions {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> dilation{1, 1};
+  int64_t groups = 1;
+};
+
+}  // namespace stoke
+
+namespace stoke::ops {
+
+using stoke::Conv2dOptions;
+
+// Output spatial size (OH, OW) of a convolution of an (H, W) input with a (kh, kw) kernel; throws
+// naming all parameters when it would be empty.
+std::array<int64_t, 2> conv2d_output_size(const std::array<int64_t, 2>& input_size,
+                                          const std::array<int64_t, 2>& kernel_size,
+                                          const Conv2dOptions& options);
+
+// input (N, C, H, W), weight (K, C/groups, kh, kw), bias (K) or undefined -> (N, K, OH, OW).
+// f32 or f64; all operands the same dtype.
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+              const Conv2dOptions& options = {});
+
+// Gradients of conv2d given grad_out (N, K, OH, OW). Only the requested ones are computed
+// (others undefined); grad_bias is the sum of grad_out over N, OH and OW.
+struct Conv2dGrads {
+  Tensor grad_input, grad_weight, grad_bias;
+};
+Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
+                            const Conv2dOptions& options, bool need_input, bool need_weight,
+                            bool need_bias);
+
+// The three gradients separately (each one conv2d_backward call asking for just that one).
+Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
+                             const Conv2dOptions& options);
+Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
+                              const Conv2dOptions& options);
+Tensor conv2d_backward_bias(const Tensor& grad_out);
+
+}  // namespace stoke::ops

@@ -1,0 +1,305 @@
+// CPU batch norm. The contiguous input is viewed as (N, C, S); every pass is parallel over
+// channel ranges, and a thread handles its channels for all n, so per-channel sums need no
+// combining across threads. Sums run in SIMD-width lanes of the input type over short blocks and
+// are folded into double after each block: vectorized, and accurate to double-ish precision for
+// f32. The variance is computed around a per-channel shift (the channel's first element), which
+// avoids the cancellation of E[x^2] - E[x]^2 when the mean is large against the spread.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/parallel.h"
+#include "ops/check.h"
+#include "ops/norm.h"
+
+namespace stoke::ops {
+namespace {
+
+struct Layout {
+  int64_t N = 0, C = 0, S = 0;
+};
+
+Layout layout_of(const Tensor& x) {
+  Layout l;
+  l.N = x.size(0);
+  l.C = x.size(1);
+  l.S = 1;
+  for (int64_t d = 2; d < x.dim(); ++d) l.S *= x.size(d);
+  return l;
+}
+
+// Rows of fewer elements than this are handled channel-vectorized (loop over c innermost).
+constexpr int64_t kRowMin = 16;
+
+// Runs f(c0, c1) over channel ranges, splitting so each chunk has ~32k elements of work.
+template <class F>
+void for_channels(const Layout& l, F&& f) {
+  const int64_t per_channel = std::max<int64_t>(1, l.N * l.S);
+  const int64_t grain = std::max<int64_t>(1, 32768 / per_channel);
+  parallel_for(0, l.C, grain, [&](int64_t c0, int64_t c1) { f(c0, c1); });
+}
+
+// Lanes per accumulator array (two vector registers) and elements per block before folding.
+template <class T>
+constexpr int64_t kLanes = 128 / sizeof(T);
+constexpr int64_t kFold = 1024;
+
+// Sums of (a[i] - ka) and (a[i] - ka) * (b[i] - kb) over n elements, accumulated into s1, s2.
+// With b == a this gives the shifted sum and sum of squares; with a = dy, ka = 0, b = x,
+// kb = mean it gives sum(dy) and sum(dy * (x - mean)).
+template <class T>
+inline void sum2(const T* a, T ka, const T* b, T kb, int64_t n, double& s1, double& s2) {
+  constexpr int64_t L = kLanes<T>;
+  int64_t i = 0;
+  while (i + L <= n) {
+    T a1[L] = {}, a2[L] = {};
+    const int64_t end = std::min(n, i + kFold) / L * L;
+    for (; i < end; i += L)
+      for (int64_t j = 0; j < L; ++j) {
+        const T u = a[i + j] - ka;
+        a1[j] += u;
+        a2[j] += u * (b[i + j] - kb);
+      }
+    double d1 = 0, d2 = 0;
+    for (int64_t j = 0; j < L; ++j) {
+      d1 += a1[j];
+      d2 += a2[j];
+    }
+    s1 += d1;
+    s2 += d2;
+  }
+  for (; i < n; ++i) {
+    const double u = double(a[i]) - double(ka);
+    s1 += u;
+    s2 += u * (double(b[i]) - double(kb));
+  }
+}
+
+// Per channel in [c0, c1): s1[c - c0] += sum(a - ka[c]), s2 += sum((a - ka[c]) * (b - kb[c])).
+template <class T>
+void channel_sums(const Layout& l, const T* a, const T* ka, const T* b, const T* kb, int64_t c0,
+                  int64_t c1, double* s1, double* s2) {
+  std::fill(s1, s1 + (c1 - c0), 0.0);
+  std::fill(s2, s2 + (c1 - c0), 0.0);
+  if (l.S >= kRowMin) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t n = 0; n < l.N; ++n) {
+        const int64_t off = (n * l.C + c) * l.S;
+        sum2(a + off, ka[c], b + off, kb[c], l.S, s1[c - c0], s2[c - c0]);
+      }
+    return;
+  }
+  for (int64_t n = 0; n < l.N; ++n)
+    for (int64_t s = 0; s < l.S; ++s) {
+      const T* ar = a + n * l.C * l.S + s;
+      const T* br = b + n * l.C * l.S + s;
+      for (int64_t c = c0; c < c1; ++c) {
+        const double u = double(ar[c * l.S]) - double(ka[c]);
+        s1[c - c0] += u;
+        s2[c - c0] += u * (double(br[c * l.S]) - double(kb[c]));
+      }
+    }
+}
+
+// out = p * (x - xm) + q * (y - ym) + r per channel (y may be null: then q, ym are ignored).
+// Centering first, rather than folding the means into r, keeps f32 accurate when a channel's mean
+// is large against its spread (x * scale and the folded shift would nearly cancel).
+template <class T>
+void channel_affine(const Layout& l, const T* x, const T* xm, const T* y, const T* ym, T* out,
+                    const T* p, const T* q, const T* r, int64_t c0, int64_t c1) {
+  for (int64_t n = 0; n < l.N; ++n) {
+    if (l.S == 1) {
+      const T* xr = x + n * l.C;
+      const T* yr = y ? y + n * l.C : nullptr;
+      T* o = out + n * l.C;
+      if (yr)
+        for (int64_t c = c0; c < c1; ++c)
+          o[c] = p[c] * (xr[c] - xm[c]) + q[c] * (yr[c] - ym[c]) + r[c];
+      else
+        for (int64_t c = c0; c < c1; ++c) o[c] = p[c] * (xr[c] - xm[c]) + r[c];
+      continue;
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      const int64_t off = (n * l.C + c) * l.S;
+      const T pc = p[c], xmc = xm[c], rc = r[c];
+      const T* xr = x + off;
+      T* o = out + off;
+      if (y) {
+        const T qc = q[c], ymc = ym[c];
+        const T* yr = y + off;
+        for (int64_t s = 0; s < l.S; ++s) o[s] = pc * (xr[s] - xmc) + qc * (yr[s] - ymc) + rc;
+      } else {
+        for (int64_t s = 0; s < l.S; ++s) o[s] = pc * (xr[s] - xmc) + rc;
+      }
+    }
+  }
+}
+
+// Reads element c of a 1-D tensor (any stride) as double; 1 / 0 defaults for undefined tensors.
+template <class T>
+double at(const Tensor& t, int64_t c, double fallback) {
+  return t.defined() ? double(t.data<T>()[c * t.stride(0)]) : fallback;
+}
+
+void check_channel_tensor(const char* op, const Tensor& t, const char* name, const Tensor& x) {
+  if (!t.defined()) return;
+  check_same_dtype(op, x, "input", t, name);
+  check_shape(op, t, name, {x.size(1)});
+}
+
+}  // namespace
+
+BatchNormForward batch_norm_forward(const Tensor& input, const Tensor& running_mean,
+                                    const Tensor& running_var, const Tensor& weight,
+                                    const Tensor& bias, const BatchNormOptions& options) {
+  const char* op = "batch_norm";
+  STOKE_CHECK(input.defined(), op, "expected a defined input tensor");
+  check_same_device(op, {&input, &running_mean, &running_var, &weight, &bias});
+  check_float(op, input, "input");
+  STOKE_CHECK(input.dim() >= 2, op, "expected input with at least 2 dims (N, C, ...), got shape ",
+              input.shape());
+  check_channel_tensor(op, running_mean, "running_mean", input);
+  check_channel_tensor(op, running_var, "running_var", input);
+  check_channel_tensor(op, weight, "weight", input);
+  check_channel_tensor(op, bias, "bias", input);
+  STOKE_CHECK(running_mean.defined() == running_var.defined(), op,
+              "expected running_mean and running_var both defined or both undefined");
+  const bool use_batch = options.training || !running_mean.defined();
+  STOKE_CHECK(options.eps >= 0, op, "expected eps >= 0, got ", options.eps);
+  const Tensor x = input.contiguous();
+  const Layout l = layout_of(x);
+  const int64_t M = l.N * l.S;
+  STOKE_CHECK(
+      !use_batch || M > 1, op,
+      "expected more than 1 value per channel when using batch statistics, got input shape ",
+      input.shape());
+  BatchNormForward r;
+  r.output = empty(x.shape(), {.dtype = x.dtype()});
+  r.save_mean = empty({l.C}, {.dtype = x.dtype()});
+  r.save_invstd = empty({l.C}, {.dtype = x.dtype()});
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = x.data<T>();
+    T* mean = r.save_mean.data<T>();
+    T* invstd = r.save_invstd.data<T>();
+    // y = (x - center) * scale + shift with center = the channel's first element (batch
+    // statistics) or the running mean: x - first is nearly exact, so f32 keeps its precision even
+    // where rounding the mean itself to f32 would not.
+    std::vector<T> scale(l.C), shift(l.C), first(l.C, T(0));
+    std::vector<double> offset(l.C, 0.0);  // mean - center, in double
+    if (use_batch) {
+      if (M > 0)
+        for (int64_t c = 0; c < l.C; ++c) first[c] = xp[c * l.S];
+      std::vector<double> var(l.C);
+      for_channels(l, [&](int64_t c0, int64_t c1) {
+        std::vector<double> s1(c1 - c0), s2(c1 - c0);
+        channel_sums<T>(l, xp, first.data(), xp, first.data(), c0, c1, s1.data(), s2.data());
+        for (int64_t c = c0; c < c1; ++c) {
+          const double m1 = s1[c - c0] / double(M);
+          const double v = std::max(0.0, s2[c - c0] / double(M) - m1 * m1);
+          var[c] = v;
+          offset[c] = m1;
+          mean[c] = T(double(first[c]) + m1);
+          invstd[c] = T(1.0 / std::sqrt(v + options.eps));
+        }
+      });
+      if (options.training && running_mean.defined()) {
+        // In place, without autograd: running statistics are buffers, not graph values.
+        T* rm = running_mean.data<T>();
+        T* rv = running_var.data<T>();
+        const int64_t sm = running_mean.stride(0), sv = running_var.stride(0);
+        const double mom = options.momentum;
+        for (int64_t c = 0; c < l.C; ++c) {
+          rm[c * sm] = T((1 - mom) * double(rm[c * sm]) + mom * double(mean[c]));
+          rv[c * sv] = T((1 - mom) * double(rv[c * sv]) + mom * var[c] * double(M) / double(M - 1));
+        }
+      }
+    } else {
+      for (int64_t c = 0; c < l.C; ++c) {
+        mean[c] = T(at<T>(running_mean, c, 0));
+        first[c] = mean[c];
+        invstd[c] = T(1.0 / std::sqrt(at<T>(running_var, c, 1) + options.eps));
+      }
+    }
+    for (int64_t c = 0; c < l.C; ++c) {
+      const double sc = double(invstd[c]) * at<T>(weight, c, 1);
+      scale[c] = T(sc);
+      shift[c] = T(at<T>(bias, c, 0) - offset[c] * sc);
+    }
+    T* out = r.output.data<T>();
+    for_channels(l, [&](int64_t c0, int64_t c1) {
+      channel_affine<T>(l, xp, first.data(), nullptr, nullptr, out, scale.data(), nullptr,
+                        shift.data(), c0, c1);
+    });
+  });
+  return r;
+}
+
+Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
+                  const Tensor& weight, const Tensor& bias, const BatchNormOptions& options) {
+  return batch_norm_forward(input, running_mean, running_var, weight, bias, options).output;
+}
+
+BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& input,
+                                   const Tensor& weight, const Tensor& save_mean,
+                                   const Tensor& save_invstd, bool training,
+                                   std::array<bool, 3> output_mask) {
+  const char* op = "batch_norm_backward";
+  STOKE_CHECK(
+      grad_output.defined() && input.defined() && save_mean.defined() && save_invstd.defined(), op,
+      "expected defined grad_output, input, save_mean and save_invstd");
+  check_same_device(op, {&grad_output, &input, &weight, &save_mean, &save_invstd});
+  check_float(op, input, "input");
+  STOKE_CHECK(input.dim() >= 2, op, "expected input with at least 2 dims (N, C, ...), got shape ",
+              input.shape());
+  check_same_dtype(op, input, "input", grad_output, "grad_output");
+  check_shape(op, grad_output, "grad_output", input.shape());
+  check_channel_tensor(op, weight, "weight", input);
+  check_channel_tensor(op, save_mean, "save_mean", input);
+  check_channel_tensor(op, save_invstd, "save_invstd", input);
+  const Tensor x = input.contiguous(), dy = grad_output.contiguous();
+  const Layout l = layout_of(x);
+  const int64_t M = l.N * l.S;
+  BatchNormGrads g;
+  if (output_mask[0]) g.grad_input = empty(x.shape(), {.dtype = x.dtype()});
+  if (output_mask[1]) g.grad_weight = empty({l.C}, {.dtype = x.dtype()});
+  if (output_mask[2]) g.grad_bias = empty({l.C}, {.dtype = x.dtype()});
+  // The sums are needed for weight/bias grads, and for the input grad in training.
+  const bool need_sums = output_mask[1] || output_mask[2] || (training && output_mask[0]);
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* xp = x.data<T>();
+    const T* dyp = dy.data<T>();
+    std::vector<T> mean(l.C), invstd(l.C), zero(l.C, T(0)), k1(l.C), k2(l.C), k3(l.C);
+    for (int64_t c = 0; c < l.C; ++c) {
+      mean[c] = T(at<T>(save_mean, c, 0));
+      invstd[c] = T(at<T>(save_invstd, c, 1));
+    }
+    for_channels(l, [&](int64_t c0, int64_t c1) {
+      std::vector<double> sum_dy(c1 - c0, 0.0), sum_dy_xmu(c1 - c0, 0.0);
+      if (need_sums)
+        channel_sums<T>(l, dyp, zero.data(), xp, mean.data(), c0, c1, sum_dy.data(),
+                        sum_dy_xmu.data());
+      for (int64_t c = c0; c < c1; ++c) {
+        const double is = double(invstd[c]), w = at<T>(weight, c, 1);
+        const double sdy = sum_dy[c - c0], sdx = sum_dy_xmu[c - c0];
+        if (output_mask[1]) g.grad_weight.data<T>()[c] = T(sdx * is);
+        if (output_mask[2]) g.grad_bias.data<T>()[c] = T(sdy);
+        // dx = k1 * dy + k2 * (x - mean) + k3. Training also differentiates through the batch mean
+        // and variance: dx = w * is * (dy - mean(dy) - (x - mean) * is^2 * mean(dy * (x - mean))).
+        const double a = w * is;
+        const double b = training ? -a * is * is * sdx / double(M) : 0.0;
+        const double d = training ? -a * sdy / double(M) : 0.0;
+        k1[c] = T(a);
+        k2[c] = T(b);
+        k3[c] = T(d);
+      }
+      if (output_mask[0])
+        channel_affine<T>(l, dyp, zero.data(), training ? xp : nullptr, mean.data(),
+                          g.grad_input.data<T>(), k1.data(), k2.data(), k3.data(), c0, c1);
+    });
+  });
+  return g;
+}
+
+}  // namespace stoke::ops

@@ -1,0 +1,415 @@
+// Binary elementwise CPU kernels: arithmetic, comparisons and where with NumPy broadcasting, the
+// in-place updates optimizers use, and the backward kernels of binary ops.
+#include <cstring>
+
+#include "ops/check.h"
+#include "ops/cpu/elementwise_kernels.h"
+#include "ops/elementwise.h"
+
+namespace stoke::ops {
+
+namespace {
+
+using cpu::map;
+using cpu::scalar_as;
+
+// Checks two operands of a binary op and returns their broadcast shape.
+Shape binary_shape(const char* op, const Tensor& a, const Tensor& b) {
+  check_same_device(op, {&a, &b});
+  check_same_dtype(op, a, "a", b, "b");
+  return broadcast_shapes(a.shape(), b.shape(), op);
+}
+
+// out = f(a, b) over the broadcast shape. Float: f32/f64 only; otherwise the numeric dtypes.
+template <bool Float, class F>
+Tensor binary(const char* op, const Tensor& a, const Tensor& b, F f) {
+  const Shape shape = binary_shape(op, a, b);
+  Tensor out = empty(shape, {.dtype = a.dtype()});
+  auto body = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<T, T, T>(out, {a, b}, [f](T x, T y) { return static_cast<T>(f(x, y)); });
+  };
+  if constexpr (Float)
+    dispatch_float(a.dtype(), op, body);
+  else
+    dispatch_numeric(a.dtype(), op, body);
+  return out;
+}
+
+// out = f(a, s) with s converted to a's dtype.
+template <bool Float, class F>
+Tensor binary_scalar(const char* op, const Tensor& a, double s, F f) {
+  check_cpu(op, {&a});
+  Tensor out = empty(a.shape(), {.dtype = a.dtype()});
+  auto body = [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T c = scalar_as<T>(s, op);
+    map<T, T>(out, {a}, [f, c](T x) { return static_cast<T>(f(x, c)); });
+  };
+  if constexpr (Float)
+    dispatch_float(a.dtype(), op, body);
+  else
+    dispatch_numeric(a.dtype(), op, body);
+  return out;
+}
+
+// Comparisons also accept bool tensors.
+template <class F>
+decltype(auto) dispatch_compare(DType t, const char* op, F&& f) {
+  if (t == DType::boolean) return f(TypeTag<bool>{});
+  return dispatch_numeric(t, op, f);
+}
+
+template <class F>
+Tensor compare(const char* op, const Tensor& a, const Tensor& b, F f) {
+  const Shape shape = binary_shape(op, a, b);
+  Tensor out = empty(shape, {.dtype = DType::boolean});
+  dispatch_compare(a.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<bool, T, T>(out, {a, b}, [f](T x, T y) { return static_cast<bool>(f(x, y)); });
+  });
+  return out;
+}
+
+// Floating tensors compare with the scalar rounded to their dtype (as torch does); integer
+// tensors compare exactly in double, so lt(i, 0.5) means i < 0.5.
+template <class F>
+Tensor compare_scalar(const char* op, const Tensor& a, double s, F f) {
+  check_cpu(op, {&a});
+  Tensor out = empty(a.shape(), {.dtype = DType::boolean});
+  dispatch_compare(a.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if constexpr (std::is_floating_point_v<T>) {
+      const T c = static_cast<T>(s);
+      map<bool, T>(out, {a}, [f, c](T x) { return static_cast<bool>(f(x, c)); });
+    } else {
+      map<bool, T>(out, {a}, [f, s](T x) { return static_cast<bool>(f(double(x), s)); });
+    }
+  });
+  return out;
+}
+
+// Elementwise max/min that propagate NaN like torch.maximum.
+template <class T>
+T max_nan(T x, T y) {
+  if constexpr (std::is_floating_point_v<T>)
+    if (x != x || y != y) return x + y;
+  return x > y ? x : y;
+}
+template <class T>
+T min_nan(T x, T y) {
+  if constexpr (std::is_floating_point_v<T>)
+    if (x != x || y != y) return x + y;
+  return x < y ? x : y;
+}
+
+// Common checks of an in-place op with tensor operands.
+void check_inplace_operands(const char* op, const Tensor& t,
+                            std::initializer_list<const Tensor*> others) {
+  cpu::check_inplace(op, t);
+  for (const Tensor* o : others) {
+    check_same_device(op, {&t, o});
+    check_same_dtype(op, t, "self", *o, "other");
+    cpu::check_broadcasts_to(op, *o, t.shape());
+  }
+}
+
+}  // namespace
+
+// --- arithmetic -------------------------------------------------------------------------------
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  return binary<false>("add", a, b, [](auto x, auto y) { return x + y; });
+}
+Tensor add(const Tensor& a, double s) {
+  return binary_scalar<false>("add", a, s, [](auto x, auto c) { return x + c; });
+}
+Tensor sub(const Tensor& a, const Tensor& b) {
+  return binary<false>("sub", a, b, [](auto x, auto y) { return x - y; });
+}
+Tensor sub(const Tensor& a, double s) {
+  return binary_scalar<false>("sub", a, s, [](auto x, auto c) { return x - c; });
+}
+Tensor sub(double s, const Tensor& a) {
+  return binary_scalar<false>("sub", a, s, [](auto x, auto c) { return c - x; });
+}
+Tensor mul(const Tensor& a, const Tensor& b) {
+  return binary<false>("mul", a, b, [](auto x, auto y) { return x * y; });
+}
+Tensor mul(const Tensor& a, double s) {
+  return binary_scalar<false>("mul", a, s, [](auto x, auto c) { return x * c; });
+}
+Tensor div(const Tensor& a, const Tensor& b) {
+  return binary<true>("div", a, b, [](auto x, auto y) { return x / y; });
+}
+Tensor div(const Tensor& a, double s) {
+  return binary_scalar<true>("div", a, s, [](auto x, auto c) { return x / c; });
+}
+Tensor div(double s, const Tensor& a) {
+  return binary_scalar<true>("div", a, s, [](auto x, auto c) { return c / x; });
+}
+Tensor maximum(const Tensor& a, const Tensor& b) {
+  return binary<false>("maximum", a, b, [](auto x, auto y) { return max_nan(x, y); });
+}
+Tensor minimum(const Tensor& a, const Tensor& b) {
+  return binary<false>("minimum", a, b, [](auto x, auto y) { return min_nan(x, y); });
+}
+
+// --- comparisons ------------------------------------------------------------------------------
+
+Tensor eq(const Tensor& a, const Tensor& b) {
+  return compare("eq", a, b, [](auto x, auto y) { return x == y; });
+}
+Tensor ne(const Tensor& a, const Tensor& b) {
+  return compare("ne", a, b, [](auto x, auto y) { return x != y; });
+}
+Tensor lt(const Tensor& a, const Tensor& b) {
+  return compare("lt", a, b, [](auto x, auto y) { return x < y; });
+}
+Tensor le(const Tensor& a, const Tensor& b) {
+  return compare("le", a, b, [](auto x, auto y) { return x <= y; });
+}
+Tensor gt(const Tensor& a, const Tensor& b) {
+  return compare("gt", a, b, [](auto x, auto y) { return x > y; });
+}
+Tensor ge(const Tensor& a, const Tensor& b) {
+  return compare("ge", a, b, [](auto x, auto y) { return x >= y; });
+}
+Tensor eq(const Tensor& a, double s) {
+  return compare_scalar("eq", a, s, [](auto x, auto y) { return x == y; });
+}
+Tensor ne(const Tensor& a, double s) {
+  return compare_scalar("ne", a, s, [](auto x, auto y) { return x != y; });
+}
+Tensor lt(const Tensor& a, double s) {
+  return compare_scalar("lt", a, s, [](auto x, auto y) { return x < y; });
+}
+Tensor le(const Tensor& a, double s) {
+  return compare_scalar("le", a, s, [](auto x, auto y) { return x <= y; });
+}
+Tensor gt(const Tensor& a, double s) {
+  return compare_scalar("gt", a, s, [](auto x, auto y) { return x > y; });
+}
+Tensor ge(const Tensor& a, double s) {
+  return compare_scalar("ge", a, s, [](auto x, auto y) { return x >= y; });
+}
+
+// --- where ------------------------------------------------------------------------------------
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  check_same_device("where", {&cond, &a, &b});
+  STOKE_CHECK(cond.dtype() == DType::boolean, "where", "expected cond of dtype bool, got ",
+              cond.dtype());
+  check_same_dtype("where", a, "a", b, "b");
+  const Shape shape =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor out = empty(shape, {.dtype = a.dtype()});
+  dispatch_all(a.dtype(), "where", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<T, bool, T, T>(out, {cond, a, b}, [](bool c, T x, T y) { return c ? x : y; });
+  });
+  return out;
+}
+
+// --- in place ---------------------------------------------------------------------------------
+
+Tensor add_(const Tensor& t, const Tensor& other, double alpha) {
+  check_inplace_operands("add_", t, {&other});
+  dispatch_numeric(t.dtype(), "add_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T a = scalar_as<T>(alpha, "add_");
+    if (alpha == 1)
+      map<T, T, T>(t, {t, other}, [](T x, T y) { return T(x + y); });
+    else
+      map<T, T, T>(t, {t, other}, [a](T x, T y) { return T(x + a * y); });
+  });
+  return t;
+}
+
+Tensor add_(const Tensor& t, double s) {
+  cpu::check_inplace("add_", t);
+  dispatch_numeric(t.dtype(), "add_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T c = scalar_as<T>(s, "add_");
+    map<T, T>(t, {t}, [c](T x) { return T(x + c); });
+  });
+  return t;
+}
+
+Tensor sub_(const Tensor& t, const Tensor& other, double alpha) {
+  check_inplace_operands("sub_", t, {&other});
+  dispatch_numeric(t.dtype(), "sub_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T a = scalar_as<T>(alpha, "sub_");
+    if (alpha == 1)
+      map<T, T, T>(t, {t, other}, [](T x, T y) { return T(x - y); });
+    else
+      map<T, T, T>(t, {t, other}, [a](T x, T y) { return T(x - a * y); });
+  });
+  return t;
+}
+
+Tensor sub_(const Tensor& t, double s) {
+  cpu::check_inplace("sub_", t);
+  dispatch_numeric(t.dtype(), "sub_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T c = scalar_as<T>(s, "sub_");
+    map<T, T>(t, {t}, [c](T x) { return T(x - c); });
+  });
+  return t;
+}
+
+Tensor mul_(const Tensor& t, const Tensor& other) {
+  check_inplace_operands("mul_", t, {&other});
+  dispatch_numeric(t.dtype(), "mul_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<T, T, T>(t, {t, other}, [](T x, T y) { return T(x * y); });
+  });
+  return t;
+}
+
+Tensor mul_(const Tensor& t, double s) {
+  cpu::check_inplace("mul_", t);
+  dispatch_numeric(t.dtype(), "mul_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T c = scalar_as<T>(s, "mul_");
+    map<T, T>(t, {t}, [c](T x) { return T(x * c); });
+  });
+  return t;
+}
+
+Tensor div_(const Tensor& t, const Tensor& other) {
+  check_inplace_operands("div_", t, {&other});
+  dispatch_float(t.dtype(), "div_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<T, T, T>(t, {t, other}, [](T x, T y) { return x / y; });
+  });
+  return t;
+}
+
+Tensor div_(const Tensor& t, double s) {
+  cpu::check_inplace("div_", t);
+  dispatch_float(t.dtype(), "div_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T c = static_cast<T>(s);
+    map<T, T>(t, {t}, [c](T x) { return x / c; });
+  });
+  return t;
+}
+
+Tensor addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
+  check_inplace_operands("addcmul_", t, {&a, &b});
+  dispatch_numeric(t.dtype(), "addcmul_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = scalar_as<T>(value, "addcmul_");
+    map<T, T, T, T>(t, {t, a, b}, [v](T x, T p, T q) { return T(x + v * p * q); });
+  });
+  return t;
+}
+
+Tensor addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
+  check_inplace_operands("addcdiv_", t, {&a, &b});
+  dispatch_float(t.dtype(), "addcdiv_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T v = static_cast<T>(value);
+    map<T, T, T, T>(t, {t, a, b}, [v](T x, T p, T q) { return x + v * p / q; });
+  });
+  return t;
+}
+
+Tensor zero_(const Tensor& t) {
+  cpu::check_inplace("zero_", t);
+  if (t.is_contiguous()) {
+    std::memset(t.data_ptr(), 0, t.numel() * t.element_size());
+    return t;
+  }
+  // Zero bits are 0 in every dtype: write them through a same-width integer type.
+  auto fill = [&](auto zero) {
+    using U = decltype(zero);
+    map<U>(t, {}, [] { return U(0); });
+  };
+  switch (t.element_size()) {
+    case 1:
+      fill(uint8_t{});
+      break;
+    case 2:
+      fill(uint16_t{});
+      break;
+    case 4:
+      fill(uint32_t{});
+      break;
+    default:
+      fill(uint64_t{});
+      break;
+  }
+  return t;
+}
+
+Tensor lerp_(const Tensor& t, const Tensor& end, double weight) {
+  check_inplace_operands("lerp_", t, {&end});
+  dispatch_float(t.dtype(), "lerp_", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T w = static_cast<T>(weight);
+    map<T, T, T>(t, {t, end}, [w](T x, T e) { return x + w * (e - x); });
+  });
+  return t;
+}
+
+// --- backward kernels of binary ops -----------------------------------------------------------
+
+Tensor div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b) {
+  check_same_device("div_backward", {&grad, &a, &b});
+  check_same_dtype("div_backward", grad, "grad", a, "a");
+  check_same_dtype("div_backward", grad, "grad", b, "b");
+  const Shape shape = broadcast_shapes(broadcast_shapes(grad.shape(), a.shape(), "div_backward"),
+                                       b.shape(), "div_backward");
+  Tensor out = empty(shape, {.dtype = grad.dtype()});
+  dispatch_float(grad.dtype(), "div_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<T, T, T, T>(out, {grad, a, b}, [](T g, T x, T y) { return -g * x / (y * y); });
+  });
+  return out;
+}
+
+namespace {
+// Gradient share of `a` in max/min(a, b): 1 where a wins (Win(a, b)), 1/2 on ties, else 0.
+template <class Win>
+Tensor minmax_backward(const char* op, const Tensor& grad, const Tensor& a, const Tensor& b,
+                       Win win) {
+  check_same_device(op, {&grad, &a, &b});
+  check_same_dtype(op, grad, "grad", a, "a");
+  check_same_dtype(op, grad, "grad", b, "b");
+  const Shape shape =
+      broadcast_shapes(broadcast_shapes(grad.shape(), a.shape(), op), b.shape(), op);
+  Tensor out = empty(shape, {.dtype = grad.dtype()});
+  dispatch_float(grad.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<T, T, T, T>(out, {grad, a, b},
+                    [win](T g, T x, T y) { return win(x, y) ? g : (x == y ? g * T(0.5) : T(0)); });
+  });
+  return out;
+}
+}  // namespace
+
+Tensor maximum_backward(const Tensor& grad, const Tensor& a, const Tensor& b) {
+  return minmax_backward("maximum_backward", grad, a, b, [](auto x, auto y) { return x > y; });
+}
+
+Tensor minimum_backward(const Tensor& grad, const Tensor& a, const Tensor& b) {
+  return minmax_backward("minimum_backward", grad, a, b, [](auto x, auto y) { return x < y; });
+}
+
+Tensor where_backward(const Tensor& grad, const Tensor& cond, bool for_a) {
+  check_same_device("where_backward", {&grad, &cond});
+  STOKE_CHECK(cond.dtype() == DType::boolean, "where_backward", "expected cond of dtype bool, got ",
+              cond.dtype());
+  const Shape shape = broadcast_shapes(grad.shape(), cond.shape(), "where_backward");
+  Tensor out = empty(shape, {.dtype = grad.dtype()});
+  dispatch_float(grad.dtype(), "where_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    map<T, T, bool>(out, {grad, cond}, [for_a](T g, bool c) { return c == for_a ? g : T(0); });
+  });
+  return out;
+}
+
+}  // namespace stoke::ops

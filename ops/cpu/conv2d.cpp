@@ -1,0 +1,265 @@
+// CPU conv2d: im2col + GEMM per sample and group, parallel over the batch (one scratch column
+// buffer per thread, allocated once per call as a Tensor so the caching allocator recycles it),
+// single-threaded GEMM inside. When the batch is smaller than the pool, samples run in order and
+// each GEMM is split over the pool instead. 1x1 stride-1 unpadded convolutions read the input as
+// the column matrix directly; depthwise ones use the direct kernels in conv2d_kernels.cpp.
+#include <algorithm>
+
+#include "core/parallel.h"
+#include "ops/check.h"
+#include "ops/conv.h"
+#include "ops/cpu/conv2d_kernels.h"
+#include "ops/cpu/gemm.h"
+#include "ops/creation.h"
+
+namespace stoke::ops {
+namespace {
+
+using cpu::ConvGeometry;
+
+void check_options(const char* op, const Conv2dOptions& o) {
+  STOKE_CHECK(o.stride[0] >= 1 && o.stride[1] >= 1, op, "expected stride >= 1, got (", o.stride[0],
+              ", ", o.stride[1], ")");
+  STOKE_CHECK(o.dilation[0] >= 1 && o.dilation[1] >= 1, op, "expected dilation >= 1, got (",
+              o.dilation[0], ", ", o.dilation[1], ")");
+  STOKE_CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, op, "expected padding >= 0, got (",
+              o.padding[0], ", ", o.padding[1], ")");
+  STOKE_CHECK(o.groups >= 1, op, "expected groups >= 1, got ", o.groups);
+}
+
+// Validates input/weight/bias and returns the geometry.
+ConvGeometry make_geometry(const char* op, const Tensor& input, const Tensor& weight,
+                           const Tensor& bias, const Conv2dOptions& o) {
+  STOKE_CHECK(input.defined() && weight.defined(), op, "expected defined input and weight");
+  check_cpu(op, {&input, &weight, &bias});
+  check_float(op, input, "input");
+  check_same_dtype(op, input, "input", weight, "weight");
+  check_dim(op, input, "input", 4, "(N, C, H, W)");
+  check_dim(op, weight, "weight", 4, "(K, C/groups, kh, kw)");
+  check_options(op, o);
+  const int64_t C = input.size(1), K = weight.size(0);
+  STOKE_CHECK(C % o.groups == 0, op, "expected input channels divisible by groups=", o.groups,
+              ", got input of shape ", input.shape());
+  STOKE_CHECK(K % o.groups == 0, op, "expected output channels divisible by groups=", o.groups,
+              ", got weight of shape ", weight.shape());
+  STOKE_CHECK(weight.size(1) * o.groups == C, op, "expected weight of shape [", K, ", ",
+              C / o.groups, ", kh, kw] (C/groups = ", C, "/", o.groups,
+              " input channels per group) for input of shape ", input.shape(),
+              ", got weight of shape ", weight.shape());
+  if (bias.defined()) {
+    check_same_dtype(op, input, "input", bias, "bias");
+    check_shape(op, bias, "bias", {K});
+  }
+  ConvGeometry g{};
+  g.N = input.size(0);
+  g.C = C;
+  g.H = input.size(2);
+  g.W = input.size(3);
+  g.K = K;
+  g.kh = weight.size(2);
+  g.kw = weight.size(3);
+  const auto out = conv2d_output_size({g.H, g.W}, {g.kh, g.kw}, o);
+  g.OH = out[0];
+  g.OW = out[1];
+  g.sh = o.stride[0];
+  g.sw = o.stride[1];
+  g.ph = o.padding[0];
+  g.pw = o.padding[1];
+  g.dh = o.dilation[0];
+  g.dw = o.dilation[1];
+  g.groups = o.groups;
+  return g;
+}
+
+bool is_pointwise(const ConvGeometry& g) {
+  return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+}
+
+bool is_depthwise(const ConvGeometry& g) {
+  return g.groups > 1 && g.groups == g.C && g.K == g.C;
+}
+
+template <class T>
+void forward_gemm(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* out) {
+  const bool pointwise = is_pointwise(g);
+  const int64_t P = g.out_plane(), R = g.col_rows(), Kg = g.Kg();
+  const int64_t chunks = parallel_chunk_count(g.N, 1);
+  Tensor scratch;
+  if (!pointwise) scratch = empty({chunks, R * P}, {.dtype = dtype_of<T>()});
+  parallel_chunks(0, g.N, 1, [&](int64_t chunk, int64_t n0, int64_t n1) {
+    T* col = pointwise ? nullptr : scratch.data<T>() + chunk * R * P;
+    for (int64_t n = n0; n < n1; ++n) {
+      T* on = out + n * g.K * P;
+      if (bias)
+        for (int64_t k = 0; k < g.K; ++k) std::fill(on + k * P, on + (k + 1) * P, bias[k]);
+      for (int64_t gr = 0; gr < g.groups; ++gr) {
+        const T* xg = x + (n * g.C + gr * g.Cg()) * g.in_plane();
+        const T* b = xg;
+        if (!pointwise) {
+          cpu::im2col(g, xg, col);
+          b = col;
+        }
+        cpu::gemm(false, false, Kg, P, R, T(1), w + gr * Kg * R, R, b, P, bias ? T(1) : T(0),
+                  on + gr * Kg * P, P);
+      }
+    }
+  });
+}
+
+template <class T>
+void backward_gemm(const ConvGeometry& g, const T* gout, const T* x, const T* w, T* gin, T* gw) {
+  const bool pointwise = is_pointwise(g);
+  const int64_t P = g.out_plane(), R = g.col_rows(), Kg = g.Kg(), Cg = g.Cg();
+  const int64_t chunks = parallel_chunk_count(g.N, 1);
+  Tensor scratch, partial;
+  if (!pointwise) scratch = empty({chunks, R * P}, {.dtype = dtype_of<T>()});
+  // Each chunk sums its samples' weight gradients into its own buffer; the buffers are added in
+  // chunk order afterwards, so the result does not depend on thread timing.
+  if (gw) partial = zeros({chunks, g.K * R}, {.dtype = dtype_of<T>()});
+  parallel_chunks(0, g.N, 1, [&](int64_t chunk, int64_t n0, int64_t n1) {
+    T* col = pointwise ? nullptr : scratch.data<T>() + chunk * R * P;
+    T* gwp = gw ? partial.data<T>() + chunk * g.K * R : nullptr;
+    for (int64_t n = n0; n < n1; ++n) {
+      for (int64_t gr = 0; gr < g.groups; ++gr) {
+        const T* gog = gout + (n * g.K + gr * Kg) * P;
+        const T* wg = w + gr * Kg * R;
+        const int64_t in_off = (n * g.C + gr * Cg) * g.in_plane();
+        if (gwp) {
+          const T* cols = x + in_off;
+          if (!pointwise) {
+            cpu::im2col(g, x + in_off, col);
+            cols = col;
+          }
+          // dW_g (Kg, R) += gout_g (Kg, P) · colsᵀ (P, R)
+          cpu::gemm(false, true, Kg, R, P, T(1), gog, P, cols, P, T(1), gwp + gr * Kg * R, R);
+        }
+        if (gin) {
+          // cols (R, P) = W_gᵀ (R, Kg) · gout_g (Kg, P), scattered back by col2im.
+          if (pointwise) {
+            cpu::gemm(true, false, R, P, Kg, T(1), wg, R, gog, P, T(0), gin + in_off, P);
+          } else {
+            cpu::gemm(true, false, R, P, Kg, T(1), wg, R, gog, P, T(0), col, P);
+            std::fill(gin + in_off, gin + in_off + Cg * g.in_plane(), T(0));
+            cpu::col2im(g, col, gin + in_off);
+          }
+        }
+      }
+    }
+  });
+  if (gw) {
+    const T* pp = partial.data<T>();
+    const int64_t len = g.K * R;
+    std::copy(pp, pp + len, gw);
+    for (int64_t c = 1; c < chunks; ++c)
+      for (int64_t i = 0; i < len; ++i) gw[i] += pp[c * len + i];
+  }
+}
+
+}  // namespace
+
+std::array<int64_t, 2> conv2d_output_size(const std::array<int64_t, 2>& input_size,
+                                          const std::array<int64_t, 2>& kernel_size,
+                                          const Conv2dOptions& o) {
+  check_options("conv2d", o);
+  std::array<int64_t, 2> out{};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t span =
+        input_size[d] + 2 * o.padding[d] - o.dilation[d] * (kernel_size[d] - 1) - 1;
+    out[d] = span < 0 ? 0 : span / o.stride[d] + 1;
+  }
+  STOKE_CHECK(out[0] > 0 && out[1] > 0 && kernel_size[0] > 0 && kernel_size[1] > 0, "conv2d",
+              "output size would be (", out[0], ", ", out[1], ") for input size (", input_size[0],
+              ", ", input_size[1], "), kernel (", kernel_size[0], ", ", kernel_size[1],
+              "), padding (", o.padding[0], ", ", o.padding[1], "), stride (", o.stride[0], ", ",
+              o.stride[1], "), dilation (", o.dilation[0], ", ", o.dilation[1],
+              "): the (padded) input must be at least as large as the dilated kernel");
+  return out;
+}
+
+Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
+              const Conv2dOptions& options) {
+  const ConvGeometry g = make_geometry("conv2d", input_in, weight_in, bias_in, options);
+  const Tensor x = input_in.detach().contiguous();
+  const Tensor w = weight_in.detach().contiguous();
+  const Tensor b = bias_in.defined() ? bias_in.detach().contiguous() : Tensor();
+  Tensor out = empty({g.N, g.K, g.OH, g.OW}, {.dtype = x.dtype()});
+  if (out.numel() == 0) return out;
+  dispatch_float(x.dtype(), "conv2d", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* bp = b.defined() ? b.data<T>() : nullptr;
+    if (is_depthwise(g))
+      cpu::depthwise_forward(g, x.data<T>(), w.data<T>(), bp, out.data<T>());
+    else
+      forward_gemm(g, x.data<T>(), w.data<T>(), bp, out.data<T>());
+  });
+  return out;
+}
+
+Conv2dGrads conv2d_backward(const Tensor& grad_out_in, const Tensor& input_in,
+                            const Tensor& weight_in, const Conv2dOptions& options, bool need_input,
+                            bool need_weight, bool need_bias) {
+  const ConvGeometry g = make_geometry("conv2d_backward", input_in, weight_in, Tensor(), options);
+  check_cpu("conv2d_backward", {&grad_out_in});
+  check_same_dtype("conv2d_backward", grad_out_in, "grad_out", input_in, "input");
+  check_shape("conv2d_backward", grad_out_in, "grad_out", {g.N, g.K, g.OH, g.OW});
+  const Tensor gout = grad_out_in.detach().contiguous();
+  Conv2dGrads r;
+  if (need_input) r.grad_input = empty(input_in.shape(), {.dtype = input_in.dtype()});
+  if (need_weight) r.grad_weight = empty(weight_in.shape(), {.dtype = weight_in.dtype()});
+  if (need_bias) r.grad_bias = conv2d_backward_bias(gout);
+  if (!need_input && !need_weight) return r;
+  if (g.N == 0) {
+    if (need_weight) fill_(r.grad_weight, 0);
+    return r;
+  }
+  const Tensor x = input_in.detach().contiguous();
+  const Tensor w = weight_in.detach().contiguous();
+  dispatch_float(x.dtype(), "conv2d_backward", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* gin = need_input ? r.grad_input.data<T>() : nullptr;
+    T* gw = need_weight ? r.grad_weight.data<T>() : nullptr;
+    if (is_depthwise(g)) {
+      if (gin) cpu::depthwise_backward_input(g, gout.data<T>(), w.data<T>(), gin);
+      if (gw) cpu::depthwise_backward_weight(g, gout.data<T>(), x.data<T>(), gw);
+    } else {
+      backward_gemm(g, gout.data<T>(), x.data<T>(), w.data<T>(), gin, gw);
+    }
+  });
+  return r;
+}
+
+Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
+                             const Conv2dOptions& options) {
+  return conv2d_backward(grad_out, input, weight, options, true, false, false).grad_input;
+}
+
+Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
+                              const Conv2dOptions& options) {
+  return conv2d_backward(grad_out, input, weight, options, false, true, false).grad_weight;
+}
+
+Tensor conv2d_backward_bias(const Tensor& grad_out_in) {
+  check_cpu("conv2d_backward_bias", {&grad_out_in});
+  check_float("conv2d_backward_bias", grad_out_in, "grad_out");
+  check_dim("conv2d_backward_bias", grad_out_in, "grad_out", 4, "(N, K, OH, OW)");
+  const Tensor gout = grad_out_in.detach().contiguous();
+  const int64_t N = gout.size(0), K = gout.size(1), P = gout.size(2) * gout.size(3);
+  Tensor out = empty({K}, {.dtype = gout.dtype()});
+  dispatch_float(gout.dtype(), "conv2d_backward_bias", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* gp = gout.data<T>();
+    T* op = out.data<T>();
+    // One channel per task, summing the batch in order: deterministic and race-free.
+    const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(1, N * P));
+    parallel_for(0, K, grain, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k) {
+        T s = 0;
+        for (int64_t n = 0; n < N; ++n) s += cpu::sum_contiguous(gp + (n * K + k) * P, P);
+        op[k] = s;
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace stoke::ops

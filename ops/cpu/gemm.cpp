@@ -1,0 +1,165 @@
+#include "ops/cpu/gemm.h"
+
+#include <cblas.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/parallel.h"
+
+// Declared here rather than taken from cblas.h so that the one call site does not depend on which
+// OpenBLAS header variant is installed.
+extern "C" void openblas_set_num_threads(int);
+
+namespace stoke::ops::cpu {
+namespace {
+
+// Below this many multiply-adds a product runs as one call: the pool's hand-off costs more than
+// the second core saves.
+constexpr int64_t kSplitMacs = int64_t{1} << 20;
+// Chunk boundaries are multiples of this many rows/columns so that OpenBLAS's register blocks are
+// not cut into ragged pieces.
+constexpr int64_t kBlock = 16;
+
+// OpenBLAS 0.3.21 (Debian 12) does not know recent Xeons (Sapphire/Emerald Rapids): its
+// DYNAMIC_ARCH detection falls back to the SSE3 "Prescott" kernels, 5-15x slower than the AVX-512
+// ones the CPU can run. When that fallback was taken and the user did not choose a core with
+// OPENBLAS_CORETYPE, re-run OpenBLAS's core selection with the best kernel set the CPU supports.
+// The hooks are looked up at run time, so a non-DYNAMIC_ARCH OpenBLAS simply skips this.
+void select_blas_kernels() {
+  using InitFn = void (*)();
+  using NameFn = char* (*)();
+  auto corename = reinterpret_cast<NameFn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  auto quit = reinterpret_cast<InitFn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_quit"));
+  auto init = reinterpret_cast<InitFn>(dlsym(RTLD_DEFAULT, "gotoblas_dynamic_init"));
+  if (!corename || !quit || !init || std::getenv("OPENBLAS_CORETYPE")) return;
+  const char* name = corename();
+  if (!name || std::strcmp(name, "Prescott") != 0) return;
+  const char* best = nullptr;
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    best = "SkylakeX";
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    best = "Haswell";
+  if (!best) return;
+  setenv("OPENBLAS_CORETYPE", best, 0);
+  quit();
+  init();
+  unsetenv("OPENBLAS_CORETYPE");
+}
+
+void ensure_single_threaded_blas() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    select_blas_kernels();
+    openblas_set_num_threads(1);
+  });
+}
+
+CBLAS_TRANSPOSE tr(bool t) {
+  return t ? CblasTrans : CblasNoTrans;
+}
+
+void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const double* a,
+          int64_t lda, const double* b, int64_t ldb, double beta, double* c, int64_t ldc) {
+  cblas_dgemm(CblasRowMajor, tr(ta), tr(tb), static_cast<blasint>(m), static_cast<blasint>(n),
+              static_cast<blasint>(k), alpha, a, static_cast<blasint>(lda), b,
+              static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
+}
+
+template <class T>
+void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
+               const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
+  STOKE_CHECK(m >= 0 && n >= 0 && k >= 0, "gemm", "expected non-negative sizes, got m=", m,
+              " n=", n, " k=", k);
+  STOKE_CHECK(lda >= std::max<int64_t>(1, ta ? m : k) && ldb >= std::max<int64_t>(1, tb ? k : n) &&
+                  ldc >= std::max<int64_t>(1, n),
+              "gemm", "leading dimensions too small: lda=", lda, " ldb=", ldb, " ldc=", ldc,
+              " for m=", m, " n=", n, " k=", k, " trans_a=", ta, " trans_b=", tb);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    // BLAS would scale C by beta; keep beta == 0 from reading C.
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == T(0) ? T(0) : beta * c[i * ldc + j];
+    return;
+  }
+  ensure_single_threaded_blas();
+  const int threads = num_threads();
+  if (threads == 1 || in_parallel_region() || m * n * k < kSplitMacs) {
+    blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  // Split the larger side of C so that each chunk keeps a tall/wide, cache-friendly panel; the
+  // other operand is shared (read-only) by all chunks.
+  if (m >= n) {
+    const int64_t blocks = (m + kBlock - 1) / kBlock;
+    parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      const int64_t r0 = b0 * kBlock, r1 = std::min(m, b1 * kBlock);
+      const T* ap = ta ? a + r0 : a + r0 * lda;
+      blas(ta, tb, r1 - r0, n, k, alpha, ap, lda, b, ldb, beta, c + r0 * ldc, ldc);
+    });
+  } else {
+    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+      const int64_t c0 = b0 * kBlock, c1 = std::min(n, b1 * kBlock);
+      const T* bp = tb ? b + c0 * ldb : b + c0;
+      blas(ta, tb, m, c1 - c0, k, alpha, a, lda, bp, ldb, beta, c + c0, ldc);
+    });
+  }
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  gemm_impl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double alpha,
+          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+          int64_t ldc) {
+  gemm_impl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+template <class T>
+void gemm_batched(bool trans_a, bool trans_b, int64_t batch, int64_t m, int64_t n, int64_t k,
+                  T alpha, const T* a, int64_t lda, int64_t stride_a, const T* b, int64_t ldb,
+                  int64_t stride_b, T beta, T* c, int64_t ldc, int64_t stride_c) {
+  if (batch <= 0) return;
+  auto one = [&](int64_t i, T beta_i) {
+    gemm(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta_i,
+         c + i * stride_c, ldc);
+  };
+  // Entries that share C must run in order (deterministic sum); so must large entries, which
+  // gemm splits over the pool itself.
+  const bool serial = stride_c == 0 || batch == 1 || in_parallel_region() ||
+                      batch < num_threads() || m * n * k >= 8 * kSplitMacs;
+  if (serial) {
+    for (int64_t i = 0; i < batch; ++i) one(i, stride_c == 0 && i > 0 ? T(1) : beta);
+    return;
+  }
+  const int64_t grain = std::max<int64_t>(1, kSplitMacs / std::max<int64_t>(1, m * n * k));
+  parallel_for(0, batch, grain, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) one(i, beta);
+  });
+}
+
+template void gemm_batched<float>(bool, bool, int64_t, int64_t, int64_t, int64_t, float,
+                                  const float*, int64_t, int64_t, const float*, int64_t, int64_t,
+                                  float, float*, int64_t, int64_t);
+template void gemm_batched<double>(bool, bool, int64_t, int64_t, int64_t, int64_t, double,
+                                   const double*, int64_t, int64_t, const double*, int64_t, int64_t,
+                                   double, double*, int64_t, int64_t);
+
+}  // namespace stoke::ops::cpu

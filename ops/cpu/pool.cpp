@@ -1,0 +1,509 @@
+// CPU pooling kernels. Every kernel works on contiguous (H, W) planes and is parallel over the
+// N*C planes; each plane is written by exactly one thread, so backward scatters need no atomics.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "core/parallel.h"
+#include "ops/check.h"
+#include "ops/pool.h"
+
+namespace stoke::ops {
+namespace {
+
+// Plane count, plane sizes and the window parameters after defaults are applied.
+struct PoolGeometry {
+  int64_t planes = 0, H = 0, W = 0, OH = 0, OW = 0;
+  int64_t kh = 0, kw = 0, sh = 0, sw = 0, ph = 0, pw = 0;
+  Shape out_shape;
+};
+
+// Planes per parallel chunk so that a chunk holds at least ~16k elements of work.
+int64_t plane_grain(int64_t plane_elems) {
+  return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, plane_elems));
+}
+
+void check_pool_input(const char* op, const Tensor& x) {
+  STOKE_CHECK(x.defined(), op, "expected a defined input tensor");
+  check_cpu(op, {&x});
+  check_float(op, x, "input");
+  STOKE_CHECK(x.dim() == 3 || x.dim() == 4, op,
+              "expected input with 3 dims (C, H, W) or 4 dims (N, C, H, W), got shape ", x.shape());
+  STOKE_CHECK(x.size(-1) > 0 && x.size(-2) > 0, op,
+              "expected input with non-empty spatial dims, got shape ", x.shape());
+}
+
+PoolGeometry make_geometry(const char* op, const Shape& in, const Pool2dOptions& o) {
+  PoolGeometry g;
+  const int64_t nd = static_cast<int64_t>(in.size());
+  g.H = in[nd - 2];
+  g.W = in[nd - 1];
+  g.planes = g.H * g.W == 0 ? 0 : Shape(in).numel() / (g.H * g.W);
+  g.kh = o.kernel_size[0];
+  g.kw = o.kernel_size[1];
+  STOKE_CHECK(g.kh > 0 && g.kw > 0, op, "expected kernel_size > 0, got ", g.kh, ",", g.kw);
+  g.sh = o.stride[0] == 0 ? g.kh : o.stride[0];
+  g.sw = o.stride[1] == 0 ? g.kw : o.stride[1];
+  STOKE_CHECK(g.sh > 0 && g.sw > 0, op, "expected stride > 0 (or 0 for kernel_size), got ",
+              o.stride[0], ",", o.stride[1]);
+  g.ph = o.padding[0];
+  g.pw = o.padding[1];
+  STOKE_CHECK(g.ph >= 0 && g.pw >= 0 && g.ph <= g.kh / 2 && g.pw <= g.kw / 2, op,
+              "expected padding >= 0 and at most half the kernel size (kernel ", g.kh, ",", g.kw,
+              "), got padding ", g.ph, ",", g.pw);
+  g.OH = pool_output_size(g.H, g.kh, g.sh, g.ph, o.ceil_mode);
+  g.OW = pool_output_size(g.W, g.kw, g.sw, g.pw, o.ceil_mode);
+  STOKE_CHECK(g.OH >= 1 && g.OW >= 1, op, "input of shape ", Shape(in), " is too small for kernel ",
+              g.kh, ",", g.kw, " with padding ", g.ph, ",", g.pw, ": output size would be ", g.OH,
+              "x", g.OW);
+  g.out_shape = in;
+  g.out_shape[nd - 2] = g.OH;
+  g.out_shape[nd - 1] = g.OW;
+  return g;
+}
+
+// The 2x2 stride-2 unpadded window that tiles the input exactly: the hot case in CNNs.
+bool is_k2s2(const PoolGeometry& g) {
+  return g.kh == 2 && g.kw == 2 && g.sh == 2 && g.sw == 2 && g.ph == 0 && g.pw == 0 &&
+         g.OH == g.H / 2 && g.OW == g.W / 2;
+}
+
+// v replaces the running max m when larger or NaN (PyTorch's rule: NaN propagates, the first of
+// equal maxima wins). Written as nested selects, not `||`: that form lets the 2x2 loops below
+// vectorize (in scalar code it still compiles to branches: see the generic path's fast rule).
+template <class T>
+inline bool takes_max(T v, T m) {
+  return v != v ? true : v > m;
+}
+template <class T>
+inline T max_step(T m, T v) {
+  return v != v ? v : (v > m ? v : m);
+}
+
+// The 2x2 stride-2 max pool works on blocks of kBlock outputs with a compile-time trip count, so
+// that the compiler turns each block into a few vector instructions even for short rows (a 28-wide
+// input gives 14 outputs: a runtime-length loop would run mostly in its scalar remainder). The
+// row's tail is copied into a padded scratch block and run through the same code.
+constexpr int64_t kBlock = 8;
+
+// kBlock outputs from rows r0 and r1 (r1 = r0 + W in the plane); k0 is r0's index in the plane.
+template <class T, bool kIndices>
+inline void max_pool_block_k2s2(const T* __restrict r0, const T* __restrict r1, int64_t W,
+                                int64_t k0, T* __restrict out, int64_t* __restrict ind) {
+  for (int64_t ow = 0; ow < kBlock; ++ow) {
+    const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+    T m = a;
+    if constexpr (kIndices) {
+      const int64_t kk = k0 + 2 * ow;
+      int64_t k = kk;
+      k = takes_max(b, m) ? kk + 1 : k;
+      m = max_step(m, b);
+      k = takes_max(c, m) ? kk + W : k;
+      m = max_step(m, c);
+      k = takes_max(d, m) ? kk + W + 1 : k;
+      m = max_step(m, d);
+      ind[ow] = k;
+    } else {
+      m = max_step(max_step(max_step(m, b), c), d);
+    }
+    out[ow] = m;
+  }
+}
+
+// One output row of the 2x2 stride-2 max pool; `base` is the plane index of r0's first element.
+// Kept out of line: inlined into the plane loop, the blocks were no longer vectorized.
+template <class T, bool kIndices>
+[[gnu::noinline]] void max_pool_row_k2s2(const T* r0, int64_t W, int64_t OW, int64_t base, T* out,
+                                         int64_t* ind) {
+  const T* r1 = r0 + W;
+  int64_t ow = 0;
+  for (; ow + kBlock <= OW; ow += kBlock)
+    max_pool_block_k2s2<T, kIndices>(r0 + 2 * ow, r1 + 2 * ow, W, base + 2 * ow, out + ow,
+                                     kIndices ? ind + ow : nullptr);
+  if (ow == OW) return;
+  const int64_t n = OW - ow;
+  T s0[2 * kBlock] = {}, s1[2 * kBlock] = {}, so[kBlock];
+  int64_t si[kBlock];
+  std::memcpy(s0, r0 + 2 * ow, sizeof(T) * 2 * n);
+  std::memcpy(s1, r1 + 2 * ow, sizeof(T) * 2 * n);
+  // In the scratch block, row 1 starts 2*kBlock after row 0: map its indices back to the plane.
+  max_pool_block_k2s2<T, kIndices>(s0, s1, 2 * kBlock, 0, so, si);
+  for (int64_t i = 0; i < n; ++i) {
+    out[ow + i] = so[i];
+    if constexpr (kIndices) {
+      const int64_t row = si[i] >= 2 * kBlock ? 1 : 0;
+      ind[ow + i] = base + 2 * ow + row * W + (si[i] - row * 2 * kBlock);
+    }
+  }
+}
+
+template <class T, bool kIndices>
+void max_pool_plane(const PoolGeometry& g, const T* in, T* out, int64_t* ind) {
+  const int64_t W = g.W;
+  if (is_k2s2(g)) {
+    for (int64_t oh = 0; oh < g.OH; ++oh)
+      max_pool_row_k2s2<T, kIndices>(in + 2 * oh * W, W, g.OW, 2 * oh * W, out + oh * g.OW,
+                                     kIndices ? ind + oh * g.OW : nullptr);
+    return;
+  }
+  // Columns whose windows lie fully inside the row: [ow_lo, ow_hi). They run kBlock at a time
+  // with independent running maxima (the scalar loop is one long dependency chain); the edge
+  // columns, clipped by the padding, run one by one.
+  const int64_t ow_lo = std::min(g.OW, (g.pw + g.sw - 1) / g.sw);
+  const int64_t ow_hi =
+      W + g.pw >= g.kw ? std::clamp((W + g.pw - g.kw) / g.sw + 1, ow_lo, g.OW) : ow_lo;
+  for (int64_t oh = 0; oh < g.OH; ++oh) {
+    const int64_t h0 = oh * g.sh - g.ph;
+    const int64_t hs = std::max<int64_t>(h0, 0), he = std::min(h0 + g.kh, g.H);
+    T* orow = out + oh * g.OW;
+    int64_t* irow = kIndices ? ind + oh * g.OW : nullptr;
+    // The exact scan-order rule (NaN aware); its selects compile to branches in scalar code.
+    auto exact = [&](int64_t ow) {
+      const int64_t w0 = ow * g.sw - g.pw;
+      const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, W);
+      T m = -std::numeric_limits<T>::infinity();
+      int64_t idx = hs * W + ws;
+      for (int64_t h = hs; h < he; ++h)
+        for (int64_t w = ws; w < we; ++w) {
+          const T v = in[h * W + w];
+          idx = takes_max(v, m) ? h * W + w : idx;
+          m = max_step(m, v);
+        }
+      orow[ow] = m;
+      if constexpr (kIndices) irow[ow] = idx;
+    };
+    // The fast rule ignores NaN (a plain `v > m` compiles to max + cmov) and accumulates v * 0,
+    // which is NaN when some v was NaN or infinite; such windows are redone exactly.
+    auto one = [&](int64_t ow) {
+      const int64_t w0 = ow * g.sw - g.pw;
+      const int64_t ws = std::max<int64_t>(w0, 0), we = std::min(w0 + g.kw, W);
+      T m = -std::numeric_limits<T>::infinity(), z = 0;
+      int64_t idx = hs * W + ws;
+      for (int64_t h = hs; h < he; ++h)
+        for (int64_t w = ws; w < we; ++w) {
+          const T v = in[h * W + w];
+          idx = v > m ? h * W + w : idx;
+          m = v > m ? v : m;
+          z += v * T(0);
+        }
+      orow[ow] = m;
+      if constexpr (kIndices) irow[ow] = idx;
+      if (z != z) exact(ow);
+    };
+    int64_t ow = 0;
+    for (; ow < ow_lo; ++ow) one(ow);
+    for (; ow + kBlock <= ow_hi; ow += kBlock) {
+      T m[kBlock], z[kBlock];
+      int64_t k[kBlock];
+      const int64_t w0 = ow * g.sw - g.pw;
+      for (int64_t t = 0; t < kBlock; ++t) {
+        m[t] = -std::numeric_limits<T>::infinity();
+        z[t] = 0;
+        k[t] = hs * W + w0 + t * g.sw;
+      }
+      for (int64_t h = hs; h < he; ++h)
+        for (int64_t j = 0; j < g.kw; ++j) {
+          const int64_t base = h * W + w0 + j;
+          const T* src = in + base;
+          for (int64_t t = 0; t < kBlock; ++t) {
+            const T v = src[t * g.sw];
+            if constexpr (kIndices) k[t] = v > m[t] ? base + t * g.sw : k[t];
+            m[t] = v > m[t] ? v : m[t];
+            z[t] += v * T(0);
+          }
+        }
+      for (int64_t t = 0; t < kBlock; ++t) {
+        orow[ow + t] = m[t];
+        if constexpr (kIndices) irow[ow + t] = k[t];
+        if (z[t] != z[t]) exact(ow + t);
+      }
+    }
+    for (; ow < g.OW; ++ow) one(ow);
+  }
+}
+
+template <bool kIndices>
+MaxPool2dResult max_pool_impl(const char* op, const Tensor& input, const Pool2dOptions& options) {
+  check_pool_input(op, input);
+  const PoolGeometry g = make_geometry(op, input.shape(), options);
+  const Tensor x = input.contiguous();
+  MaxPool2dResult r;
+  r.output = empty(g.out_shape, {.dtype = x.dtype()});
+  if (kIndices) r.indices = empty(g.out_shape, {.dtype = DType::i64});
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = x.data<T>();
+    T* out = r.output.data<T>();
+    int64_t* ind = kIndices ? r.indices.data<int64_t>() : nullptr;
+    const int64_t in_plane = g.H * g.W, out_plane = g.OH * g.OW;
+    parallel_for(0, g.planes, plane_grain(in_plane), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p)
+        max_pool_plane<T, kIndices>(g, in + p * in_plane, out + p * out_plane,
+                                    kIndices ? ind + p * out_plane : nullptr);
+    });
+  });
+  return r;
+}
+
+// Divisor of an avg_pool2d window, PyTorch's rule: the window clipped to the padded input when
+// padding counts, else clipped to the input itself.
+struct AvgWindow {
+  int64_t hs, he, ws, we;
+  int64_t divisor;
+};
+
+inline AvgWindow avg_window(const PoolGeometry& g, int64_t oh, int64_t ow, bool count_include_pad) {
+  int64_t hs = oh * g.sh - g.ph, ws = ow * g.sw - g.pw;
+  int64_t he = std::min(hs + g.kh, g.H + g.ph), we = std::min(ws + g.kw, g.W + g.pw);
+  const int64_t padded = (he - hs) * (we - ws);
+  hs = std::max<int64_t>(hs, 0);
+  ws = std::max<int64_t>(ws, 0);
+  he = std::min(he, g.H);
+  we = std::min(we, g.W);
+  const int64_t divisor = count_include_pad ? padded : (he - hs) * (we - ws);
+  return {hs, he, ws, we, std::max<int64_t>(divisor, 1)};
+}
+
+// Adaptive window bounds along one dim: [floor(i*in/out), ceil((i+1)*in/out)).
+void adaptive_bounds(int64_t in, int64_t out, std::vector<int64_t>& start,
+                     std::vector<int64_t>& end) {
+  start.resize(out);
+  end.resize(out);
+  for (int64_t i = 0; i < out; ++i) {
+    start[i] = (i * in) / out;
+    end[i] = ((i + 1) * in + out - 1) / out;
+  }
+}
+
+// Checks a pooling gradient against the input shape it belongs to and returns it contiguous.
+Tensor checked_grad(const char* op, const Tensor& grad, const Shape& input_shape) {
+  STOKE_CHECK(grad.defined(), op, "expected a defined grad_output");
+  check_cpu(op, {&grad});
+  check_float(op, grad, "grad_output");
+  STOKE_CHECK((input_shape.size() == 3 || input_shape.size() == 4) &&
+                  grad.dim() == static_cast<int64_t>(input_shape.size()),
+              op, "expected grad_output and input shape with the same 3 or 4 dims, got ",
+              grad.shape(), " and ", input_shape);
+  for (size_t d = 0; d + 2 < input_shape.size(); ++d)
+    STOKE_CHECK(grad.size(static_cast<int64_t>(d)) == input_shape[d], op,
+                "expected grad_output with leading dims of input shape ", input_shape, ", got ",
+                grad.shape());
+  return grad.contiguous();
+}
+
+}  // namespace
+
+int64_t pool_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t pad,
+                         bool ceil_mode) {
+  STOKE_CHECK(stride > 0, "pool_output_size", "expected stride > 0, got ", stride);
+  const int64_t num = input + 2 * pad - (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
+  // Division rounding toward negative infinity, as PyTorch's div_rtn.
+  int64_t q = num / stride;
+  if ((num % stride != 0) && ((num < 0) != (stride < 0))) --q;
+  int64_t out = q + 1;
+  if (ceil_mode && (out - 1) * stride >= input + pad) --out;  // last window starts inside
+  return out;
+}
+
+Tensor max_pool2d(const Tensor& input, const Pool2dOptions& options) {
+  return max_pool_impl<false>("max_pool2d", input, options).output;
+}
+
+MaxPool2dResult max_pool2d_with_indices(const Tensor& input, const Pool2dOptions& options) {
+  return max_pool_impl<true>("max_pool2d", input, options);
+}
+
+Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
+                           const Shape& input_shape) {
+  const char* op = "max_pool2d_backward";
+  const Tensor g = checked_grad(op, grad_output, input_shape);
+  STOKE_CHECK(indices.defined() && indices.dtype() == DType::i64, op,
+              "expected indices of dtype i64, got ",
+              indices.defined() ? dtype_name(indices.dtype()) : "an undefined tensor");
+  check_cpu(op, {&indices});
+  check_shape(op, indices, "indices", g.shape());
+  const Tensor ind = indices.contiguous();
+  const int64_t nd = static_cast<int64_t>(input_shape.size());
+  const int64_t in_plane = input_shape[nd - 2] * input_shape[nd - 1];
+  const int64_t out_plane = g.size(-2) * g.size(-1);
+  const int64_t planes = in_plane == 0 ? 0 : input_shape.numel() / in_plane;
+  Tensor gi = empty(input_shape, {.dtype = g.dtype()});
+  dispatch_float(g.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* gp = g.data<T>();
+    const int64_t* ip = ind.data<int64_t>();
+    T* out = gi.data<T>();
+    parallel_for(0, planes, plane_grain(in_plane), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        T* dst = out + p * in_plane;
+        std::memset(dst, 0, sizeof(T) * in_plane);
+        const T* src = gp + p * out_plane;
+        const int64_t* idx = ip + p * out_plane;
+        for (int64_t i = 0; i < out_plane; ++i) {
+          const int64_t k = idx[i];
+          STOKE_CHECK(k >= 0 && k < in_plane, op, "index ", k,
+                      " out of range for an input plane of ", in_plane, " elements");
+          dst[k] += src[i];
+        }
+      }
+    });
+  });
+  return gi;
+}
+
+Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
+  const char* op = "avg_pool2d";
+  check_pool_input(op, input);
+  const PoolGeometry g = make_geometry(op, input.shape(), options);
+  const Tensor x = input.contiguous();
+  Tensor out = empty(g.out_shape, {.dtype = x.dtype()});
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = x.data<T>();
+    T* op_ = out.data<T>();
+    const int64_t in_plane = g.H * g.W, out_plane = g.OH * g.OW;
+    parallel_for(0, g.planes, plane_grain(in_plane), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        const T* src = in + p * in_plane;
+        T* dst = op_ + p * out_plane;
+        if (is_k2s2(g)) {
+          for (int64_t oh = 0; oh < g.OH; ++oh) {
+            const T* r0 = src + 2 * oh * g.W;
+            const T* r1 = r0 + g.W;
+            for (int64_t ow = 0; ow < g.OW; ++ow)
+              dst[oh * g.OW + ow] =
+                  (r0[2 * ow] + r0[2 * ow + 1] + r1[2 * ow] + r1[2 * ow + 1]) * T(0.25);
+          }
+          continue;
+        }
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            const AvgWindow a = avg_window(g, oh, ow, options.count_include_pad);
+            T sum = 0;
+            for (int64_t h = a.hs; h < a.he; ++h)
+              for (int64_t w = a.ws; w < a.we; ++w) sum += src[h * g.W + w];
+            dst[oh * g.OW + ow] = sum / static_cast<T>(a.divisor);
+          }
+      }
+    });
+  });
+  return out;
+}
+
+Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
+                           const Pool2dOptions& options) {
+  const char* op = "avg_pool2d_backward";
+  const Tensor gr = checked_grad(op, grad_output, input_shape);
+  const PoolGeometry g = make_geometry(op, input_shape, options);
+  check_shape(op, gr, "grad_output", g.out_shape);
+  Tensor gi = empty(input_shape, {.dtype = gr.dtype()});
+  dispatch_float(gr.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* gp = gr.data<T>();
+    T* out = gi.data<T>();
+    const int64_t in_plane = g.H * g.W, out_plane = g.OH * g.OW;
+    parallel_for(0, g.planes, plane_grain(in_plane), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        T* dst = out + p * in_plane;
+        const T* src = gp + p * out_plane;
+        if (is_k2s2(g)) {
+          if (g.W % 2 != 0 || g.H % 2 != 0) std::memset(dst, 0, sizeof(T) * in_plane);
+          for (int64_t oh = 0; oh < g.OH; ++oh) {
+            T* r0 = dst + 2 * oh * g.W;
+            T* r1 = r0 + g.W;
+            for (int64_t ow = 0; ow < g.OW; ++ow) {
+              const T v = src[oh * g.OW + ow] * T(0.25);
+              r0[2 * ow] = v;
+              r0[2 * ow + 1] = v;
+              r1[2 * ow] = v;
+              r1[2 * ow + 1] = v;
+            }
+          }
+          continue;
+        }
+        std::memset(dst, 0, sizeof(T) * in_plane);
+        for (int64_t oh = 0; oh < g.OH; ++oh)
+          for (int64_t ow = 0; ow < g.OW; ++ow) {
+            const AvgWindow a = avg_window(g, oh, ow, options.count_include_pad);
+            const T v = src[oh * g.OW + ow] / static_cast<T>(a.divisor);
+            for (int64_t h = a.hs; h < a.he; ++h)
+              for (int64_t w = a.ws; w < a.we; ++w) dst[h * g.W + w] += v;
+          }
+      }
+    });
+  });
+  return gi;
+}
+
+Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size) {
+  const char* op = "adaptive_avg_pool2d";
+  check_pool_input(op, input);
+  STOKE_CHECK(output_size[0] > 0 && output_size[1] > 0, op, "expected output_size > 0, got ",
+              output_size[0], ",", output_size[1]);
+  const Tensor x = input.contiguous();
+  const int64_t H = x.size(-2), W = x.size(-1), OH = output_size[0], OW = output_size[1];
+  Shape out_shape = x.shape();
+  out_shape[out_shape.size() - 2] = OH;
+  out_shape[out_shape.size() - 1] = OW;
+  std::vector<int64_t> hs, he, ws, we;
+  adaptive_bounds(H, OH, hs, he);
+  adaptive_bounds(W, OW, ws, we);
+  const int64_t in_plane = H * W, out_plane = OH * OW, planes = x.numel() / in_plane;
+  Tensor out = empty(out_shape, {.dtype = x.dtype()});
+  dispatch_float(x.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* in = x.data<T>();
+    T* o = out.data<T>();
+    parallel_for(0, planes, plane_grain(in_plane), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        const T* src = in + p * in_plane;
+        T* dst = o + p * out_plane;
+        for (int64_t i = 0; i < OH; ++i)
+          for (int64_t j = 0; j < OW; ++j) {
+            T sum = 0;
+            for (int64_t h = hs[i]; h < he[i]; ++h)
+              for (int64_t w = ws[j]; w < we[j]; ++w) sum += src[h * W + w];
+            dst[i * OW + j] = sum / static_cast<T>((he[i] - hs[i]) * (we[j] - ws[j]));
+          }
+      }
+    });
+  });
+  return out;
+}
+
+Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape) {
+  const char* op = "adaptive_avg_pool2d_backward";
+  const Tensor g = checked_grad(op, grad_output, input_shape);
+  const int64_t nd = static_cast<int64_t>(input_shape.size());
+  const int64_t H = input_shape[nd - 2], W = input_shape[nd - 1];
+  const int64_t OH = g.size(-2), OW = g.size(-1);
+  std::vector<int64_t> hs, he, ws, we;
+  adaptive_bounds(H, OH, hs, he);
+  adaptive_bounds(W, OW, ws, we);
+  const int64_t in_plane = H * W, out_plane = OH * OW;
+  const int64_t planes = in_plane == 0 ? 0 : input_shape.numel() / in_plane;
+  Tensor gi = empty(input_shape, {.dtype = g.dtype()});
+  dispatch_float(g.dtype(), op, [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const T* gp = g.data<T>();
+    T* out = gi.data<T>();
+    parallel_for(0, planes, plane_grain(in_plane), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p) {
+        T* dst = out + p * in_plane;
+        const T* src = gp + p * out_plane;
+        std::memset(dst, 0, sizeof(T) * in_plane);
+        for (int64_t i = 0; i < OH; ++i)
+          for (int64_t j = 0; j < OW; ++j) {
+            const T v = src[i * OW + j] / static_cast<T>((he[i] - hs[i]) * (we[j] - ws[j]));
+            for (int64_t h = hs[i]; h < he[i]; ++h)
+              for (int64_t w = ws[j]; w < we[j]; ++w) dst[h * W + w] += v;
+          }
+      }
+    });
+  });
+  return gi;
+}
+
+}  // namespace stoke::ops

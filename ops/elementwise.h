@@ -1,0 +1,172 @@
+// Elementwise operations without autograd: arithmetic with NumPy broadcasting, math functions,
+// comparisons, where, the in-place updates optimizers need, and the backward kernels of the
+// differentiable versions in autograd/elementwise.h.
+//
+// Dtypes: arithmetic (add, sub, mul, maximum, minimum, neg, abs, sign, relu, clamp), comparisons
+// and where work on f32, f64, i32, i64 and u8; math functions (div, exp, log, tanh, gelu, ...)
+// on f32 and f64 only. Operands must share one dtype (no implicit promotion) and be on the CPU.
+// A tensor-scalar op on an integer tensor needs an integral scalar.
+#pragma once
+
+#include <optional>
+
+#include "core/tensor.h"
+
+namespace stoke {
+// Which GELU formula: the exact erf form (PyTorch's default) or the tanh approximation. In
+// namespace stoke (not ops) so that argument-dependent lookup of gelu(x, GeluApproximate::tanh)
+// finds only the differentiable stoke::gelu.
+enum class GeluApproximate { none, tanh };
+}  // namespace stoke
+
+namespace stoke::ops {
+
+// --- binary arithmetic (results have the broadcast shape of the operands) ---------------------
+
+// a + b.
+Tensor add(const Tensor& a, const Tensor& b);
+// a + s.
+Tensor add(const Tensor& a, double s);
+// a - b.
+Tensor sub(const Tensor& a, const Tensor& b);
+// a - s.
+Tensor sub(const Tensor& a, double s);
+// s - a.
+Tensor sub(double s, const Tensor& a);
+// a * b.
+Tensor mul(const Tensor& a, const Tensor& b);
+// a * s.
+Tensor mul(const Tensor& a, double s);
+// a / b (floating dtypes only).
+Tensor div(const Tensor& a, const Tensor& b);
+// a / s.
+Tensor div(const Tensor& a, double s);
+// s / a.
+Tensor div(double s, const Tensor& a);
+// x ** exponent (floating dtypes only).
+Tensor pow(const Tensor& x, double exponent);
+// Elementwise max / min; NaN propagates, like torch.maximum.
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+
+// --- unary ------------------------------------------------------------------------------------
+
+// -x.
+Tensor neg(const Tensor& x);
+// e**x.
+Tensor exp(const Tensor& x);
+// Natural logarithm.
+Tensor log(const Tensor& x);
+// Square root.
+Tensor sqrt(const Tensor& x);
+// 1 / sqrt(x).
+Tensor rsqrt(const Tensor& x);
+// |x|.
+Tensor abs(const Tensor& x);
+// max(x, 0).
+Tensor relu(const Tensor& x);
+// x for x > 0, negative_slope * x otherwise.
+Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
+// 1 / (1 + e**-x).
+Tensor sigmoid(const Tensor& x);
+// Hyperbolic tangent.
+Tensor tanh(const Tensor& x);
+
+// x * Phi(x) (exact), or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with ::tanh.
+Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::none);
+// min(max(x, min), max); a missing bound is not applied. At least one bound is required.
+Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+// -1, 0 or 1 (sign(0) = 0).
+Tensor sign(const Tensor& x);
+
+// cond ? a : b, elementwise; cond is bool; the three operands broadcast together.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+
+// --- comparisons (bool results, not differentiable) -------------------------------------------
+
+Tensor eq(const Tensor& a, const Tensor& b);  // a == b
+Tensor ne(const Tensor& a, const Tensor& b);  // a != b
+Tensor lt(const Tensor& a, const Tensor& b);  // a < b
+Tensor le(const Tensor& a, const Tensor& b);  // a <= b
+Tensor gt(const Tensor& a, const Tensor& b);  // a > b
+Tensor ge(const Tensor& a, const Tensor& b);  // a >= b
+Tensor eq(const Tensor& a, double s);         // a == s
+Tensor ne(const Tensor& a, double s);         // a != s
+Tensor lt(const Tensor& a, double s);         // a < s
+Tensor le(const Tensor& a, double s);         // a <= s
+Tensor gt(const Tensor& a, double s);         // a > s
+Tensor ge(const Tensor& a, double s);         // a >= s
+
+// --- in place (any strides; `other` operands broadcast to t's shape) --------------------------
+// These write into t and return it. They record nothing, and refuse a tensor that requires grad
+// while grad mode is on (run optimizer updates under NoGradGuard).
+
+// t += alpha * other.
+Tensor add_(const Tensor& t, const Tensor& other, double alpha = 1);
+// t += s.
+Tensor add_(const Tensor& t, double s);
+// t -= alpha * other.
+Tensor sub_(const Tensor& t, const Tensor& other, double alpha = 1);
+// t -= s.
+Tensor sub_(const Tensor& t, double s);
+// t *= other.
+Tensor mul_(const Tensor& t, const Tensor& other);
+// t *= s.
+Tensor mul_(const Tensor& t, double s);
+// t /= other (floating).
+Tensor div_(const Tensor& t, const Tensor& other);
+// t /= s (floating).
+Tensor div_(const Tensor& t, double s);
+// t += value * a * b.
+Tensor addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value = 1);
+// t += value * a / b (floating).
+Tensor addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value = 1);
+// t = sqrt(t) (floating).
+Tensor sqrt_(const Tensor& t);
+// t = 0 (any dtype).
+Tensor zero_(const Tensor& t);
+// t += weight * (end - t) (floating).
+Tensor lerp_(const Tensor& t, const Tensor& end, double weight);
+// t = clamp(t, min, max).
+Tensor clamp_(const Tensor& t, std::optional<double> min, std::optional<double> max);
+
+// --- backward kernels -------------------------------------------------------------------------
+
+// Sums `grad` over the dims along which a tensor of `shape` was broadcast to grad's shape, so
+// that the result has exactly `shape` (leading dims summed away, size-1 dims summed with
+// keepdim). Returns `grad` itself when the shapes are equal. Accumulates in double.
+Tensor sum_to(const Tensor& grad, const Shape& shape);
+
+// grad where out > 0, else 0 (out = relu(x); same mask as x > 0).
+Tensor relu_backward(const Tensor& grad, const Tensor& out);
+// grad for x > 0, negative_slope * grad otherwise.
+Tensor leaky_relu_backward(const Tensor& grad, const Tensor& x, double negative_slope);
+// grad * out * (1 - out), out = sigmoid(x).
+Tensor sigmoid_backward(const Tensor& grad, const Tensor& out);
+// grad * (1 - out^2), out = tanh(x).
+Tensor tanh_backward(const Tensor& grad, const Tensor& out);
+// grad * d gelu(x) / dx for the given formula.
+Tensor gelu_backward(const Tensor& grad, const Tensor& x,
+                     GeluApproximate approximate = GeluApproximate::none);
+// grad where min <= x <= max (the missing bound always passes), else 0, like torch.
+Tensor clamp_backward(const Tensor& grad, const Tensor& x, std::optional<double> min,
+                      std::optional<double> max);
+// grad * sign(x).
+Tensor abs_backward(const Tensor& grad, const Tensor& x);
+// grad * exponent * x^(exponent - 1) (0 when exponent == 0).
+Tensor pow_backward(const Tensor& grad, const Tensor& x, double exponent);
+// grad / (2 * out), out = sqrt(x).
+Tensor sqrt_backward(const Tensor& grad, const Tensor& out);
+// -0.5 * grad * out^3, out = rsqrt(x).
+Tensor rsqrt_backward(const Tensor& grad, const Tensor& out);
+// Gradient of a / b with respect to b before reduction: -grad * a / b^2 (broadcast shape).
+Tensor div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b);
+// Gradient of maximum(a, b) / minimum(a, b) with respect to a before reduction: grad where a
+// wins, grad / 2 on ties (as torch), 0 elsewhere. For b, swap a and b.
+Tensor maximum_backward(const Tensor& grad, const Tensor& a, const Tensor& b);
+Tensor minimum_backward(const Tensor& grad, const Tensor& a, const Tensor& b);
+// Gradient of where(cond, a, b) before reduction: grad where cond (for_a) or where !cond
+// (!for_a), 0 elsewhere; shape of the broadcast of grad and cond.
+Tensor where_backward(const Tensor& grad, const Tensor& cond, bool for_a);
+
+}  // namespace stoke::ops

@@ -1,0 +1,71 @@
+// Losses without autograd: cross_entropy (fused log_softmax + NLL, with label smoothing and
+// ignore_index), nll_loss and mse_loss, and their backward kernels. Semantics follow PyTorch's
+// torch.nn.functional functions of the same names.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace stoke {
+
+// The option types live in namespace stoke (and are re-exported in ops) so that an unqualified
+// call such as cross_entropy(x, t, opts) does not also find ops::cross_entropy through
+// argument-dependent lookup.
+
+// How per-element losses are combined.
+enum class Reduction { none, mean, sum };
+
+struct CrossEntropyOptions {
+  Reduction reduction = Reduction::mean;
+  // eps: the target distribution is (1 - eps) * one_hot + eps / C.
+  double label_smoothing = 0.0;
+  // Rows whose target equals this contribute no loss and no gradient, and are not counted by mean.
+  int64_t ignore_index = -100;
+};
+
+struct NllLossOptions {
+  Reduction reduction = Reduction::mean;
+  int64_t ignore_index = -100;
+};
+
+namespace ops {
+
+using stoke::CrossEntropyOptions;
+using stoke::NllLossOptions;
+using stoke::Reduction;
+
+// Cross entropy of logits (N, C) (f32/f64) against class indices `target` (N) (i64), in one pass
+// per row. Per row: (1 - eps) * (lse - x[t]) + eps * mean_c(lse - x[c]), 0 on ignored rows. mean
+// divides the sum by the number of non-ignored rows; none returns the (N) per-row losses.
+Tensor cross_entropy(const Tensor& logits, const Tensor& target,
+                     const CrossEntropyOptions& options = {});
+
+// The forward result plus what the backward needs: log-sum-exp of each row (N), in logits' dtype.
+struct CrossEntropyForward {
+  Tensor loss;
+  Tensor lse;
+};
+CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& target,
+                                          const CrossEntropyOptions& options = {});
+
+// Gradient w.r.t. logits: (softmax - (1 - eps) * one_hot - eps / C) * scale, zero on ignored rows,
+// where scale is grad (sum), grad / count (mean) or grad[i] (none). `lse` from the forward.
+Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
+                              const Tensor& lse, const CrossEntropyOptions& options = {});
+
+// Negative log-likelihood of log-probabilities (N, C) at class indices `target` (N) (i64).
+Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options = {});
+// Gradient w.r.t. log_probs (of `input_shape`, `dtype`): -scale at [i, target[i]], 0 elsewhere.
+Tensor nll_loss_backward(const Tensor& grad, const Shape& input_shape, const Tensor& target,
+                         const NllLossOptions& options = {});
+
+// Mean squared error (input - target)^2; input and target must have the same shape and dtype.
+Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
+// Gradient w.r.t. input: 2 (input - target) * scale (the gradient w.r.t. target is its negation:
+// call with the arguments swapped).
+Tensor mse_loss_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
+                         Reduction reduction = Reduction::mean);
+
+}  // namespace ops
+}  // namespace stoke

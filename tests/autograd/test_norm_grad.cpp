@@ -1,0 +1,111 @@
+#include <catch2/catch.hpp>
+
+#include "autograd/dropout.h"
+#include "autograd/norm.h"
+#include "stoke/stoke.h"
+
+using namespace stoke;
+
+namespace {
+
+Tensor leaf(const Shape& shape) {
+  return randn(shape, {.dtype = DType::f64}).set_requires_grad(true);
+}
+
+void require_gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                       const std::vector<Tensor>& inputs) {
+  const auto r = autograd::gradcheck(f, inputs);
+  INFO(r.worst);
+  REQUIRE(r.ok);
+  REQUIRE(r.checked > 0);
+}
+
+}  // namespace
+
+TEST_CASE("norm grad: batch_norm training gradcheck, 2-D to 5-D, with and without affine",
+          "[autograd][batch_norm]") {
+  for (const Shape& shape :
+       {Shape{6, 3}, Shape{3, 2, 5}, Shape{2, 3, 3, 4}, Shape{2, 2, 2, 3, 2}}) {
+    INFO("shape " << shape);
+    const int64_t C = shape[1];
+    const Tensor rm = zeros({C}, {.dtype = DType::f64}), rv = ones({C}, {.dtype = DType::f64});
+    require_gradcheck(
+        [&](const std::vector<Tensor>& in) { return batch_norm(in[0], rm, rv, in[1], in[2]); },
+        {leaf(shape), leaf({C}), leaf({C})});
+    require_gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return batch_norm(in[0], Tensor(), Tensor(), Tensor(), Tensor(), {.eps = 1e-3});
+        },
+        {leaf(shape)});
+  }
+  // Weight only, and a non-contiguous input.
+  require_gradcheck(
+      [](const std::vector<Tensor>& in) {
+        return batch_norm(in[0].transpose(0, 2), Tensor(), Tensor(), in[1], Tensor());
+      },
+      {leaf({4, 3, 5}), leaf({3})});
+}
+
+TEST_CASE("norm grad: batch_norm eval gradcheck (statistics are constants)",
+          "[autograd][batch_norm]") {
+  const Tensor rm = randn({3}, {.dtype = DType::f64});
+  const Tensor rv = rand({3}, {.dtype = DType::f64});
+  fill_(rv.narrow(0, 0, 1), 0.7);
+  require_gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        return batch_norm(in[0], rm, rv, in[1], in[2], {.training = false});
+      },
+      {leaf({4, 3, 2, 2}), leaf({3}), leaf({3})});
+  require_gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        return batch_norm(in[0], rm, rv, Tensor(), in[1], {.training = false});
+      },
+      {leaf({5, 3}), leaf({3})});
+}
+
+TEST_CASE("norm grad: batch_norm updates running stats without recording them",
+          "[autograd][batch_norm]") {
+  const Tensor rm = zeros({2}), rv = ones({2});
+  const Tensor x = randn({4, 2, 3}).set_requires_grad(true);
+  const Tensor w = ones({2}).set_requires_grad(true), b = zeros({2}).set_requires_grad(true);
+  const Tensor y = batch_norm(x, rm, rv, w, b);
+  CHECK(y.requires_grad());
+  CHECK_FALSE(rm.requires_grad());
+  CHECK(rm.to_vector<float>() != std::vector<float>{0, 0});
+  y.backward(ones(y.shape()));
+  // Sum of a normalized output does not depend on x; its bias gradient is the count.
+  for (float g : x.grad().to_vector<float>()) CHECK(g == Approx(0).margin(1e-5));
+  CHECK(b.grad().to_vector<float>() == std::vector<float>{12, 12});
+  CHECK(w.grad().shape() == Shape{2});
+}
+
+TEST_CASE("norm grad: dropout gradcheck with a fixed mask", "[autograd][dropout]") {
+  Generator gen;
+  for (double p : {0.2, 0.5, 1.0}) {
+    INFO("p " << p);
+    require_gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          gen.manual_seed(42);  // every evaluation draws the same mask
+          return dropout(in[0], p, true, &gen);
+        },
+        {leaf({4, 5, 3})});
+  }
+  require_gradcheck(
+      [&](const std::vector<Tensor>& in) {
+        gen.manual_seed(1);
+        return dropout(in[0].transpose(0, 1), 0.3, true, &gen);
+      },
+      {leaf({6, 7})});
+  // Evaluation mode is the identity, gradient included.
+  const Tensor x = leaf({3, 3});
+  CHECK(dropout(x, 0.5, false).is_same(x));
+}
+
+TEST_CASE("norm grad: dropout backward uses the forward's mask", "[autograd][dropout]") {
+  Generator gen(11);
+  const Tensor x = ones({50, 40}).set_requires_grad(true);
+  const Tensor y = dropout(x, 0.5, true, &gen);
+  y.backward(ones(y.shape()));
+  const auto yv = y.to_vector<float>(), gv = x.grad().to_vector<float>();
+  for (size_t i = 0; i < yv.size(); ++i) REQUIRE(gv[i] == yv[i]);  // both 0 or 2
+}

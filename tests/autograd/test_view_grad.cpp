@@ -1,0 +1,112 @@
+// Gradients through core's view and copy methods (autograd/view_grad.cpp).
+#include <catch2/catch.hpp>
+
+#include "stoke/stoke.h"
+
+using namespace stoke;
+
+namespace {
+Tensor f64_input(const Shape& shape, uint64_t seed) {
+  Generator g(seed);
+  return randn(shape, {.dtype = DType::f64}, &g).set_requires_grad(true);
+}
+
+void require_gradcheck(const std::function<Tensor(const Tensor&)>& f, const Tensor& x,
+                       const autograd::GradcheckOptions& options = {}) {
+  const auto r =
+      autograd::gradcheck([&](const std::vector<Tensor>& in) { return f(in[0]); }, {x}, options);
+  INFO(r.worst);
+  REQUIRE(r.ok);
+  REQUIRE(r.checked == x.numel());
+}
+}  // namespace
+
+TEST_CASE("view grads: every view kind passes gradcheck", "[autograd][views]") {
+  const Tensor x = f64_input({3, 4, 5}, 1);
+  require_gradcheck([](const Tensor& t) { return t.transpose(0, 2).contiguous(); }, x);
+  require_gradcheck([](const Tensor& t) { return t.permute({2, 0, 1}).clone(); }, x);
+  require_gradcheck([](const Tensor& t) { return t.narrow(1, 1, 2).clone(); }, x);
+  require_gradcheck([](const Tensor& t) { return t.slice(2, 0, 5, 2).clone(); }, x);
+  require_gradcheck([](const Tensor& t) { return t.select(0, 2).clone(); }, x);
+  require_gradcheck([](const Tensor& t) { return t.view({12, 5}).t().clone(); }, x);
+  require_gradcheck([](const Tensor& t) { return t.transpose(0, 1).reshape({-1}); }, x);
+  require_gradcheck([](const Tensor& t) { return t.unsqueeze(1).squeeze(1).flatten(1).clone(); },
+                    x);
+  // Views of views of a non-contiguous base.
+  require_gradcheck(
+      [](const Tensor& t) { return t.transpose(1, 2).narrow(0, 1, 2).select(2, 3).clone(); }, x);
+  // Casts are differentiable too (through f32: a coarser step, as f32 rounding is ~1e-7).
+  require_gradcheck([](const Tensor& t) { return t.to(DType::f32).to(DType::f64); }, x,
+                    {.eps = 1e-2, .atol = 1e-4, .rtol = 1e-3});
+}
+
+TEST_CASE("view grads: expand sums the gradient over broadcast positions", "[autograd][views]") {
+  const Tensor x = f64_input({3, 1}, 2);
+  require_gradcheck([](const Tensor& t) { return t.expand({2, 3, 4}).contiguous(); }, x);
+  Tensor y = x.expand({3, 4}).contiguous();
+  y.backward(ones({3, 4}, {.dtype = DType::f64}));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{4, 4, 4});
+}
+
+TEST_CASE("view grads: a view of an expanded tensor is refused, not silently wrong",
+          "[autograd][views]") {
+  const Tensor x = f64_input({3, 1}, 3);
+  CHECK_THROWS_WITH(
+      x.expand({3, 4}).transpose(0, 1),
+      Catch::Contains("view of an expanded tensor") && Catch::Contains("contiguous()"));
+  NoGradGuard no_grad;  // without recording it is an ordinary view
+  CHECK(x.expand({3, 4}).transpose(0, 1).shape() == Shape{4, 3});
+}
+
+TEST_CASE("autograd: leaves, grad_fn, detach and no-grad on views", "[autograd][views]") {
+  Tensor x = f64_input({2, 3}, 4);
+  CHECK(x.is_leaf());
+  Tensor v = x.t();
+  CHECK_FALSE(v.is_leaf());
+  CHECK(v.grad_fn() != nullptr);
+  CHECK(v.requires_grad());
+  CHECK_FALSE(x.detach().requires_grad());
+  CHECK(x.detach().storage() == x.storage());
+  {
+    NoGradGuard no_grad;
+    CHECK(x.t().grad_fn() == nullptr);
+  }
+  CHECK_THROWS_WITH(v.set_requires_grad(false), Catch::Contains("only leaf tensors"));
+  CHECK_THROWS_WITH(v.clone().backward(), Catch::Contains("one-element outputs, got shape [3, 2]"));
+  CHECK_THROWS_WITH(zeros({1}).backward(), Catch::Contains("does not require grad"));
+}
+
+TEST_CASE("autograd: gradcheck reports the worst element of a wrong gradient",
+          "[autograd][gradcheck]") {
+  // A function whose backward is deliberately wrong: the gradient is doubled.
+  Tensor x = f64_input({4}, 5);
+  auto wrong = [](const std::vector<Tensor>& in) {
+    Tensor out = in[0].detach().clone();
+    autograd::record(
+        "WrongBackward", {in[0]}, {out},
+        [](const autograd::GradList& g, const autograd::NeedList&) -> autograd::GradList {
+          Tensor twice = g[0].clone();
+          double* p = twice.data<double>();
+          for (int64_t i = 0; i < twice.numel(); ++i) p[i] *= 2;
+          return {twice};
+        });
+    return out;
+  };
+  const auto r = autograd::gradcheck(wrong, {x});
+  CHECK_FALSE(r.ok);
+  CHECK(r.worst.find("input 0 element") != std::string::npos);
+  CHECK(r.max_error > 0);
+}
+
+TEST_CASE("autograd: backward returning a wrong shape is reported with the node name",
+          "[autograd][errors]") {
+  Tensor x = f64_input({4}, 6);
+  Tensor out = x.detach().clone();
+  autograd::record("BadShapeBackward", {x}, {out},
+                   [](const autograd::GradList&, const autograd::NeedList&) -> autograd::GradList {
+                     return {zeros({5}, {.dtype = DType::f64})};
+                   });
+  CHECK_THROWS_WITH(out.backward(ones({4}, {.dtype = DType::f64})),
+                    Catch::Contains("BadShapeBackward returned a gradient of f64 [5]") &&
+                        Catch::Contains("f64 [4]"));
+}

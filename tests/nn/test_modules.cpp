@@ -1,0 +1,147 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <set>
+
+#include "nn/layers.h"
+#include "nn/models/models.h"
+#include "stoke/stoke.h"
+
+using namespace stoke;
+using namespace stoke::nn;
+
+namespace {
+std::vector<std::string> keys(const NamedTensors& t) {
+  std::vector<std::string> k;
+  for (const auto& [n, x] : t) k.push_back(n);
+  return k;
+}
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+}  // namespace
+
+TEST_CASE("models: parameter counts match the published ones", "[nn][models]") {
+  const models::ModelOptions cifar{.in_channels = 3, .num_classes = 10, .input_size = 32};
+  CHECK(models::make_model("lenet5")->num_parameters() == 61706);  // 1x28x28
+  // ResNet-20 with 1x1-conv shortcuts: the paper's 0.27M (269,722 with option A) + 2,752.
+  CHECK(models::make_model("resnet20", cifar)->num_parameters() == 272474);
+  CHECK(models::make_model("resnet18", cifar)->num_parameters() == 11173962);    // 11.2M
+  CHECK(models::make_model("mobilenetv2", cifar)->num_parameters() == 2296922);  // 2.3M
+  CHECK(models::make_model("vgg16", cifar)->num_parameters() == 14728266);
+  CHECK(models::make_model("vgg11", cifar)->num_parameters() == 9231114);
+  CHECK(models::make_model("resnet9", cifar)->num_parameters() == 6573120);
+  const int64_t r56 = models::make_model("resnet56", cifar)->num_parameters();
+  CHECK(r56 > 850000);  // the paper's 0.85M
+  CHECK(r56 < 860000);
+  CHECK_THROWS_WITH(models::make_model("resnet7"),
+                    Catch::Contains("unknown model 'resnet7'") && Catch::Contains("lenet5"));
+}
+
+TEST_CASE("models: every model runs forward and backward on 28x28 and 32x32 inputs",
+          "[nn][models]") {
+  for (const auto& name : models::model_names()) {
+    if (name == "resnet56" || name == "vgg16" || name == "resnet18") continue;  // slow; same code
+    for (auto [c, size] : {std::pair<int64_t, int64_t>{1, 28}, {3, 32}}) {
+      INFO(name << " " << c << "x" << size);
+      auto m = models::make_model(name, {.in_channels = c, .num_classes = 7, .input_size = size});
+      Tensor x = randn({2, c, size, size});
+      Tensor y = (*m)(x);
+      REQUIRE(y.shape() == Shape{2, 7});
+      y.backward(ones({2, 7}));
+      for (const auto& [n, p] : m->named_parameters()) {
+        INFO(n);
+        REQUIRE(p.grad().defined());
+      }
+    }
+  }
+}
+
+TEST_CASE("modules: state_dict keys follow PyTorch's names", "[nn][modules]") {
+  auto m = models::make_model("resnet20", {.in_channels = 3, .input_size = 32});
+  const auto k = keys(m->state_dict());
+  CHECK(k.front() == "conv1.weight");
+  CHECK(has(k, "bn1.running_mean"));
+  CHECK(has(k, "bn1.num_batches_tracked"));
+  CHECK(has(k, "layer1.0.conv1.weight"));
+  CHECK(has(k, "layer1.2.bn2.running_var"));
+  CHECK(has(k, "layer2.0.downsample.0.weight"));
+  CHECK(has(k, "layer2.0.downsample.1.bias"));
+  CHECK_FALSE(has(k, "layer1.0.downsample.0.weight"));
+  CHECK(k.back() == "fc.bias");
+  CHECK(std::set<std::string>(k.begin(), k.end()).size() == k.size());
+  // Parameters exclude buffers.
+  CHECK_FALSE(has(keys(m->named_parameters()), "bn1.running_mean"));
+  CHECK(has(keys(m->named_buffers()), "bn1.running_mean"));
+}
+
+TEST_CASE("modules: load_state_dict copies values and reports every mismatch at once",
+          "[nn][modules]") {
+  auto a = models::make_model("lenet5");
+  auto b = models::make_model("lenet5");
+  b->load_state_dict(a->state_dict());
+  for (size_t i = 0; i < a->state_dict().size(); ++i)
+    CHECK(a->state_dict()[i].second.to_vector<float>() ==
+          b->state_dict()[i].second.to_vector<float>());
+  NamedTensors bad = a->state_dict();
+  bad.erase(bad.begin());                        // missing conv1.weight
+  bad[0].second = zeros({3});                    // conv1.bias of the wrong shape
+  bad[1].second = bad[1].second.to(DType::f64);  // conv2.weight of the wrong dtype
+  bad.emplace_back("extra.weight", zeros({1}));  // unexpected
+  try {
+    b->load_state_dict(bad);
+    FAIL("expected an error");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("4 problem(s)") != std::string::npos);
+    CHECK(msg.find("missing key 'conv1.weight'") != std::string::npos);
+    CHECK(msg.find("'conv1.bias': expected shape [6], got [3]") != std::string::npos);
+    CHECK(msg.find("'conv2.weight': expected dtype f32, got f64") != std::string::npos);
+    CHECK(msg.find("unexpected key 'extra.weight'") != std::string::npos);
+  }
+}
+
+TEST_CASE("layers: PyTorch's default initialization statistics", "[nn][init]") {
+  Generator g(11);
+  Linear fc(784, 256, {.generator = &g});
+  // kaiming_uniform(a=sqrt(5)): U(-1/sqrt(fan_in), 1/sqrt(fan_in)), std = bound / sqrt(3).
+  const double bound = 1 / std::sqrt(784.0);
+  const auto w = fc.weight.to_vector<double>();
+  double mean = 0, sq = 0, lo = 1, hi = -1;
+  for (double v : w) {
+    mean += v;
+    sq += v * v;
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  mean /= static_cast<double>(w.size());
+  const double std = std::sqrt(sq / static_cast<double>(w.size()) - mean * mean);
+  CHECK(std::fabs(std - bound / std::sqrt(3.0)) < 0.01 * bound);
+  CHECK(lo >= -bound);
+  CHECK(hi <= bound);
+  CHECK(std::fabs(mean) < 0.01 * bound);
+  BatchNorm bn(8);
+  CHECK(bn.weight.to_vector<float>() == std::vector<float>(8, 1.f));
+  CHECK(bn.bias.to_vector<float>() == std::vector<float>(8, 0.f));
+  CHECK(bn.running_var.to_vector<float>() == std::vector<float>(8, 1.f));
+}
+
+TEST_CASE("modules: train/eval, to(dtype), zero_grad, batch norm bookkeeping", "[nn][modules]") {
+  auto m = models::make_model("resnet8");
+  Tensor x = randn({4, 1, 28, 28});
+  (*m)(x).backward(ones({4, 10}));
+  auto bn1 = std::dynamic_pointer_cast<models::ResNet>(m)->bn1;
+  CHECK(bn1->num_batches_tracked.item<int64_t>() == 1);
+  CHECK(bn1->running_mean.to_vector<float>() != std::vector<float>(16, 0.f));
+  m->eval();
+  CHECK_FALSE(bn1->is_training());
+  const auto before = bn1->running_mean.to_vector<float>();
+  (void)(*m)(x);
+  CHECK(bn1->running_mean.to_vector<float>() == before);  // eval does not update running stats
+  m->zero_grad();
+  for (auto& p : m->parameters()) CHECK_FALSE(p.grad().defined());
+  Tensor w = std::dynamic_pointer_cast<models::ResNet>(m)->conv1->weight;
+  m->to(DType::f64);
+  CHECK(w.dtype() == DType::f64);  // the handle the module holds sees the cast
+  CHECK(bn1->num_batches_tracked.dtype() == DType::i64);
+  CHECK((*m)(x.to(DType::f64)).dtype() == DType::f64);
+}

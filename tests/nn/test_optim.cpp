@@ -1,0 +1,174 @@
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "nn/models/models.h"
+#include "nn/optim/optimizer.h"
+#include "nn/optim/scheduler.h"
+#include "stoke/stoke.h"
+#include "support/fixture.h"
+
+using namespace stoke;
+using namespace stoke::nn;
+using stoke::testing::FixtureCase;
+
+namespace {
+// Fixture tensor names "g1", "p2", ... (built by appending: GCC 12 warns falsely on "g" + str).
+std::string step_name(char prefix, int step) {
+  std::string n(1, prefix);
+  n += std::to_string(step);
+  return n;
+}
+
+Tensor to_tensor(const stoke::testing::FixtureTensor& t) {
+  std::vector<float> v(t.values.begin(), t.values.end());
+  return from_vector(v, Shape(t.shape));
+}
+
+std::unique_ptr<optim::Optimizer> make(const FixtureCase& c, std::vector<Tensor> params) {
+  const std::string kind = c.attr("optimizer");
+  auto get = [&](const char* k, double d) { return c.has_attr(k) ? c.attr_double(k) : d; };
+  if (kind == "sgd")
+    return std::make_unique<optim::SGD>(params,
+                                        optim::SGDOptions{.lr = get("lr", 0),
+                                                          .momentum = get("momentum", 0),
+                                                          .dampening = get("dampening", 0),
+                                                          .weight_decay = get("weight_decay", 0),
+                                                          .nesterov = get("nesterov", 0) != 0});
+  const optim::AdamOptions o{.lr = get("lr", 1e-3),
+                             .beta1 = get("beta1", 0.9),
+                             .beta2 = get("beta2", 0.999),
+                             .eps = get("eps", 1e-8),
+                             .weight_decay = get("weight_decay", kind == "adamw" ? 1e-2 : 0)};
+  if (kind == "adam") return std::make_unique<optim::Adam>(params, o);
+  return std::make_unique<optim::AdamW>(params, o);
+}
+}  // namespace
+
+TEST_CASE("optimizers: three steps match torch.optim", "[nn][optim]") {
+  const auto cases = stoke::testing::load_fixture(stoke::testing::fixture_path("optim.txt"));
+  REQUIRE(cases.size() >= 7);
+  for (const auto& c : cases) {
+    INFO(c.name);
+    Tensor p = to_tensor(c.tensor("p0")).set_requires_grad(true);
+    auto opt = make(c, {p});
+    for (int s = 1; s <= 3; ++s) {
+      p.set_grad(to_tensor(c.tensor(step_name('g', s))));
+      opt->step();
+      const auto got = p.to_vector<float>();
+      const auto& want = c.tensor(step_name('p', s)).values;
+      for (size_t i = 0; i < got.size(); ++i)
+        REQUIRE(got[i] == Approx(want[i]).epsilon(1e-5).margin(1e-6));
+    }
+  }
+}
+
+TEST_CASE("optimizers: state_dict round trip resumes exactly", "[nn][optim]") {
+  for (const char* kind : {"sgd", "adam"}) {
+    INFO(kind);
+    Generator g(3);
+    Tensor p1 = randn({10}, {}, &g).set_requires_grad(true);
+    Tensor p2 = p1.detach().clone().set_requires_grad(true);
+    auto make_opt = [&](Tensor p) -> std::unique_ptr<optim::Optimizer> {
+      if (std::string(kind) == "sgd")
+        return std::make_unique<optim::SGD>(std::vector<Tensor>{p},
+                                            optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+      return std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions{.lr = 0.1});
+    };
+    auto a = make_opt(p1), b = make_opt(p2);
+    std::vector<Tensor> grads;
+    for (int s = 0; s < 4; ++s) grads.push_back(randn({10}, {}, &g));
+    for (int s = 0; s < 2; ++s) {
+      p1.set_grad(grads[s]);
+      a->step();
+      p2.set_grad(grads[s]);
+      b->step();
+    }
+    auto c = make_opt(p2);  // a fresh optimizer restored from b's state
+    c->load_state_dict(b->state_dict());
+    for (int s = 2; s < 4; ++s) {
+      p1.set_grad(grads[s]);
+      a->step();
+      p2.set_grad(grads[s]);
+      c->step();
+    }
+    CHECK(p1.to_vector<float>() == p2.to_vector<float>());
+  }
+  Tensor p = zeros({3}, {.requires_grad = true});
+  optim::SGD sgd({p}, {.lr = 0.1, .momentum = 0.9});
+  CHECK_THROWS_WITH(sgd.load_state_dict({{"state.0.momentum_buffer", zeros({4})}}),
+                    Catch::Contains("expected f32 [3], got f32 [4]"));
+  CHECK_THROWS_WITH(sgd.load_state_dict({{"state.7.momentum_buffer", zeros({3})}}),
+                    Catch::Contains("unexpected optimizer state 'state.7.momentum_buffer'"));
+}
+
+TEST_CASE("schedulers: closed forms match PyTorch's", "[nn][optim]") {
+  Tensor p = zeros({1}, {.requires_grad = true});
+  optim::SGD opt({p}, {.lr = 1.0});
+  optim::StepLR step(opt, 2, 0.5);
+  CHECK(opt.lr() == 1.0);
+  step.step();
+  CHECK(opt.lr() == 1.0);
+  step.step();
+  CHECK(opt.lr() == 0.5);
+  optim::MultiStepLR multi(opt, {1, 3}, 0.1);
+  CHECK(multi.lr_at(0) == Approx(0.5));
+  CHECK(multi.lr_at(1) == Approx(0.05));
+  CHECK(multi.lr_at(3) == Approx(0.005));
+  opt.set_lr(0.1);
+  optim::CosineAnnealingLR cosine(opt, 10, 0.001);
+  CHECK(cosine.lr_at(0) == Approx(0.1));
+  CHECK(cosine.lr_at(5) == Approx(0.001 + (0.1 - 0.001) / 2));
+  CHECK(cosine.lr_at(10) == Approx(0.001));
+  // torch.optim.lr_scheduler.OneCycleLR(max_lr=0.1, total_steps=100): values read from
+  // PyTorch 1.13.
+  optim::OneCycleLR one(opt, 0.1, 100);
+  CHECK(one.lr_at(0) == Approx(0.004));
+  CHECK(one.lr_at(29) == Approx(0.1));
+  CHECK(one.lr_at(99) == Approx(4e-7));
+  CHECK(one.lr_at(50) == Approx(0.0793893450575732));
+  opt.set_lr(0.1);  // OneCycleLR set the optimizer to its initial lr
+  optim::LinearWarmup warm(opt, 4, 0.0, std::make_unique<optim::CosineAnnealingLR>(opt, 10));
+  CHECK(warm.lr_at(0) == Approx(0.0));
+  CHECK(warm.lr_at(2) == Approx(0.05));
+  CHECK(warm.lr_at(4) == Approx(0.1));
+}
+
+TEST_CASE("clip_grad_norm_ scales gradients to the global norm", "[nn][optim]") {
+  Tensor a = zeros({2}, {.requires_grad = true}), b = zeros({1}, {.requires_grad = true});
+  a.set_grad(from_vector<float>({3, 0}, {2}));
+  b.set_grad(from_vector<float>({4}, {1}));
+  CHECK(optim::clip_grad_norm_({a, b}, 1.0) == Approx(5.0));
+  CHECK(a.grad().to_vector<float>()[0] == Approx(0.6).epsilon(1e-5));
+  CHECK(b.grad().to_vector<float>()[0] == Approx(0.8).epsilon(1e-5));
+  CHECK(optim::clip_grad_norm_({a, b}, 10.0) == Approx(1.0).epsilon(1e-5));  // no change below
+}
+
+TEST_CASE("gradient accumulation over k micro-batches equals one batch of k*b",
+          "[nn][optim][accum]") {
+  Generator g(5);
+  Tensor x = randn({8, 1, 28, 28}, {}, &g);
+  Tensor y = randint(0, 10, {8}, {.dtype = DType::i64}, &g);
+  Generator init_a(1), init_b(1);
+  auto a = models::make_model("lenet5", {.generator = &init_a});
+  auto b = models::make_model("lenet5", {.generator = &init_b});
+  optim::SGD oa(a->parameters(), {.lr = 0.1, .momentum = 0.9});
+  optim::SGD ob(b->parameters(), {.lr = 0.1, .momentum = 0.9});
+  for (int step = 0; step < 2; ++step) {
+    cross_entropy((*a)(x), y).backward();
+    oa.step();
+    oa.zero_grad();
+    for (int k = 0; k < 4; ++k) {
+      Tensor loss = cross_entropy((*b)(x.narrow(0, 2 * k, 2)), y.narrow(0, 2 * k, 2));
+      (loss * 0.25).backward();
+    }
+    ob.step();
+    ob.zero_grad();
+  }
+  const auto sa = a->state_dict(), sb = b->state_dict();
+  for (size_t i = 0; i < sa.size(); ++i) {
+    INFO(sa[i].first);
+    const auto va = sa[i].second.to_vector<float>(), vb = sb[i].second.to_vector<float>();
+    for (size_t j = 0; j < va.size(); ++j)
+      REQUIRE(vb[j] == Approx(va[j]).margin(1e-6).epsilon(1e-4));
+  }
+}

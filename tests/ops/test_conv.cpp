@@ -1,0 +1,225 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "ops/conv.h"
+#include "stoke/stoke.h"
+#include "support/fixture.h"
+
+using namespace stoke;
+
+namespace {
+
+// Direct 7-loop convolution in double.
+Tensor naive_conv2d(const Tensor& x, const Tensor& w, const Tensor& b,
+                    const ops::Conv2dOptions& o) {
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t K = w.size(0), Cg = w.size(1), kh = w.size(2), kw = w.size(3);
+  const int64_t Kg = K / o.groups;
+  const int64_t OH = (H + 2 * o.padding[0] - o.dilation[0] * (kh - 1) - 1) / o.stride[0] + 1;
+  const int64_t OW = (W + 2 * o.padding[1] - o.dilation[1] * (kw - 1) - 1) / o.stride[1] + 1;
+  const std::vector<double> xv = x.to_vector<double>(), wv = w.to_vector<double>();
+  const std::vector<double> bv = b.defined() ? b.to_vector<double>() : std::vector<double>(K, 0.0);
+  std::vector<double> out(static_cast<size_t>(N * K * OH * OW));
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t oh = 0; oh < OH; ++oh)
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          double s = bv[k];
+          const int64_t g = k / Kg;
+          for (int64_t c = 0; c < Cg; ++c)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                const int64_t ih = oh * o.stride[0] - o.padding[0] + i * o.dilation[0];
+                const int64_t iw = ow * o.stride[1] - o.padding[1] + j * o.dilation[1];
+                if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                s += xv[((n * C + g * Cg + c) * H + ih) * W + iw] *
+                     wv[((k * Cg + c) * kh + i) * kw + j];
+              }
+          out[((n * K + k) * OH + oh) * OW + ow] = s;
+        }
+  return from_vector(out, {N, K, OH, OW}, {.dtype = DType::f64});
+}
+
+double max_rel_error(const Tensor& x, const Tensor& ref, double atol, double rtol) {
+  REQUIRE(x.shape() == ref.shape());
+  const std::vector<double> xv = x.to_vector<double>(), rv = ref.to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < xv.size(); ++i)
+    worst = std::max(worst, std::abs(xv[i] - rv[i]) / (atol + rtol * std::abs(rv[i])));
+  return worst;
+}
+
+Tensor fixture_tensor(const testing::FixtureTensor& t) {
+  return from_vector(t.as_f32(), Shape(t.shape));
+}
+
+ops::Conv2dOptions fixture_options(const testing::FixtureCase& c) {
+  const auto s = c.attr_ints("stride"), p = c.attr_ints("padding"), d = c.attr_ints("dilation");
+  return {.stride = {s[0], s[1]},
+          .padding = {p[0], p[1]},
+          .dilation = {d[0], d[1]},
+          .groups = c.attr_int("groups")};
+}
+
+}  // namespace
+
+TEST_CASE("conv2d: PyTorch fixtures, forward and all three gradients", "[ops][conv][fixture]") {
+  const auto cases = testing::load_fixture(testing::fixture_path("conv2d.txt"));
+  REQUIRE(cases.size() == 11);
+  for (const auto& c : cases) {
+    INFO("case " << c.name);
+    const ops::Conv2dOptions o = fixture_options(c);
+    Tensor x = fixture_tensor(c.tensor("input")), w = fixture_tensor(c.tensor("weight"));
+    Tensor b = c.attr_int("bias") ? fixture_tensor(c.tensor("bias")) : Tensor();
+    Tensor g = fixture_tensor(c.tensor("grad_out"));
+    CHECK(max_rel_error(ops::conv2d(x, w, b, o), fixture_tensor(c.tensor("output")), 1e-4, 1e-4) <=
+          1);
+    ops::Conv2dGrads r = ops::conv2d_backward(g, x, w, o, true, true, b.defined());
+    CHECK(max_rel_error(r.grad_input, fixture_tensor(c.tensor("grad_input")), 1e-4, 1e-4) <= 1);
+    CHECK(max_rel_error(r.grad_weight, fixture_tensor(c.tensor("grad_weight")), 1e-4, 1e-4) <= 1);
+    if (b.defined()) {
+      CHECK(max_rel_error(r.grad_bias, fixture_tensor(c.tensor("grad_bias")), 1e-4, 1e-4) <= 1);
+      CHECK(max_rel_error(ops::conv2d_backward_bias(g), r.grad_bias, 0, 1e-6) <= 1);
+    } else {
+      CHECK_FALSE(r.grad_bias.defined());
+    }
+    // The single-gradient entry points agree with the combined one.
+    CHECK(max_rel_error(ops::conv2d_backward_input(g, x, w, o), r.grad_input, 1e-6, 1e-6) <= 1);
+    CHECK(max_rel_error(ops::conv2d_backward_weight(g, x, w, o), r.grad_weight, 1e-6, 1e-6) <= 1);
+  }
+}
+
+TEST_CASE("conv2d: larger shapes against a naive loop, every code path", "[ops][conv]") {
+  struct Case {
+    const char* name;
+    Shape x, w;
+    ops::Conv2dOptions o;
+  };
+  const Case cases[] = {
+      {"generic batch", {6, 5, 11, 9}, {7, 5, 3, 3}, {.padding = {1, 1}}},
+      {"generic N=1 (split GEMM)", {1, 64, 16, 16}, {64, 64, 3, 3}, {.padding = {1, 1}}},
+      {"strided, dilated, grouped",
+       {4, 6, 13, 12},
+       {9, 2, 3, 2},
+       {.stride = {2, 3}, .padding = {2, 1}, .dilation = {2, 1}, .groups = 3}},
+      {"pointwise", {5, 16, 7, 6}, {24, 16, 1, 1}, {}},
+      {"pointwise grouped N=1", {1, 64, 20, 20}, {128, 32, 1, 1}, {.groups = 2}},
+      {"1x1 stride 2 (im2col)", {3, 8, 9, 9}, {4, 8, 1, 1}, {.stride = {2, 2}}},
+      {"depthwise", {3, 8, 12, 10}, {8, 1, 3, 3}, {.padding = {1, 1}, .groups = 8}},
+      {"depthwise strided dilated",
+       {2, 6, 15, 14},
+       {6, 1, 5, 3},
+       {.stride = {2, 2}, .padding = {2, 3}, .dilation = {1, 2}, .groups = 6}},
+      {"depthwise multiplier 2 (generic)",
+       {2, 4, 8, 8},
+       {8, 1, 3, 3},
+       {.padding = {1, 1}, .groups = 4}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    for (DType dt : {DType::f32, DType::f64}) {
+      Tensor x = randn(c.x, {.dtype = dt}), w = randn(c.w, {.dtype = dt});
+      Tensor b = randn({c.w[0]}, {.dtype = dt});
+      Tensor y = ops::conv2d(x, w, b, c.o);
+      CHECK(y.dtype() == dt);
+      const double tol = dt == DType::f32 ? 1e-4 : 1e-10;
+      CHECK(max_rel_error(y, naive_conv2d(x, w, b, c.o), tol, tol) <= 1);
+      CHECK(max_rel_error(ops::conv2d(x, w, Tensor(), c.o), naive_conv2d(x, w, Tensor(), c.o), tol,
+                          tol) <= 1);
+    }
+  }
+}
+
+TEST_CASE("conv2d: backward against a naive adjoint in f64", "[ops][conv]") {
+  // <grad_out, conv(x, w)> is bilinear: its gradients are checked through the identity
+  // <g, conv(dx, w)> = <grad_input, dx> and <g, conv(x, dw)> = <grad_weight, dw>.
+  struct Case {
+    Shape x, w;
+    ops::Conv2dOptions o;
+  };
+  const Case cases[] = {
+      {{5, 6, 10, 9}, {4, 6, 3, 3}, {.padding = {1, 1}}},
+      {{1, 32, 12, 12}, {64, 32, 3, 3}, {.padding = {1, 1}}},
+      {{4, 6, 11, 9},
+       {6, 3, 3, 2},
+       {.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}, .groups = 2}},
+      {{3, 8, 6, 7}, {5, 8, 1, 1}, {}},
+      {{3, 8, 9, 9}, {8, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 8}}};
+  for (const Case& c : cases) {
+    INFO("x " << c.x << " w " << c.w);
+    const TensorOptions f64{.dtype = DType::f64};
+    Tensor x = randn(c.x, f64), w = randn(c.w, f64), dx = randn(c.x, f64), dw = randn(c.w, f64);
+    Tensor y = ops::conv2d(x, w, Tensor(), c.o);
+    Tensor g = randn(y.shape(), f64);
+    ops::Conv2dGrads r = ops::conv2d_backward(g, x, w, c.o, true, true, true);
+    auto dot = [](const Tensor& a, const Tensor& b) {
+      const auto av = a.to_vector<double>(), bv = b.to_vector<double>();
+      double s = 0;
+      for (size_t i = 0; i < av.size(); ++i) s += av[i] * bv[i];
+      return s;
+    };
+    CHECK(dot(g, naive_conv2d(dx, w, Tensor(), c.o)) ==
+          Approx(dot(r.grad_input, dx)).epsilon(1e-10));
+    CHECK(dot(g, naive_conv2d(x, dw, Tensor(), c.o)) ==
+          Approx(dot(r.grad_weight, dw)).epsilon(1e-10));
+    const auto gv = g.to_vector<double>();
+    const int64_t K = y.size(1), P = y.size(2) * y.size(3);
+    std::vector<double> gb(K, 0.0);
+    for (size_t i = 0; i < gv.size(); ++i) gb[(i / P) % K] += gv[i];
+    CHECK(max_rel_error(r.grad_bias, from_vector(gb, {K}, f64), 1e-12, 1e-12) <= 1);
+  }
+}
+
+TEST_CASE("conv2d: non-contiguous operands and deterministic backward", "[ops][conv]") {
+  // A channels-last buffer viewed as NCHW.
+  Tensor x = randn({4, 9, 10, 6}).permute({0, 3, 1, 2});
+  Tensor w = randn({8, 3, 3, 6}).permute({0, 3, 1, 2});
+  CHECK_FALSE(x.is_contiguous());
+  const ops::Conv2dOptions o{.stride = {1, 2}, .padding = {1, 1}};
+  CHECK(max_rel_error(ops::conv2d(x, w, Tensor(), o), naive_conv2d(x, w, Tensor(), o), 1e-4,
+                      1e-4) <= 1);
+  Tensor g = randn({4, 8, 9, 5});
+  ops::Conv2dGrads a = ops::conv2d_backward(g, x, w, o, true, true, true);
+  ops::Conv2dGrads b =
+      ops::conv2d_backward(g.contiguous(), x.contiguous(), w.contiguous(), o, true, true, true);
+  CHECK(a.grad_weight.to_vector<float>() == b.grad_weight.to_vector<float>());
+  CHECK(a.grad_input.to_vector<float>() == b.grad_input.to_vector<float>());
+  CHECK(a.grad_bias.to_vector<float>() == b.grad_bias.to_vector<float>());
+}
+
+TEST_CASE("conv2d: output size", "[ops][conv]") {
+  using A = std::array<int64_t, 2>;
+  CHECK(ops::conv2d_output_size({28, 28}, {3, 3}, {.padding = {1, 1}}) == A{28, 28});
+  CHECK(ops::conv2d_output_size({9, 8}, {3, 3}, {.stride = {2, 2}, .padding = {1, 1}}) == A{5, 4});
+  CHECK(ops::conv2d_output_size({10, 10}, {3, 3}, {.padding = {2, 2}, .dilation = {2, 2}}) ==
+        A{10, 10});
+  CHECK_THROWS_WITH(ops::conv2d_output_size({2, 5}, {3, 3}, {}),
+                    Catch::Contains("input size (2, 5)") && Catch::Contains("kernel (3, 3)") &&
+                        Catch::Contains("padding (0, 0)") && Catch::Contains("stride (1, 1)") &&
+                        Catch::Contains("dilation (1, 1)"));
+}
+
+TEST_CASE("conv2d: errors name the shapes and dtypes", "[ops][conv]") {
+  Tensor x = randn({2, 4, 8, 8});
+  CHECK_THROWS_WITH(
+      ops::conv2d(randn({4, 8, 8}), randn({3, 4, 3, 3}), Tensor()),
+      Catch::Contains("conv2d") && Catch::Contains("(N, C, H, W)") && Catch::Contains("[4, 8, 8]"));
+  CHECK_THROWS_WITH(ops::conv2d(x, randn({3, 4, 3}), Tensor()),
+                    Catch::Contains("weight with 4 dims"));
+  CHECK_THROWS_WITH(ops::conv2d(x, randn({3, 1, 3, 3}), Tensor(), {.groups = 3}),
+                    Catch::Contains("divisible by groups=3") && Catch::Contains("[2, 4, 8, 8]"));
+  CHECK_THROWS_WITH(ops::conv2d(x, randn({3, 3, 3, 3}), Tensor()),
+                    Catch::Contains("[2, 4, 8, 8]") && Catch::Contains("[3, 3, 3, 3]"));
+  CHECK_THROWS_WITH(ops::conv2d(x, randn({3, 4, 9, 3}), Tensor()),
+                    Catch::Contains("input size (8, 8)") && Catch::Contains("kernel (9, 3)"));
+  CHECK_THROWS_WITH(ops::conv2d(x, randn({3, 4, 3, 3}, {.dtype = DType::f64}), Tensor()),
+                    Catch::Contains("f32") && Catch::Contains("f64"));
+  CHECK_THROWS_WITH(ops::conv2d(x, randn({3, 4, 3, 3}), randn({4})),
+                    Catch::Contains("bias of shape [3]"));
+  CHECK_THROWS_WITH(ops::conv2d(x, randn({3, 4, 3, 3}), Tensor(), {.stride = {0, 1}}),
+                    Catch::Contains("stride >= 1"));
+  CHECK_THROWS_WITH(
+      ops::conv2d_backward(randn({2, 3, 5, 5}), x, randn({3, 4, 3, 3}), {}, true, true, true),
+      Catch::Contains("grad_out of shape [2, 3, 6, 6]"));
+}

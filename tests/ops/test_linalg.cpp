@@ -1,0 +1,265 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "ops/cpu/gemm.h"
+#include "ops/linalg.h"
+#include "stoke/stoke.h"
+#include "support/fixture.h"
+
+using namespace stoke;
+
+namespace {
+
+// Reference product of >= 2-D operands in double: batch dims broadcast by core's expand, then
+// plain triple loops.
+Tensor naive_matmul(const Tensor& a, const Tensor& b) {
+  Shape ba(a.shape().begin(), a.shape().end() - 2), bb(b.shape().begin(), b.shape().end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, "naive");
+  const int64_t n = a.size(-2), k = a.size(-1), m = b.size(-1);
+  Shape fa = batch, fb = batch, fo = batch;
+  fa.insert(fa.end(), {n, k});
+  fb.insert(fb.end(), {k, m});
+  fo.insert(fo.end(), {n, m});
+  const std::vector<double> av = a.expand(fa).contiguous().to_vector<double>();
+  const std::vector<double> bv = b.expand(fb).contiguous().to_vector<double>();
+  std::vector<double> ov(static_cast<size_t>(fo.numel()), 0.0);
+  const int64_t nb = batch.numel();
+  for (int64_t p = 0; p < nb; ++p)
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < m; ++j) {
+        double s = 0;
+        for (int64_t l = 0; l < k; ++l) s += av[(p * n + i) * k + l] * bv[(p * k + l) * m + j];
+        ov[(p * n + i) * m + j] = s;
+      }
+  return from_vector(ov, fo, {.dtype = DType::f64});
+}
+
+// Largest |x - ref| / (atol + rtol |ref|); <= 1 means within tolerance.
+double max_rel_error(const Tensor& x, const Tensor& ref, double atol, double rtol) {
+  REQUIRE(x.shape() == ref.shape());
+  const std::vector<double> xv = x.to_vector<double>(), rv = ref.to_vector<double>();
+  double worst = 0;
+  for (size_t i = 0; i < xv.size(); ++i)
+    worst = std::max(worst, std::abs(xv[i] - rv[i]) / (atol + rtol * std::abs(rv[i])));
+  return worst;
+}
+
+Tensor fixture_tensor(const testing::FixtureTensor& t) {
+  return from_vector(t.as_f32(), Shape(t.shape));
+}
+
+}  // namespace
+
+TEST_CASE("gemm: all transpose combinations, alpha, beta and leading dims", "[ops][linalg]") {
+  // Sizes straddle the split threshold so both the single call and the pool split run.
+  for (auto [m, n, k] : {std::array<int64_t, 3>{5, 7, 3}, {130, 33, 257}, {33, 300, 129}}) {
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        INFO("m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb);
+        const int64_t lda = (ta ? m : k) + 3, ldb = (tb ? k : n) + 1, ldc = n + 2;
+        Tensor A = randn({ta ? k : m, lda}, {.dtype = DType::f64});
+        Tensor B = randn({tb ? n : k, ldb}, {.dtype = DType::f64});
+        Tensor C = randn({m, ldc}, {.dtype = DType::f64});
+        const std::vector<double> a = A.to_vector<double>(), b = B.to_vector<double>();
+        std::vector<double> c = C.to_vector<double>();
+        const double alpha = 0.5, beta = -2.0;
+        std::vector<double> expect = c;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            double s = 0;
+            for (int64_t l = 0; l < k; ++l)
+              s += (ta ? a[l * lda + i] : a[i * lda + l]) * (tb ? b[j * ldb + l] : b[l * ldb + j]);
+            expect[i * ldc + j] = alpha * s + beta * c[i * ldc + j];
+          }
+        ops::cpu::gemm(ta, tb, m, n, k, alpha, A.data<double>(), lda, B.data<double>(), ldb, beta,
+                       C.data<double>(), ldc);
+        const std::vector<double> got = C.to_vector<double>();
+        double worst = 0;
+        for (size_t i = 0; i < got.size(); ++i)
+          worst = std::max(worst, std::abs(got[i] - expect[i]));
+        CHECK(worst < 1e-10);
+        // f32 with beta = 0 ignores NaNs already in C.
+        Tensor Cf = full({m, ldc}, NAN);
+        Tensor Af = A.to(DType::f32), Bf = B.to(DType::f32);
+        ops::cpu::gemm(ta, tb, m, n, k, 1.0f, Af.data<float>(), lda, Bf.data<float>(), ldb, 0.0f,
+                       Cf.data<float>(), ldc);
+        const std::vector<float> gf = Cf.to_vector<float>();
+        double worst_f = 0;
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const double e = (expect[i * ldc + j] - beta * c[i * ldc + j]) / alpha;
+            worst_f =
+                std::max(worst_f, std::abs(gf[i * ldc + j] - e) / (1e-3 + 1e-4 * std::abs(e)));
+          }
+        CHECK(worst_f <= 1);
+      }
+  }
+}
+
+TEST_CASE("gemm_batched: shared C accumulates in order", "[ops][linalg]") {
+  Tensor A = randn({4, 3, 5}, {.dtype = DType::f64}), B = randn({4, 5, 2}, {.dtype = DType::f64});
+  Tensor C = zeros({3, 2}, {.dtype = DType::f64});
+  ops::cpu::gemm_batched<double>(false, false, 4, 3, 2, 5, 1.0, A.data<double>(), 5, 15,
+                                 B.data<double>(), 2, 10, 0.0, C.data<double>(), 2, 0);
+  Tensor ref = naive_matmul(A, B);
+  std::vector<double> r = ref.to_vector<double>(), expect(6, 0.0);
+  for (int p = 0; p < 4; ++p)
+    for (int i = 0; i < 6; ++i) expect[i] += r[p * 6 + i];
+  CHECK(max_rel_error(C, from_vector(expect, {3, 2}, {.dtype = DType::f64}), 1e-12, 1e-12) <= 1);
+}
+
+TEST_CASE("matmul: 2-D values against naive loops, odd sizes", "[ops][linalg]") {
+  for (auto [n, k, m] :
+       {std::array<int64_t, 3>{1, 1, 1}, {3, 5, 7}, {17, 33, 65}, {64, 130, 257}}) {
+    INFO("n=" << n << " k=" << k << " m=" << m);
+    Tensor a = randn({n, k}), b = randn({k, m});
+    Tensor c = ops::matmul(a, b);
+    CHECK(c.shape() == Shape{n, m});
+    CHECK(c.dtype() == DType::f32);
+    CHECK(max_rel_error(c, naive_matmul(a, b), 1e-4, 1e-4) <= 1);
+  }
+}
+
+TEST_CASE("matmul: transposed and sliced views", "[ops][linalg]") {
+  Tensor at = randn({9, 6}), bt = randn({11, 9});
+  Tensor a = at.t(), b = bt.t();  // (6, 9) x (9, 11), both read transposed by GEMM
+  CHECK_FALSE(a.is_contiguous());
+  CHECK(max_rel_error(ops::matmul(a, b), naive_matmul(a, b), 1e-4, 1e-4) <= 1);
+  CHECK(max_rel_error(ops::matmul(a, bt.t().contiguous()), naive_matmul(a, b), 1e-4, 1e-4) <= 1);
+  // Inner stride 2: not a GEMM layout, copied first.
+  Tensor s = randn({6, 18}).slice(1, 0, 18, 2);
+  CHECK(max_rel_error(ops::matmul(s, b), naive_matmul(s, b), 1e-4, 1e-4) <= 1);
+  // Row slice of a wider matrix: leading dimension larger than the width.
+  Tensor w = randn({6, 20}).narrow(1, 3, 9);
+  CHECK(max_rel_error(ops::matmul(w, b), naive_matmul(w, b), 1e-4, 1e-4) <= 1);
+  // Batched transposed views.
+  Tensor ab = randn({3, 5, 4}).transpose(1, 2), bb = randn({3, 7, 5}).transpose(1, 2);
+  CHECK(max_rel_error(ops::matmul(ab, bb), naive_matmul(ab, bb), 1e-4, 1e-4) <= 1);
+}
+
+TEST_CASE("matmul: batched and broadcast batch dims", "[ops][linalg]") {
+  struct Case {
+    Shape a, b, out;
+  };
+  for (const Case& c :
+       {Case{{4, 3, 5}, {4, 5, 2}, {4, 3, 2}}, Case{{4, 3, 5}, {5, 2}, {4, 3, 2}},
+        Case{{3, 5}, {4, 5, 2}, {4, 3, 2}}, Case{{2, 1, 3, 5}, {3, 5, 6}, {2, 3, 3, 6}},
+        Case{{2, 4, 3, 5}, {1, 4, 5, 6}, {2, 4, 3, 6}}, Case{{1, 3, 5}, {6, 5, 2}, {6, 3, 2}},
+        Case{{40, 30, 50}, {50, 20}, {40, 30, 20}}}) {
+    INFO("a " << c.a << " b " << c.b);
+    Tensor a = randn(c.a), b = randn(c.b);
+    Tensor out = ops::matmul(a, b);
+    CHECK(out.shape() == c.out);
+    CHECK(max_rel_error(out, naive_matmul(a, b), 1e-4, 1e-4) <= 1);
+  }
+  // An expanded (stride 0) batch operand.
+  Tensor a = randn({1, 3, 5}).expand({4, 3, 5}), b = randn({4, 5, 2});
+  CHECK(max_rel_error(ops::matmul(a, b), naive_matmul(a, b), 1e-4, 1e-4) <= 1);
+}
+
+TEST_CASE("matmul: 1-D operands", "[ops][linalg]") {
+  Tensor v = randn({5}), w = randn({5}), M = randn({5, 3}), N = randn({3, 5}), B = randn({2, 5, 3});
+  Tensor dot = ops::matmul(v, w);
+  CHECK(dot.dim() == 0);
+  CHECK(dot.item() == Approx(naive_matmul(v.view({1, 5}), w.view({5, 1})).item()).epsilon(1e-5));
+  Tensor vm = ops::matmul(v, M);
+  CHECK(vm.shape() == Shape{3});
+  CHECK(max_rel_error(vm, naive_matmul(v.view({1, 5}), M).view({3}), 1e-4, 1e-4) <= 1);
+  Tensor nv = ops::matmul(N, v);
+  CHECK(nv.shape() == Shape{3});
+  CHECK(max_rel_error(nv, naive_matmul(N, v.view({5, 1})).view({3}), 1e-4, 1e-4) <= 1);
+  Tensor vb = ops::matmul(v, B);
+  CHECK(vb.shape() == Shape{2, 3});
+  CHECK(max_rel_error(vb, naive_matmul(v.view({1, 5}), B).view({2, 3}), 1e-4, 1e-4) <= 1);
+  Tensor bv = ops::matmul(B.transpose(1, 2), v);
+  CHECK(bv.shape() == Shape{2, 3});
+}
+
+TEST_CASE("matmul: f64 and empty sizes", "[ops][linalg]") {
+  Tensor a = randn({7, 9}, {.dtype = DType::f64}), b = randn({2, 9, 4}, {.dtype = DType::f64});
+  Tensor c = ops::matmul(a, b);
+  CHECK(c.dtype() == DType::f64);
+  CHECK(max_rel_error(c, naive_matmul(a, b), 1e-12, 1e-12) <= 1);
+  // k = 0 gives zeros; n = 0 gives an empty result.
+  Tensor z = ops::matmul(randn({3, 0}), randn({0, 4}));
+  CHECK(z.shape() == Shape{3, 4});
+  CHECK(z.to_vector<float>() == std::vector<float>(12, 0.0f));
+  CHECK(ops::matmul(randn({0, 3}), randn({3, 4})).shape() == Shape{0, 4});
+}
+
+TEST_CASE("matmul: errors name the op, shapes and dtypes", "[ops][linalg]") {
+  CHECK_THROWS_WITH(ops::matmul(randn({3, 4}), randn({5, 2})), Catch::Contains("matmul") &&
+                                                                   Catch::Contains("[3, 4]") &&
+                                                                   Catch::Contains("[5, 2]"));
+  CHECK_THROWS_WITH(ops::matmul(randn({3, 4}), randn({4, 2}, {.dtype = DType::f64})),
+                    Catch::Contains("f32") && Catch::Contains("f64"));
+  CHECK_THROWS_WITH(ops::matmul(scalar_tensor(1), randn({4})), Catch::Contains("at least 1 dim"));
+  CHECK_THROWS_WITH(ops::matmul(randn({2, 3, 4}), randn({3, 4, 5})), Catch::Contains("matmul"));
+  CHECK_THROWS_WITH(ops::matmul(randint(0, 3, {2, 2}), randint(0, 3, {2, 2})),
+                    Catch::Contains("f32 or f64"));
+}
+
+TEST_CASE("linear: PyTorch fixtures, forward and backward", "[ops][linalg][fixture]") {
+  const auto cases = testing::load_fixture(testing::fixture_path("linear.txt"));
+  REQUIRE(cases.size() >= 4);
+  for (const auto& c : cases) {
+    INFO("case " << c.name);
+    Tensor x = fixture_tensor(c.tensor("input")), w = fixture_tensor(c.tensor("weight"));
+    Tensor b = fixture_tensor(c.tensor("bias")), g = fixture_tensor(c.tensor("grad_out"));
+    CHECK(max_rel_error(ops::linear(x, w, b), fixture_tensor(c.tensor("output")), 1e-4, 1e-4) <= 1);
+    ops::LinearGrads r = ops::linear_backward(g, x, w, true, true, true);
+    CHECK(max_rel_error(r.grad_input, fixture_tensor(c.tensor("grad_input")), 1e-4, 1e-4) <= 1);
+    CHECK(max_rel_error(r.grad_weight, fixture_tensor(c.tensor("grad_weight")), 1e-4, 1e-4) <= 1);
+    CHECK(max_rel_error(r.grad_bias, fixture_tensor(c.tensor("grad_bias")), 1e-4, 1e-4) <= 1);
+    ops::LinearGrads only_w = ops::linear_backward(g, x, w, false, true, false);
+    CHECK_FALSE(only_w.grad_input.defined());
+    CHECK_FALSE(only_w.grad_bias.defined());
+    CHECK(only_w.grad_weight.defined());
+  }
+}
+
+TEST_CASE("linear: no bias, transposed input and weight, 1-D input", "[ops][linalg]") {
+  Tensor x = randn({10, 6}), w = randn({4, 6});
+  Tensor ref = naive_matmul(x, w.t());
+  CHECK(max_rel_error(ops::linear(x, w), ref, 1e-4, 1e-4) <= 1);
+  CHECK(max_rel_error(ops::linear(x.t().contiguous().t(), w.t().contiguous().t()), ref, 1e-4,
+                      1e-4) <= 1);
+  Tensor y1 = ops::linear(x.select(0, 2), w);
+  CHECK(y1.shape() == Shape{4});
+  CHECK(max_rel_error(y1, ref.select(0, 2), 1e-4, 1e-4) <= 1);
+  // 4-D input with a large row count (split GEMM, parallel bias fill).
+  Tensor big = randn({3, 4, 50, 64}), wb = randn({96, 64}), bb = randn({96});
+  Tensor yb = ops::linear(big, wb, bb);
+  CHECK(yb.shape() == Shape{3, 4, 50, 96});
+  Tensor refb = naive_matmul(big.reshape({-1, 64}), wb.t()).to(DType::f32);
+  std::vector<float> rv = refb.to_vector<float>(), bv = bb.to_vector<float>();
+  for (size_t i = 0; i < rv.size(); ++i) rv[i] += bv[i % 96];
+  CHECK(max_rel_error(yb.reshape({-1, 96}), from_vector(rv, {600, 96}), 1e-4, 1e-4) <= 1);
+}
+
+TEST_CASE("linear: errors", "[ops][linalg]") {
+  CHECK_THROWS_WITH(ops::linear(randn({2, 5}), randn({3, 4})), Catch::Contains("linear") &&
+                                                                   Catch::Contains("[3, 4]") &&
+                                                                   Catch::Contains("[2, 5]"));
+  CHECK_THROWS_WITH(ops::linear(randn({2, 4}), randn({3, 4}), randn({4})), Catch::Contains("bias"));
+  CHECK_THROWS_WITH(ops::linear(randn({2, 4}), randn({3, 4}, {.dtype = DType::f64})),
+                    Catch::Contains("f64"));
+  CHECK_THROWS_WITH(ops::linear(randn({2, 4}), randn({4})), Catch::Contains("weight"));
+}
+
+TEST_CASE("sum_leading_dims: matches a naive column sum", "[ops][linalg]") {
+  for (Shape s : {Shape{7}, Shape{5, 3}, Shape{3, 300, 17}, Shape{4000, 33}}) {
+    Tensor g = randn(s, {.dtype = DType::f64});
+    const int64_t n = s.back(), rows = g.numel() / n;
+    std::vector<double> v = g.to_vector<double>(), e(n, 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t j = 0; j < n; ++j) e[j] += v[r * n + j];
+    CHECK(max_rel_error(ops::sum_leading_dims(g), from_vector(e, {n}, {.dtype = DType::f64}), 1e-12,
+                        1e-12) <= 1);
+  }
+  // Non-contiguous input.
+  Tensor t = randn({6, 4}).t();
+  CHECK(max_rel_error(ops::sum_leading_dims(t), ops::sum_leading_dims(t.contiguous()), 0, 1e-6) <=
+        1);
+}

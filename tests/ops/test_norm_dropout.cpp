@@ -1,0 +1,239 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "ops/dropout.h"
+#include "ops/norm.h"
+#include "stoke/stoke.h"
+#include "support/fixture.h"
+
+using namespace stoke;
+
+namespace {
+
+Tensor from_fixture(const testing::FixtureTensor& t, DType dtype = DType::f32) {
+  return from_vector(t.as_f32(), Shape(t.shape), {.dtype = dtype});
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  double m = 0;
+  for (size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
+  return m;
+}
+
+// Naive training-mode batch norm in double over (N, C, S): output, batch mean and biased var.
+struct RefBn {
+  std::vector<double> out, mean, var;
+};
+RefBn reference_bn(const Tensor& x, const std::vector<double>& w, const std::vector<double>& b,
+                   double eps) {
+  const auto v = x.to_vector<double>();
+  const int64_t N = x.size(0), C = x.size(1), S = x.numel() / (N * C);
+  RefBn r{std::vector<double>(v.size()), std::vector<double>(C), std::vector<double>(C)};
+  for (int64_t c = 0; c < C; ++c) {
+    double s = 0, ss = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) s += v[(n * C + c) * S + i];
+    const double mean = s / double(N * S);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) ss += std::pow(v[(n * C + c) * S + i] - mean, 2);
+    const double var = ss / double(N * S);
+    r.mean[c] = mean;
+    r.var[c] = var;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t i = 0; i < S; ++i) {
+        const int64_t k = (n * C + c) * S + i;
+        r.out[k] = (v[k] - mean) / std::sqrt(var + eps) * w[c] + b[c];
+      }
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("batch_norm: PyTorch fixtures (output, running stats, gradients)", "[ops][batch_norm]") {
+  const auto cases = testing::load_fixture(testing::fixture_path("batch_norm.txt"));
+  REQUIRE(cases.size() == 4);
+  for (const auto& c : cases) {
+    INFO("case " << c.name);
+    for (DType dtype : {DType::f32, DType::f64}) {
+      const Tensor x = from_fixture(c.tensor("input"), dtype);
+      const Tensor w = from_fixture(c.tensor("weight"), dtype);
+      const Tensor b = from_fixture(c.tensor("bias"), dtype);
+      const Tensor rm = from_fixture(c.tensor("running_mean_in"), dtype);
+      const Tensor rv = from_fixture(c.tensor("running_var_in"), dtype);
+      const ops::BatchNormOptions o{.training = c.attr_int("training") != 0,
+                                    .momentum = c.attr_double("momentum"),
+                                    .eps = c.attr_double("eps")};
+      const auto f = ops::batch_norm_forward(x, rm, rv, w, b, o);
+      CHECK(max_abs_diff(f.output, from_fixture(c.tensor("output"))) < 2e-5);
+      CHECK(max_abs_diff(rm, from_fixture(c.tensor("running_mean_out"))) < 1e-5);
+      CHECK(max_abs_diff(rv, from_fixture(c.tensor("running_var_out"))) < 1e-5);
+      const auto g = ops::batch_norm_backward(from_fixture(c.tensor("grad_out"), dtype), x, w,
+                                              f.save_mean, f.save_invstd, o.training);
+      CHECK(max_abs_diff(g.grad_input, from_fixture(c.tensor("grad_input"))) < 2e-5);
+      CHECK(max_abs_diff(g.grad_weight, from_fixture(c.tensor("grad_weight"))) < 2e-5);
+      CHECK(max_abs_diff(g.grad_bias, from_fixture(c.tensor("grad_bias"))) < 2e-5);
+    }
+  }
+}
+
+TEST_CASE("batch_norm: any number of spatial dims, (N, C) included", "[ops][batch_norm]") {
+  for (const Shape& shape :
+       {Shape{7, 5}, Shape{4, 3, 9}, Shape{2, 4, 3, 5, 6}, Shape{3, 2, 40, 7}}) {
+    INFO("shape " << shape);
+    const int64_t C = shape[1];
+    const Tensor x = randn(shape, {.dtype = DType::f64});
+    const Tensor w = randn({C}, {.dtype = DType::f64}), b = randn({C}, {.dtype = DType::f64});
+    const RefBn ref = reference_bn(x, w.to_vector<double>(), b.to_vector<double>(), 1e-5);
+    const auto f = ops::batch_norm_forward(x, Tensor(), Tensor(), w, b, {});
+    CHECK(max_abs_diff(f.output, from_vector(ref.out, shape, {.dtype = DType::f64})) < 1e-10);
+    const auto mean = f.save_mean.to_vector<double>();
+    for (int64_t c = 0; c < C; ++c) CHECK(mean[c] == Approx(ref.mean[c]).margin(1e-12));
+    // f32 against the same double reference.
+    const auto f32 = ops::batch_norm(x.to(DType::f32), Tensor(), Tensor(), w.to(DType::f32),
+                                     b.to(DType::f32), {});
+    CHECK(max_abs_diff(f32, from_vector(ref.out, shape, {.dtype = DType::f64})) < 1e-5);
+  }
+}
+
+TEST_CASE("batch_norm: running statistics use the unbiased variance", "[ops][batch_norm]") {
+  const Tensor x = randn({6, 3, 4, 4}, {.dtype = DType::f64});
+  const Tensor rm = zeros({3}, {.dtype = DType::f64}), rv = ones({3}, {.dtype = DType::f64});
+  const RefBn ref = reference_bn(x, {1, 1, 1}, {0, 0, 0}, 1e-5);
+  ops::batch_norm(x, rm, rv, Tensor(), Tensor(), {.momentum = 0.25});
+  const double M = 6 * 16;
+  const auto m = rm.to_vector<double>(), v = rv.to_vector<double>();
+  for (int c = 0; c < 3; ++c) {
+    CHECK(m[c] == Approx(0.25 * ref.mean[c]).margin(1e-12));
+    CHECK(v[c] == Approx(0.75 + 0.25 * ref.var[c] * M / (M - 1)).margin(1e-12));
+  }
+  // Evaluation reads them and leaves them alone.
+  const Tensor y = ops::batch_norm(x, rm, rv, Tensor(), Tensor(), {.training = false});
+  CHECK(rm.to_vector<double>() == m);
+  const auto vx = x.to_vector<double>(), vy = y.to_vector<double>();
+  CHECK(vy[0] == Approx((vx[0] - m[0]) / std::sqrt(v[0] + 1e-5)).margin(1e-12));
+}
+
+TEST_CASE("batch_norm: accurate in f32 when the mean is large against the spread",
+          "[ops][batch_norm]") {
+  // 1000 + noise of scale 0.01: the naive E[x^2] - E[x]^2 in f32 loses all digits here.
+  Generator gen(7);
+  auto v = randn({32, 2, 16, 16}, {.dtype = DType::f64}, &gen).to_vector<double>();
+  for (double& e : v) e = 1000 + 0.01 * e;
+  const Tensor x = from_vector(v, {32, 2, 16, 16}, {.dtype = DType::f32});
+  const Tensor xd = x.to(DType::f64);
+  const RefBn ref = reference_bn(xd, {1, 1}, {0, 0}, 1e-5);
+  const auto f = ops::batch_norm_forward(x, Tensor(), Tensor(), Tensor(), Tensor(), {});
+  // Normalizing around an input element (exact differences) rather than the f32-rounded mean
+  // (off by up to 3e-5, times invstd ~100) keeps the output accurate.
+  CHECK(max_abs_diff(f.output, from_vector(ref.out, x.shape(), {.dtype = DType::f64})) < 1e-5);
+  const auto invstd = f.save_invstd.to_vector<double>();
+  CHECK(invstd[0] == Approx(1 / std::sqrt(ref.var[0] + 1e-5)).epsilon(1e-3));
+}
+
+TEST_CASE("batch_norm: errors", "[ops][batch_norm]") {
+  const Tensor x = randn({4, 3, 5});
+  CHECK_THROWS_WITH(ops::batch_norm(x, Tensor(), Tensor(), randn({4}), Tensor(), {}),
+                    Catch::Contains("batch_norm") && Catch::Contains("weight of shape [3]") &&
+                        Catch::Contains("[4]"));
+  CHECK_THROWS_WITH(
+      ops::batch_norm(x, Tensor(), Tensor(), randn({3}, {.dtype = DType::f64}), Tensor(), {}),
+      Catch::Contains("f32") && Catch::Contains("f64"));
+  CHECK_THROWS_WITH(ops::batch_norm(randn({1, 3}), Tensor(), Tensor(), Tensor(), Tensor(), {}),
+                    Catch::Contains("more than 1 value per channel"));
+  CHECK_THROWS_WITH(ops::batch_norm(randn({3}), Tensor(), Tensor(), Tensor(), Tensor(), {}),
+                    Catch::Contains("at least 2 dims"));
+  CHECK_THROWS_WITH(ops::batch_norm(x, zeros({3}), Tensor(), Tensor(), Tensor(), {}),
+                    Catch::Contains("both defined"));
+  // One sample is fine in evaluation.
+  CHECK_NOTHROW(ops::batch_norm(randn({1, 3}), zeros({3}), ones({3}), Tensor(), Tensor(),
+                                {.training = false}));
+}
+
+TEST_CASE("dropout: keeps about 1 - p, scales by 1 / (1 - p)", "[ops][dropout]") {
+  Generator gen(123);
+  const Tensor x = ones({200, 500});
+  for (double p : {0.1, 0.5, 0.8}) {
+    INFO("p " << p);
+    auto [y, mask] = ops::dropout_with_mask(x, p, &gen);
+    const auto v = y.to_vector<float>();
+    const auto m = mask.to_vector<uint8_t>();
+    int64_t kept = 0;
+    for (size_t i = 0; i < v.size(); ++i) {
+      REQUIRE((v[i] == 0 || v[i] == Approx(1 / (1 - p))));
+      REQUIRE((v[i] != 0) == (m[i] == 1));
+      kept += m[i];
+    }
+    const double frac = double(kept) / double(v.size());
+    // 100k Bernoulli draws: standard deviation of the fraction is at most 0.0016.
+    CHECK(frac == Approx(1 - p).margin(0.01));
+  }
+}
+
+TEST_CASE("dropout: identity, zeros and errors", "[ops][dropout]") {
+  const Tensor x = randn({3, 4});
+  CHECK(ops::dropout(x, 0.5, false).is_same(x));
+  CHECK(ops::dropout(x, 0.0, true).is_same(x));
+  CHECK(ops::dropout(x, 1.0, true).to_vector<float>() == std::vector<float>(12, 0.f));
+  CHECK_THROWS_WITH(ops::dropout(x, 1.5, true), Catch::Contains("dropout") &&
+                                                    Catch::Contains("[0, 1]") &&
+                                                    Catch::Contains("1.5"));
+  CHECK_THROWS_WITH(ops::dropout(x, -0.1, false), Catch::Contains("[0, 1]"));
+  CHECK_THROWS_WITH(ops::dropout(x.to(DType::i32), 0.5, true), Catch::Contains("f32 or f64"));
+  CHECK_THROWS_WITH(ops::dropout_backward(x, zeros({3, 4}, {.dtype = DType::u8}).view({4, 3}), 0.5),
+                    Catch::Contains("mask of shape [3, 4]"));
+}
+
+TEST_CASE("dropout: mask is Philox element i -> block offset + i / 4, output i % 4",
+          "[ops][dropout]") {
+  Generator gen(77);
+  gen.reserve(5);  // start from a non-zero offset
+  const GeneratorState st = gen.state();
+  const int64_t n = 1001;  // not a multiple of 4 or of the kernel's block group
+  auto [y, mask] = ops::dropout_with_mask(ones({n}, {.dtype = DType::f64}), 0.3, &gen);
+  CHECK(gen.state().offset == st.offset + (n + 3) / 4);
+  const auto m = mask.to_vector<uint8_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    const auto r = philox4x32(st.offset + static_cast<uint64_t>(i / 4), 0, st.seed);
+    const bool keep = uint32_to_unit_float(r[i % 4]) < 0.7;
+    REQUIRE(m[i] == (keep ? 1 : 0));
+  }
+}
+
+TEST_CASE("dropout: same mask for every thread count and for f32 and f64", "[ops][dropout]") {
+  const Tensor x = randn({64, 1000});
+  const int saved = num_threads();
+  Generator gen(5);
+  set_num_threads(1);
+  const auto a = ops::dropout_with_mask(x, 0.4, &gen);
+  gen.manual_seed(5);
+  set_num_threads(2);
+  const auto b = ops::dropout_with_mask(x, 0.4, &gen);
+  gen.manual_seed(5);
+  const auto c = ops::dropout_with_mask(x.to(DType::f64), 0.4, &gen);
+  set_num_threads(saved);
+  CHECK(a.mask.to_vector<uint8_t>() == b.mask.to_vector<uint8_t>());
+  CHECK(a.mask.to_vector<uint8_t>() == c.mask.to_vector<uint8_t>());
+  CHECK(max_abs_diff(a.output, b.output) == 0);
+  // The default generator is used when none is given, and advances.
+  manual_seed(9);
+  const auto d1 = ops::dropout(x, 0.4, true);
+  manual_seed(9);
+  const auto d2 = ops::dropout(x, 0.4, true);
+  CHECK(max_abs_diff(d1, d2) == 0);
+  CHECK(max_abs_diff(d1, ops::dropout(x, 0.4, true)) > 0);
+}
+
+TEST_CASE("dropout: backward multiplies by the saved mask", "[ops][dropout]") {
+  Generator gen(1);
+  const Tensor x = randn({5, 7}).transpose(0, 1);  // non-contiguous input
+  auto [y, mask] = ops::dropout_with_mask(x, 0.25, &gen);
+  const Tensor g = randn({7, 5});
+  const auto gi = ops::dropout_backward(g, mask, 0.25).to_vector<float>();
+  const auto gv = g.to_vector<float>();
+  const auto m = mask.to_vector<uint8_t>();
+  for (size_t i = 0; i < gi.size(); ++i) CHECK(gi[i] == Approx(m[i] ? gv[i] / 0.75f : 0.f));
+}

@@ -1,0 +1,179 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+
+#include "ops/loss.h"
+#include "ops/reduce.h"
+#include "ops/softmax.h"
+#include "stoke/stoke.h"
+#include "support/fixture.h"
+
+using namespace stoke;
+using stoke::testing::FixtureCase;
+using stoke::testing::FixtureTensor;
+
+namespace {
+
+Tensor to_tensor(const FixtureTensor& f) {
+  if (f.dtype == "i64") return from_vector(f.as_i64(), Shape(f.shape), {.dtype = DType::i64});
+  return from_vector(f.as_f32(), Shape(f.shape));
+}
+
+void check_matches(const Tensor& got, const FixtureTensor& want, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.shape() == Shape(want.shape));
+  const std::vector<double> g = got.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i << ": got " << g[i] << ", want " << want.values[i]);
+    CHECK(std::abs(g[i] - want.values[i]) <= 1e-5 + 1e-5 * std::abs(want.values[i]));
+  }
+}
+
+ops::Reduction reduction_of(const std::string& s) {
+  if (s == "none") return ops::Reduction::none;
+  if (s == "sum") return ops::Reduction::sum;
+  return ops::Reduction::mean;
+}
+
+}  // namespace
+
+TEST_CASE("softmax: matches PyTorch fixtures (forward and backward)", "[ops][softmax]") {
+  const auto cases = stoke::testing::load_fixture(stoke::testing::fixture_path("softmax.txt"));
+  REQUIRE(cases.size() >= 14);
+  for (const FixtureCase& c : cases) {
+    INFO("case " << c.name);
+    const Tensor x = to_tensor(c.tensor("input"));
+    const Tensor gout = to_tensor(c.tensor("grad_out"));
+    const int64_t dim = c.attr_int("dim");
+    const bool log = c.attr("op") == "log_softmax";
+    const Tensor y = log ? ops::log_softmax(x, dim) : ops::softmax(x, dim);
+    check_matches(y, c.tensor("output"), "output");
+    const Tensor gx =
+        log ? ops::log_softmax_backward(gout, y, dim) : ops::softmax_backward(gout, y, dim);
+    check_matches(gx, c.tensor("grad_input"), "grad_input");
+    // Same results from a non-contiguous copy of the input.
+    const Tensor xt = x.transpose(0, -1).contiguous().transpose(0, -1);
+    REQUIRE_FALSE(xt.is_contiguous());
+    const Tensor yt = log ? ops::log_softmax(xt, dim) : ops::softmax(xt, dim);
+    check_matches(yt, c.tensor("output"), "output (non-contiguous input)");
+  }
+}
+
+TEST_CASE("softmax: long rows and columns vs f64 reference", "[ops][softmax]") {
+  for (const Shape& shape : {Shape{3, 5000}, Shape{700, 3, 300}, Shape{2, 1000}}) {
+    for (int64_t dim : {0, 1, -1}) {
+      INFO("shape " << shape << " dim " << dim);
+      const Tensor x = randn(shape);
+      const Tensor y = ops::softmax(x, dim);
+      const Tensor yd = ops::softmax(x.to(DType::f64), dim);
+      const Tensor ly = ops::log_softmax(x, dim);
+      const Tensor lyd = ops::log_softmax(x.to(DType::f64), dim);
+      const auto a = y.to_vector<double>(), b = yd.to_vector<double>();
+      const auto la = ly.to_vector<double>(), lb = lyd.to_vector<double>();
+      double err = 0, lerr = 0;
+      for (size_t i = 0; i < a.size(); ++i) {
+        err = std::max(err, std::abs(a[i] - b[i]) / (1e-30 + b[i]));
+        lerr = std::max(lerr, std::abs(la[i] - lb[i]) / (1 + std::abs(lb[i])));
+      }
+      CHECK(err < 1e-5);
+      CHECK(lerr < 1e-5);
+      // Rows sum to one.
+      const auto s = ops::sum(y, {dim}).to_vector<double>();
+      double worst = 0;
+      for (double v : s) worst = std::max(worst, std::abs(v - 1));
+      CHECK(worst < 1e-5);
+    }
+  }
+  // Extreme logits: no overflow, exact zeros for far-away classes.
+  const Tensor x = from_vector<float>({1000, 0, -1000, 999}, {1, 4});
+  const auto y = ops::softmax(x, 1).to_vector<float>();
+  CHECK(y[2] == 0);
+  CHECK(std::abs(y[0] - 0.7310586f) < 1e-6);
+  const auto ly = ops::log_softmax(x, 1).to_vector<float>();
+  CHECK(std::abs(ly[2] + 2000.3133f) < 1e-2);
+}
+
+TEST_CASE("cross_entropy: matches PyTorch fixtures", "[ops][loss]") {
+  const auto cases =
+      stoke::testing::load_fixture(stoke::testing::fixture_path("cross_entropy.txt"));
+  REQUIRE(cases.size() >= 9);
+  for (const FixtureCase& c : cases) {
+    INFO("case " << c.name);
+    const Tensor logits = to_tensor(c.tensor("logits"));
+    const Tensor target = to_tensor(c.tensor("target"));
+    const ops::CrossEntropyOptions opt{.reduction = reduction_of(c.attr("reduction")),
+                                       .label_smoothing = c.attr_double("label_smoothing"),
+                                       .ignore_index = c.attr_int("ignore_index")};
+    const auto f = ops::cross_entropy_forward(logits, target, opt);
+    check_matches(f.loss, c.tensor("loss"), "loss");
+    const Tensor g = ops::cross_entropy_backward(scalar_tensor(1), logits, target, f.lse, opt);
+    check_matches(g, c.tensor("grad_logits"), "grad_logits");
+    CHECK(ops::cross_entropy(logits, target, opt).item() == f.loss.item());
+  }
+}
+
+TEST_CASE("cross_entropy: reduction none and consistency with log_softmax + nll", "[ops][loss]") {
+  const Tensor x = randn({6, 5});
+  const Tensor t = from_vector<int64_t>({0, 4, -100, 2, 3, 1}, {6}, {.dtype = DType::i64});
+  const Tensor rows = ops::cross_entropy(x, t, {.reduction = ops::Reduction::none});
+  CHECK(rows.shape() == Shape{6});
+  const Tensor nll_rows =
+      ops::nll_loss(ops::log_softmax(x, 1), t, {.reduction = ops::Reduction::none});
+  const auto a = rows.to_vector<float>(), b = nll_rows.to_vector<float>();
+  for (size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i] - b[i]) < 1e-5);
+  CHECK(a[2] == 0);
+  // mean divides by the 5 counted rows.
+  double s = 0;
+  for (float v : a) s += v;
+  CHECK(std::abs(ops::cross_entropy(x, t).item() - s / 5) < 1e-5);
+  CHECK(std::abs(ops::nll_loss(ops::log_softmax(x, 1), t).item() - s / 5) < 1e-5);
+  CHECK(std::abs(ops::cross_entropy(x, t, {.reduction = ops::Reduction::sum}).item() - s) < 1e-4);
+  // Every row ignored: mean is NaN (0 / 0), like PyTorch.
+  const Tensor all_ignored = full({6}, -100, {.dtype = DType::i64});
+  CHECK(std::isnan(ops::cross_entropy(x, all_ignored).item()));
+}
+
+TEST_CASE("nll_loss and mse_loss values", "[ops][loss]") {
+  const Tensor lp = from_vector<float>({-1, -2, -3, -0.5f, -0.25f, -4}, {2, 3});
+  const Tensor t = from_vector<int64_t>({2, 0}, {2}, {.dtype = DType::i64});
+  CHECK(ops::nll_loss(lp, t).item() == Approx(1.75));
+  CHECK(ops::nll_loss(lp, t, {.reduction = ops::Reduction::sum}).item() == Approx(3.5));
+  CHECK(ops::nll_loss(lp, t, {.ignore_index = 0}).item() == Approx(3.0));
+  // Non-contiguous log_probs.
+  CHECK(ops::nll_loss(lp.t().contiguous().t(), t).item() == Approx(1.75));
+  const Tensor gx = ops::nll_loss_backward(scalar_tensor(1), {2, 3}, t);
+  CHECK(gx.to_vector<float>() == std::vector<float>{0, 0, -0.5f, -0.5f, 0, 0});
+
+  const Tensor a = from_vector<float>({1, 2, 3, 4}, {2, 2});
+  const Tensor b = from_vector<float>({1, 0, 5, 4}, {2, 2});
+  CHECK(ops::mse_loss(a, b).item() == Approx(2.0));
+  CHECK(ops::mse_loss(a, b, ops::Reduction::sum).item() == Approx(8.0));
+  CHECK(ops::mse_loss(a, b, ops::Reduction::none).to_vector<float>() ==
+        std::vector<float>{0, 4, 4, 0});
+  CHECK(ops::mse_loss_backward(scalar_tensor(1), a, b).to_vector<float>() ==
+        std::vector<float>{0, 1, -1, 0});
+}
+
+TEST_CASE("losses: errors name the op, the row and the value", "[ops][loss]") {
+  const Tensor x = randn({4, 10});
+  const Tensor bad = from_vector<int64_t>({1, 2, 3, 12}, {4}, {.dtype = DType::i64});
+  CHECK_THROWS_WITH(ops::cross_entropy(x, bad),
+                    Catch::Contains("cross_entropy") &&
+                        Catch::Contains("target 12 out of range for 10 classes at row 3"));
+  const Tensor neg = from_vector<int64_t>({1, -1, 3, 2}, {4}, {.dtype = DType::i64});
+  CHECK_THROWS_WITH(ops::nll_loss(x, neg),
+                    Catch::Contains("target -1 out of range for 10 classes at row 1"));
+  CHECK_THROWS_WITH(ops::cross_entropy(x, neg.to(DType::i32)), Catch::Contains("i64"));
+  CHECK_THROWS_WITH(ops::cross_entropy(x, neg.narrow(0, 0, 3)),
+                    Catch::Contains("expected target of shape [4]") && Catch::Contains("[3]"));
+  CHECK_THROWS_WITH(ops::cross_entropy(randn({2, 3, 4}), neg), Catch::Contains("(N, C)"));
+  CHECK_THROWS_WITH(ops::mse_loss(randn({2, 3}), randn({3, 2})),
+                    Catch::Contains("mse_loss") && Catch::Contains("input [2, 3]") &&
+                        Catch::Contains("target [3, 2]"));
+  CHECK_THROWS_WITH(ops::mse_loss(randn({2, 3}), randn({2, 3}, {.dtype = DType::f64})),
+                    Catch::Contains("f32") && Catch::Contains("f64"));
+  CHECK_THROWS_WITH(ops::softmax(x, 2),
+                    Catch::Contains("softmax") && Catch::Contains("out of range"));
+  CHECK_THROWS_WITH(ops::softmax(arange(0, 3, 1, {.dtype = DType::i64}), 0),
+                    Catch::Contains("f32 or f64"));
+}
