@@ -1,0 +1,415 @@
+// stoke-bench-ops-cpu: times stoke's CPU ops, forward and forward+backward, against PyTorch on the
+// same machine in the same run.
+//
+//   stoke-bench-ops-cpu [--op NAME] [--reps 20] [--warmup 5] [--threads T] [--peer | --no-peer]
+//                       [--quick] [--torch-script PATH]
+//
+// For each op, stoke's cases are measured first, then bench/ops_cpu_torch.py runs the same cases
+// with the same thread count, so the two sides alternate op by op and share the machine's state.
+// Times are medians of --reps repetitions after --warmup untimed ones:
+//   fwd      forward only, under NoGradGuard (no graph is recorded);
+//   fwd+bwd  forward with the inputs requiring grad, then out.backward(grad_out) (loss.backward()
+//            for cross_entropy); gradients are cleared between repetitions, outside the timing.
+// sgemm is forward only (ops::matmul on 2-D f32) and also reports GFLOP/s.
+// The output is a table, then one JSON line with every row. --quick (CI smoke check) runs the
+// smallest case of each op once, without the peer: it checks that everything runs, not timings.
+#include <cctype>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autograd/conv.h"
+#include "autograd/linalg.h"
+#include "autograd/loss.h"
+#include "autograd/norm.h"
+#include "autograd/pool.h"
+#include "autograd/softmax.h"
+#include "bench/bench_util.h"
+#include "ops/linalg.h"
+#include "stoke/stoke.h"
+
+#ifndef STOKE_BENCH_SOURCE_DIR
+#define STOKE_BENCH_SOURCE_DIR "bench"
+#endif
+
+namespace {
+
+using namespace stoke;
+using bench::median_ms;
+
+const double kNaN = std::nan("");
+
+struct Args {
+  int reps = 20;
+  int warmup = 5;
+  int threads = 0;  // 0: stoke::num_threads() as configured (STOKE_NUM_THREADS or the cores)
+  int peer = -1;    // -1: on when /usr/bin/python3 can import torch
+  bool quick = false;
+  std::string op;  // empty: every op
+  std::string torch_script = std::string(STOKE_BENCH_SOURCE_DIR) + "/ops_cpu_torch.py";
+};
+
+// One side's measurement of one case.
+struct Measured {
+  double fwd_ms = kNaN;
+  double fwdbwd_ms = kNaN;
+  double gflops = kNaN;
+};
+
+struct Row {
+  std::string op, name;
+  Measured stoke, torch;
+};
+
+// Splits a case name such as "N64_C32_K64_H14_k3" into {N: 64, C: 32, K: 64, H: 14, k: 3}: each
+// '_'-separated part is a letter prefix and a number (the torch script parses names the same way).
+std::map<std::string, int64_t> parse_case(const std::string& name) {
+  std::map<std::string, int64_t> out;
+  size_t start = 0;
+  while (start <= name.size()) {
+    size_t end = name.find('_', start);
+    if (end == std::string::npos) end = name.size();
+    std::string part = name.substr(start, end - start);
+    size_t i = 0;
+    while (i < part.size() && !std::isdigit(static_cast<unsigned char>(part[i]))) ++i;
+    out[part.substr(0, i)] = i < part.size() ? std::atoll(part.c_str() + i) : 0;
+    start = end + 1;
+  }
+  return out;
+}
+
+// Times `forward` without recording, then forward + backward with recording. `leaves` are the
+// tensors requiring grad (their grads are cleared before each repetition, untimed); an undefined
+// grad_out means the output is a scalar loss.
+Measured time_autograd(const std::function<Tensor()>& forward, const std::vector<Tensor>& leaves,
+                       const Tensor& grad_out, const Args& a) {
+  Measured m;
+  {
+    NoGradGuard no_grad;
+    m.fwd_ms = median_ms([&] { Tensor y = forward(); }, a.reps, a.warmup);
+  }
+  auto clear = [&] {
+    for (Tensor t : leaves) t.set_grad(Tensor());  // a handle copy aliases the leaf
+  };
+  m.fwdbwd_ms = median_ms(
+      [&] {
+        Tensor y = forward();
+        y.backward(grad_out);
+      },
+      a.reps, a.warmup, clear);
+  return m;
+}
+
+TensorOptions leaf_options() {
+  return {.requires_grad = true};
+}
+
+// A random gradient shaped like forward()'s output.
+Tensor grad_like_output(const std::function<Tensor()>& forward) {
+  NoGradGuard no_grad;
+  return randn(forward().shape());
+}
+
+Measured bench_conv2d(const std::string& name, const Args& a) {
+  auto p = parse_case(name);
+  int64_t n = p["N"], c = p["C"], k = p["K"], h = p["H"], ks = p["k"];
+  Tensor x = randn({n, c, h, h}, leaf_options());
+  Tensor w = randn({k, c, ks, ks}, leaf_options());
+  Tensor b = randn({k}, leaf_options());
+  std::function<Tensor()> f = [&] {
+    return conv2d(x, w, b, {.stride = {1, 1}, .padding = {ks / 2, ks / 2}});
+  };
+  return time_autograd(f, {x, w, b}, grad_like_output(f), a);
+}
+
+Measured bench_linear(const std::string& name, const Args& a) {
+  // "N128_784_256": batch 128, 784 inputs, 256 outputs.
+  int64_t n = 0, fin = 0, fout = 0;
+  std::sscanf(name.c_str(), "N%" SCNd64 "_%" SCNd64 "_%" SCNd64, &n, &fin, &fout);
+  Tensor x = randn({n, fin}, leaf_options());
+  Tensor w = randn({fout, fin}, leaf_options());
+  Tensor b = randn({fout}, leaf_options());
+  std::function<Tensor()> f = [&] { return linear(x, w, b); };
+  return time_autograd(f, {x, w, b}, grad_like_output(f), a);
+}
+
+Measured bench_batch_norm(const std::string& name, const Args& a) {
+  auto p = parse_case(name);
+  int64_t n = p["N"], c = p["C"], h = p["H"];
+  Tensor x = randn({n, c, h, h}, leaf_options());
+  Tensor w = randn({c}, leaf_options());
+  Tensor b = randn({c}, leaf_options());
+  Tensor running_mean = zeros({c});
+  Tensor running_var = ones({c});
+  std::function<Tensor()> f = [&] {
+    return batch_norm(x, running_mean, running_var, w, b,
+                      {.training = true, .momentum = 0.1, .eps = 1e-5});
+  };
+  return time_autograd(f, {x, w, b}, grad_like_output(f), a);
+}
+
+Measured bench_max_pool2d(const std::string& name, const Args& a) {
+  // "N64_C32_H28_k2s2": kernel 2, stride 2.
+  auto p = parse_case(name);
+  int64_t n = p["N"], c = p["C"], h = p["H"];
+  int64_t ks = 0, stride = 0;
+  std::sscanf(name.substr(name.rfind("_k")).c_str(), "_k%" SCNd64 "s%" SCNd64, &ks, &stride);
+  Tensor x = randn({n, c, h, h}, leaf_options());
+  std::function<Tensor()> f = [&] {
+    return max_pool2d(x, {.kernel_size = {ks, ks}, .stride = {stride, stride}});
+  };
+  return time_autograd(f, {x}, grad_like_output(f), a);
+}
+
+Measured bench_cross_entropy(const std::string& name, const Args& a) {
+  auto p = parse_case(name);
+  int64_t n = p["N"], c = p["C"];
+  Tensor x = randn({n, c}, leaf_options());
+  Tensor target = randint(0, c, {n});
+  std::function<Tensor()> f = [&] { return cross_entropy(x, target, {}); };
+  return time_autograd(f, {x}, Tensor(), a);  // the mean loss is a scalar
+}
+
+Measured bench_softmax(const std::string& name, const Args& a) {
+  auto p = parse_case(name);
+  int64_t n = p["N"], c = p["C"];
+  Tensor x = randn({n, c}, leaf_options());
+  std::function<Tensor()> f = [&] { return softmax(x, -1); };
+  return time_autograd(f, {x}, grad_like_output(f), a);
+}
+
+Measured bench_sgemm(const std::string& name, const Args& a) {
+  int64_t n = parse_case(name)["n"];
+  Tensor x = randn({n, n});
+  Tensor y = randn({n, n});
+  Measured m;
+  m.fwd_ms = median_ms([&] { Tensor z = ops::matmul(x, y); }, a.reps, a.warmup);
+  m.gflops = 2.0 * static_cast<double>(n) * n * n / (m.fwd_ms * 1e-3) / 1e9;
+  return m;
+}
+
+struct OpSpec {
+  std::string name;
+  std::vector<std::string> cases;  // names exactly as in bench/ops_cpu_torch.py, smallest first
+  Measured (*run)(const std::string& name, const Args& a);
+};
+
+const std::vector<OpSpec>& op_specs() {
+  static const std::vector<OpSpec> specs = {
+      {"conv2d", {"N64_C1_K32_H28_k3", "N64_C32_K64_H14_k3", "N64_C64_K64_H8_k3"}, bench_conv2d},
+      {"linear", {"N128_784_256"}, bench_linear},
+      {"batch_norm", {"N64_C32_H28"}, bench_batch_norm},
+      {"max_pool2d", {"N64_C32_H28_k2s2"}, bench_max_pool2d},
+      {"cross_entropy", {"N128_C10", "N1024_C1000"}, bench_cross_entropy},
+      {"softmax", {"N1024_C1000"}, bench_softmax},
+      {"sgemm", {"n256", "n512", "n1024", "n2048"}, bench_sgemm},
+  };
+  return specs;
+}
+
+// Runs the torch peer for one op; returns its measurements by case name (empty on failure, with
+// the reason on stderr).
+std::map<std::string, Measured> run_peer(const std::string& op, const Args& a) {
+  std::string cmd = "/usr/bin/python3 '" + a.torch_script + "' --op " + op + " --threads " +
+                    std::to_string(num_threads()) + " --reps " + std::to_string(a.reps) +
+                    " --warmup " + std::to_string(a.warmup);
+  std::map<std::string, Measured> out;
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) {
+    std::cerr << "stoke-bench-ops-cpu: could not start the torch peer: " << cmd << "\n";
+    return out;
+  }
+  std::string line;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, pipe)) {
+    line += buf;
+    if (line.empty() || line.back() != '\n') continue;  // a line longer than buf: keep reading
+    std::string name = bench::json_text(line, "case");
+    if (!name.empty()) {
+      Measured m;
+      m.fwd_ms = bench::json_number(line, "fwd_ms");
+      m.fwdbwd_ms = bench::json_number(line, "fwdbwd_ms");
+      m.gflops = bench::json_number(line, "gflops");
+      out[name] = m;
+    }
+    line.clear();
+  }
+  int status = pclose(pipe);
+  if (status != 0) {
+    std::cerr << "stoke-bench-ops-cpu: the torch peer failed (status " << status << "): " << cmd
+              << "\n";
+  }
+  return out;
+}
+
+bool torch_available(const Args& a) {
+  if (!std::filesystem::exists(a.torch_script)) return false;
+  return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0;
+}
+
+void usage(std::ostream& os) {
+  os << "usage: stoke-bench-ops-cpu [--op NAME] [--reps N] [--warmup N] [--threads N]\n"
+        "                           [--peer | --no-peer] [--quick] [--torch-script PATH]\n"
+        "  --op NAME     one of:";
+  for (const auto& s : op_specs()) os << " " << s.name;
+  os << "\n"
+        "  --reps N      timed repetitions per measurement (median reported; default 20)\n"
+        "  --warmup N    untimed repetitions first (default 5)\n"
+        "  --threads N   stoke's thread pool size, also passed to torch (default: num_threads())\n"
+        "  --peer        also run PyTorch (bench/ops_cpu_torch.py); default when it imports\n"
+        "  --no-peer     stoke only\n"
+        "  --quick       smoke check: smallest case per op, 1 rep, no warm-up, no peer\n";
+}
+
+// Parses argv into `a`; returns an exit code (>= 0) when the program should stop.
+int parse_args(int argc, char** argv, Args& a) {
+  for (int i = 1; i < argc; ++i) {
+    std::string s = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "stoke-bench-ops-cpu: " << flag << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto int_value = [&](const char* flag, int min) {
+      std::string v = value(flag);
+      char* end = nullptr;
+      long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < min) {
+        std::cerr << "stoke-bench-ops-cpu: " << flag << " expects an integer >= " << min
+                  << ", got '" << v << "'\n";
+        std::exit(2);
+      }
+      return static_cast<int>(n);
+    };
+    if (s == "--reps") {
+      a.reps = int_value("--reps", 1);
+    } else if (s == "--warmup") {
+      a.warmup = int_value("--warmup", 0);
+    } else if (s == "--threads") {
+      a.threads = int_value("--threads", 1);
+    } else if (s == "--op") {
+      a.op = value("--op");
+    } else if (s == "--peer") {
+      a.peer = 1;
+    } else if (s == "--no-peer") {
+      a.peer = 0;
+    } else if (s == "--quick") {
+      a.quick = true;
+    } else if (s == "--torch-script") {
+      a.torch_script = value("--torch-script");
+    } else if (s == "-h" || s == "--help") {
+      usage(std::cout);
+      return 0;
+    } else {
+      std::cerr << "stoke-bench-ops-cpu: unknown argument '" << s << "'\n";
+      usage(std::cerr);
+      return 2;
+    }
+  }
+  if (!a.op.empty()) {
+    bool known = false;
+    for (const auto& spec : op_specs()) known = known || spec.name == a.op;
+    if (!known) {
+      std::cerr << "stoke-bench-ops-cpu: unknown op '" << a.op << "'\n";
+      usage(std::cerr);
+      return 2;
+    }
+  }
+  if (a.quick) {
+    a.reps = 1;
+    a.warmup = 0;
+    a.peer = 0;
+  }
+  return -1;
+}
+
+double ratio(double torch_ms, double stoke_ms) {
+  return torch_ms / stoke_ms;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (int rc = parse_args(argc, argv, a); rc >= 0) return rc;
+  try {
+    if (a.threads > 0) set_num_threads(a.threads);
+    if (a.peer < 0) a.peer = torch_available(a) ? 1 : 0;
+    if (a.peer == 1 && !std::filesystem::exists(a.torch_script)) {
+      std::cerr << "stoke-bench-ops-cpu: --peer: no torch script at " << a.torch_script << "\n";
+      return 2;
+    }
+    std::cout << "stoke-bench-ops-cpu: threads " << num_threads() << ", reps " << a.reps
+              << ", warmup " << a.warmup << ", peer " << (a.peer ? "torch" : "none")
+              << (a.quick ? " (quick smoke run: times are not meaningful)" : "") << std::endl;
+
+    std::vector<Row> rows;
+    for (const auto& spec : op_specs()) {
+      if (!a.op.empty() && spec.name != a.op) continue;
+      std::vector<std::string> cases = spec.cases;
+      if (a.quick) cases.resize(1);
+      size_t first = rows.size();
+      for (const auto& name : cases) {
+        std::cerr << "  " << spec.name << " " << name << " ..." << std::endl;
+        rows.push_back({spec.name, name, spec.run(name, a), {}});
+      }
+      if (a.peer) {
+        auto theirs = run_peer(spec.name, a);
+        for (size_t i = first; i < rows.size(); ++i) {
+          auto it = theirs.find(rows[i].name);
+          if (it != theirs.end()) rows[i].torch = it->second;
+        }
+      }
+    }
+
+    bench::Table table({"op", "case", "stoke fwd", "stoke fwd+bwd", "torch fwd", "torch fwd+bwd",
+                        "ratio fwd", "ratio fwd+bwd", "stoke GFLOP/s", "torch GFLOP/s"});
+    std::vector<std::string> json_rows;
+    for (const Row& r : rows) {
+      double rf = ratio(r.torch.fwd_ms, r.stoke.fwd_ms);
+      double rb = ratio(r.torch.fwdbwd_ms, r.stoke.fwdbwd_ms);
+      table.add({r.op, r.name, bench::fmt(r.stoke.fwd_ms), bench::fmt(r.stoke.fwdbwd_ms),
+                 bench::fmt(r.torch.fwd_ms), bench::fmt(r.torch.fwdbwd_ms), bench::fmt(rf, 2),
+                 bench::fmt(rb, 2), bench::fmt(r.stoke.gflops, 1), bench::fmt(r.torch.gflops, 1)});
+      json_rows.push_back(bench::JsonObject()
+                              .add("op", r.op)
+                              .add("case", r.name)
+                              .add("stoke_fwd_ms", r.stoke.fwd_ms)
+                              .add("stoke_fwdbwd_ms", r.stoke.fwdbwd_ms)
+                              .add("torch_fwd_ms", r.torch.fwd_ms)
+                              .add("torch_fwdbwd_ms", r.torch.fwdbwd_ms)
+                              .add("ratio_fwd", rf)
+                              .add("ratio_fwdbwd", rb)
+                              .add("stoke_gflops", r.stoke.gflops)
+                              .add("torch_gflops", r.torch.gflops)
+                              .str());
+    }
+    std::cout << "\n";
+    table.print(std::cout);
+    std::cout << "(times: median ms; ratio = torch / stoke, above 1: stoke is faster)\n";
+    std::cout << bench::JsonObject()
+                     .add("bench", "ops_cpu")
+                     .add("threads", num_threads())
+                     .add("reps", a.reps)
+                     .add("warmup", a.warmup)
+                     .add("peer", a.peer ? "torch" : "none")
+                     .add("quick", a.quick)
+                     .raw("rows", bench::json_array(json_rows))
+                     .str()
+              << std::endl;
+  } catch (const std::exception& e) {
+    std::cerr << "stoke-bench-ops-cpu: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

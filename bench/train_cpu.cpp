@@ -1,0 +1,123 @@
+// bench/train_cpu: training throughput (images/s) of stoke vs PyTorch on the same models, batch
+// and threads, both measured in this run: stoke first, then the PyTorch twin
+// (bench/train_cpu_torch.py), model by model. A benchmark, not a test.
+//
+//   stoke-bench-train-cpu [--steps 50] [--batch 128] [--models lenet5,resnet8] [--no-peer]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "autograd/loss.h"
+#include "nn/models/models.h"
+#include "nn/optim/optimizer.h"
+#include "stoke/stoke.h"
+
+using namespace stoke;
+
+namespace {
+
+struct Args {
+  int64_t steps = 50, warmup = 5, batch = 128;
+  std::vector<std::string> models = {"lenet5", "resnet8"};
+  bool peer = true;
+};
+
+double stoke_images_per_s(const std::string& name, const Args& a) {
+  Generator g(0);
+  auto model = nn::models::make_model(name, {.generator = &g});
+  nn::optim::SGD opt(model->parameters(), {.lr = 0.01, .momentum = 0.9});
+  const Tensor x = randn({a.batch, 1, 28, 28}, {}, &g);
+  const Tensor y = randint(0, 10, {a.batch}, {.dtype = DType::i64}, &g);
+  auto step = [&] {
+    Tensor loss = cross_entropy((*model)(x), y);
+    loss.backward();
+    opt.step();
+    opt.zero_grad();
+    return loss.item();
+  };
+  for (int64_t i = 0; i < a.warmup; ++i) step();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < a.steps; ++i) step();
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<double>(a.batch * a.steps) / dt;
+}
+
+double torch_images_per_s(const std::string& name, const Args& a) {
+  std::ostringstream cmd;
+  cmd << "/usr/bin/python3 " << STOKE_SOURCE_DIR << "/bench/train_cpu_torch.py --model " << name
+      << " --batch " << a.batch << " --steps " << a.steps << " --warmup " << a.warmup
+      << " --threads " << num_threads() << " 2>/dev/null";
+  FILE* p = popen(cmd.str().c_str(), "r");
+  if (!p) return 0;
+  char line[1024] = {0};
+  std::string out;
+  while (std::fgets(line, sizeof line, p)) out += line;
+  pclose(p);
+  const auto k = out.find("\"images_per_s\": ");
+  return k == std::string::npos ? 0 : std::atof(out.c_str() + k + 16);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto next = [&] {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", arg.c_str());
+        std::exit(2);
+      }
+      return std::string(argv[++i]);
+    };
+    if (arg == "--steps")
+      a.steps = std::stoll(next());
+    else if (arg == "--warmup")
+      a.warmup = std::stoll(next());
+    else if (arg == "--batch")
+      a.batch = std::stoll(next());
+    else if (arg == "--no-peer")
+      a.peer = false;
+    else if (arg == "--quick") {
+      a.steps = 2;
+      a.warmup = 1;
+      a.batch = 16;
+      a.peer = false;
+    } else if (arg == "--models") {
+      a.models.clear();
+      std::stringstream ss(next());
+      for (std::string m; std::getline(ss, m, ',');) a.models.push_back(m);
+    } else {
+      std::fprintf(stderr, "unknown flag %s\n", arg.c_str());
+      return 2;
+    }
+  }
+  if (a.peer && std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr, "PyTorch not importable: measuring stoke only\n");
+    a.peer = false;
+  }
+  std::printf("train_cpu: batch %lld, %lld steps after %lld warm-up, %d threads\n",
+              static_cast<long long>(a.batch), static_cast<long long>(a.steps),
+              static_cast<long long>(a.warmup), num_threads());
+  std::printf("%-10s %14s %14s %8s\n", "model", "stoke img/s", "torch img/s", "ratio");
+  std::ostringstream json;
+  json << "{\"bench\":\"train_cpu\",\"threads\":" << num_threads() << ",\"batch\":" << a.batch
+       << ",\"steps\":" << a.steps << ",\"rows\":[";
+  for (size_t i = 0; i < a.models.size(); ++i) {
+    const double s = stoke_images_per_s(a.models[i], a);
+    const double t = a.peer ? torch_images_per_s(a.models[i], a) : 0;
+    char ratio[32] = "-";
+    if (t > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", s / t);
+    std::printf("%-10s %14.0f %14.0f %8s\n", a.models[i].c_str(), s, t, ratio);
+    std::fflush(stdout);
+    json << (i ? "," : "") << "{\"model\":\"" << a.models[i] << "\",\"stoke_images_per_s\":" << s
+         << ",\"torch_images_per_s\":" << t << "}";
+  }
+  json << "]}";
+  std::printf("(ratio = stoke / torch, above 1: stoke is faster)\n%s\n", json.str().c_str());
+  return 0;
+}

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs what stoke needs to build, test and benchmark on Debian 12, as root.
+# Idempotent and quiet: when every package is already installed, apt is not touched at all.
+#
+#   bash scripts/install-deps.sh             # everything, including python3-torch
+#   bash scripts/install-deps.sh --no-torch  # skip python3-torch (only the benchmark peer and the
+#                                            # fixture generator tests/fixtures/make_fixtures.py use it)
+set -euo pipefail
+
+with_torch=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-torch) with_torch=0 ;;
+    -h | --help)
+      sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+      exit 0
+      ;;
+    *)
+      echo "install-deps.sh: unknown argument '$arg' (expected --no-torch)" >&2
+      exit 2
+      ;;
+  esac
+done
+
+packages=(build-essential cmake catch2 libopenblas-dev zlib1g-dev nlohmann-json3-dev libstb-dev
+  dataset-fashion-mnist)
+if [[ $with_torch == 1 ]]; then
+  packages+=(python3-torch)
+fi
+
+# Only the packages not yet installed ("install ok installed" is dpkg's status for a complete one).
+missing=()
+for p in "${packages[@]}"; do
+  if [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)" != "install ok installed" ]]; then
+    missing+=("$p")
+  fi
+done
+
+if [[ ${#missing[@]} == 0 ]]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+if [[ $(id -u) != 0 ]]; then
+  echo "install-deps: must run as root to install: ${missing[*]}" >&2
+  exit 1
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "install-deps: done"
