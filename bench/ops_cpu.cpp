@@ -97,7 +97,7 @@ Measured time_autograd(const std::function<Tensor()>& forward, const std::vector
     m.fwd_ms = median_ms([&] { Tensor y = forward(); }, a.reps, a.warmup);
   }
   auto clear = [&] {
-    for (Tensor t : leaves) t.set_grad(Tensor());  // a handle copy aliases the leaf
+    for (const Tensor& t : leaves) t.set_grad(Tensor());
   };
   m.fwdbwd_ms = median_ms(
       [&] {

@@ -34,11 +34,13 @@ constexpr float kMean = 0.2860f, kStd = 0.3530f;
 
 // The recipe that --recipe fast stands for (see README: the CPU speedrun).
 void apply_fast_recipe(Flags& f) {
-  f.model = "resnet8";
-  f.epochs = 4;
-  f.batch = 256;
+  // LeNet-5 is the model that fits: on 2 cores ResNet-8 trains at ~900 img/s, under one epoch a
+  // minute, while LeNet-5 does ~9,000 img/s.
+  f.model = "lenet5";
+  f.epochs = 8;
+  f.batch = 128;
   f.optimizer = "sgd";
-  f.lr = 0.2;
+  f.lr = 0.1;
   f.momentum = 0.9;
   f.nesterov = true;
   f.weight_decay = 5e-4;
