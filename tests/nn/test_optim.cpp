@@ -6,8 +6,10 @@
 #include "nn/optim/scheduler.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
+#include "support/fixture_tensor.h"
 
 using namespace stoke;
+using stoke::testing::to_tensor;
 using namespace stoke::nn;
 using stoke::testing::FixtureCase;
 
@@ -17,11 +19,6 @@ std::string step_name(char prefix, int step) {
   std::string n(1, prefix);
   n += std::to_string(step);
   return n;
-}
-
-Tensor to_tensor(const stoke::testing::FixtureTensor& t) {
-  std::vector<float> v(t.values.begin(), t.values.end());
-  return from_vector(v, Shape(t.shape));
 }
 
 std::unique_ptr<optim::Optimizer> make(const FixtureCase& c, std::vector<Tensor> params) {

@@ -5,6 +5,7 @@
 #include "ops/conv.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
+#include "support/fixture_tensor.h"
 
 using namespace stoke;
 
@@ -50,10 +51,6 @@ double max_rel_error(const Tensor& x, const Tensor& ref, double atol, double rto
   return worst;
 }
 
-Tensor fixture_tensor(const testing::FixtureTensor& t) {
-  return from_vector(t.as_f32(), Shape(t.shape));
-}
-
 ops::Conv2dOptions fixture_options(const testing::FixtureCase& c) {
   const auto s = c.attr_ints("stride"), p = c.attr_ints("padding"), d = c.attr_ints("dilation");
   return {.stride = {s[0], s[1]},
@@ -70,16 +67,17 @@ TEST_CASE("conv2d: PyTorch fixtures, forward and all three gradients", "[ops][co
   for (const auto& c : cases) {
     INFO("case " << c.name);
     const ops::Conv2dOptions o = fixture_options(c);
-    Tensor x = fixture_tensor(c.tensor("input")), w = fixture_tensor(c.tensor("weight"));
-    Tensor b = c.attr_int("bias") ? fixture_tensor(c.tensor("bias")) : Tensor();
-    Tensor g = fixture_tensor(c.tensor("grad_out"));
-    CHECK(max_rel_error(ops::conv2d(x, w, b, o), fixture_tensor(c.tensor("output")), 1e-4, 1e-4) <=
-          1);
+    Tensor x = testing::to_tensor(c.tensor("input")), w = testing::to_tensor(c.tensor("weight"));
+    Tensor b = c.attr_int("bias") ? testing::to_tensor(c.tensor("bias")) : Tensor();
+    Tensor g = testing::to_tensor(c.tensor("grad_out"));
+    CHECK(max_rel_error(ops::conv2d(x, w, b, o), testing::to_tensor(c.tensor("output")), 1e-4,
+                        1e-4) <= 1);
     ops::Conv2dGrads r = ops::conv2d_backward(g, x, w, o, true, true, b.defined());
-    CHECK(max_rel_error(r.grad_input, fixture_tensor(c.tensor("grad_input")), 1e-4, 1e-4) <= 1);
-    CHECK(max_rel_error(r.grad_weight, fixture_tensor(c.tensor("grad_weight")), 1e-4, 1e-4) <= 1);
+    CHECK(max_rel_error(r.grad_input, testing::to_tensor(c.tensor("grad_input")), 1e-4, 1e-4) <= 1);
+    CHECK(max_rel_error(r.grad_weight, testing::to_tensor(c.tensor("grad_weight")), 1e-4, 1e-4) <=
+          1);
     if (b.defined()) {
-      CHECK(max_rel_error(r.grad_bias, fixture_tensor(c.tensor("grad_bias")), 1e-4, 1e-4) <= 1);
+      CHECK(max_rel_error(r.grad_bias, testing::to_tensor(c.tensor("grad_bias")), 1e-4, 1e-4) <= 1);
       CHECK(max_rel_error(ops::conv2d_backward_bias(g), r.grad_bias, 0, 1e-6) <= 1);
     } else {
       CHECK_FALSE(r.grad_bias.defined());

@@ -6,6 +6,7 @@
 #include "ops/linalg.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
+#include "support/fixture_tensor.h"
 
 using namespace stoke;
 
@@ -43,10 +44,6 @@ double max_rel_error(const Tensor& x, const Tensor& ref, double atol, double rto
   for (size_t i = 0; i < xv.size(); ++i)
     worst = std::max(worst, std::abs(xv[i] - rv[i]) / (atol + rtol * std::abs(rv[i])));
   return worst;
-}
-
-Tensor fixture_tensor(const testing::FixtureTensor& t) {
-  return from_vector(t.as_f32(), Shape(t.shape));
 }
 
 }  // namespace
@@ -205,13 +202,15 @@ TEST_CASE("linear: PyTorch fixtures, forward and backward", "[ops][linalg][fixtu
   REQUIRE(cases.size() >= 4);
   for (const auto& c : cases) {
     INFO("case " << c.name);
-    Tensor x = fixture_tensor(c.tensor("input")), w = fixture_tensor(c.tensor("weight"));
-    Tensor b = fixture_tensor(c.tensor("bias")), g = fixture_tensor(c.tensor("grad_out"));
-    CHECK(max_rel_error(ops::linear(x, w, b), fixture_tensor(c.tensor("output")), 1e-4, 1e-4) <= 1);
+    Tensor x = testing::to_tensor(c.tensor("input")), w = testing::to_tensor(c.tensor("weight"));
+    Tensor b = testing::to_tensor(c.tensor("bias")), g = testing::to_tensor(c.tensor("grad_out"));
+    CHECK(max_rel_error(ops::linear(x, w, b), testing::to_tensor(c.tensor("output")), 1e-4, 1e-4) <=
+          1);
     ops::LinearGrads r = ops::linear_backward(g, x, w, true, true, true);
-    CHECK(max_rel_error(r.grad_input, fixture_tensor(c.tensor("grad_input")), 1e-4, 1e-4) <= 1);
-    CHECK(max_rel_error(r.grad_weight, fixture_tensor(c.tensor("grad_weight")), 1e-4, 1e-4) <= 1);
-    CHECK(max_rel_error(r.grad_bias, fixture_tensor(c.tensor("grad_bias")), 1e-4, 1e-4) <= 1);
+    CHECK(max_rel_error(r.grad_input, testing::to_tensor(c.tensor("grad_input")), 1e-4, 1e-4) <= 1);
+    CHECK(max_rel_error(r.grad_weight, testing::to_tensor(c.tensor("grad_weight")), 1e-4, 1e-4) <=
+          1);
+    CHECK(max_rel_error(r.grad_bias, testing::to_tensor(c.tensor("grad_bias")), 1e-4, 1e-4) <= 1);
     ops::LinearGrads only_w = ops::linear_backward(g, x, w, false, true, false);
     CHECK_FALSE(only_w.grad_input.defined());
     CHECK_FALSE(only_w.grad_bias.defined());

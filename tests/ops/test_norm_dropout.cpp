@@ -6,22 +6,12 @@
 #include "ops/norm.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
+#include "support/fixture_tensor.h"
 
 using namespace stoke;
+using stoke::testing::max_abs_diff;
 
 namespace {
-
-Tensor from_fixture(const testing::FixtureTensor& t, DType dtype = DType::f32) {
-  return from_vector(t.as_f32(), Shape(t.shape), {.dtype = dtype});
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  double m = 0;
-  for (size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
-  return m;
-}
 
 // Naive training-mode batch norm in double over (N, C, S): output, batch mean and biased var.
 struct RefBn {
@@ -59,23 +49,23 @@ TEST_CASE("batch_norm: PyTorch fixtures (output, running stats, gradients)", "[o
   for (const auto& c : cases) {
     INFO("case " << c.name);
     for (DType dtype : {DType::f32, DType::f64}) {
-      const Tensor x = from_fixture(c.tensor("input"), dtype);
-      const Tensor w = from_fixture(c.tensor("weight"), dtype);
-      const Tensor b = from_fixture(c.tensor("bias"), dtype);
-      const Tensor rm = from_fixture(c.tensor("running_mean_in"), dtype);
-      const Tensor rv = from_fixture(c.tensor("running_var_in"), dtype);
+      const Tensor x = testing::to_tensor(c.tensor("input"), dtype);
+      const Tensor w = testing::to_tensor(c.tensor("weight"), dtype);
+      const Tensor b = testing::to_tensor(c.tensor("bias"), dtype);
+      const Tensor rm = testing::to_tensor(c.tensor("running_mean_in"), dtype);
+      const Tensor rv = testing::to_tensor(c.tensor("running_var_in"), dtype);
       const ops::BatchNormOptions o{.training = c.attr_int("training") != 0,
                                     .momentum = c.attr_double("momentum"),
                                     .eps = c.attr_double("eps")};
       const auto f = ops::batch_norm_forward(x, rm, rv, w, b, o);
-      CHECK(max_abs_diff(f.output, from_fixture(c.tensor("output"))) < 2e-5);
-      CHECK(max_abs_diff(rm, from_fixture(c.tensor("running_mean_out"))) < 1e-5);
-      CHECK(max_abs_diff(rv, from_fixture(c.tensor("running_var_out"))) < 1e-5);
-      const auto g = ops::batch_norm_backward(from_fixture(c.tensor("grad_out"), dtype), x, w,
+      CHECK(max_abs_diff(f.output, testing::to_tensor(c.tensor("output"))) < 2e-5);
+      CHECK(max_abs_diff(rm, testing::to_tensor(c.tensor("running_mean_out"))) < 1e-5);
+      CHECK(max_abs_diff(rv, testing::to_tensor(c.tensor("running_var_out"))) < 1e-5);
+      const auto g = ops::batch_norm_backward(testing::to_tensor(c.tensor("grad_out"), dtype), x, w,
                                               f.save_mean, f.save_invstd, o.training);
-      CHECK(max_abs_diff(g.grad_input, from_fixture(c.tensor("grad_input"))) < 2e-5);
-      CHECK(max_abs_diff(g.grad_weight, from_fixture(c.tensor("grad_weight"))) < 2e-5);
-      CHECK(max_abs_diff(g.grad_bias, from_fixture(c.tensor("grad_bias"))) < 2e-5);
+      CHECK(max_abs_diff(g.grad_input, testing::to_tensor(c.tensor("grad_input"))) < 2e-5);
+      CHECK(max_abs_diff(g.grad_weight, testing::to_tensor(c.tensor("grad_weight"))) < 2e-5);
+      CHECK(max_abs_diff(g.grad_bias, testing::to_tensor(c.tensor("grad_bias"))) < 2e-5);
     }
   }
 }

@@ -6,22 +6,12 @@
 #include "ops/pool.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
+#include "support/fixture_tensor.h"
 
 using namespace stoke;
+using stoke::testing::max_abs_diff;
 
 namespace {
-
-Tensor from_fixture(const testing::FixtureTensor& t, DType dtype = DType::f32) {
-  return from_vector(t.as_f32(), Shape(t.shape), {.dtype = dtype});
-}
-
-double max_abs_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  double m = 0;
-  for (size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
-  return m;
-}
 
 std::array<int64_t, 2> pair(const testing::FixtureCase& c, const std::string& key) {
   const auto v = c.attr_ints(key);
@@ -73,8 +63,8 @@ TEST_CASE("pool: PyTorch fixtures, forward and backward", "[ops][pool]") {
   for (const auto& c : cases) {
     INFO("case " << c.name);
     for (DType dtype : {DType::f32, DType::f64}) {
-      const Tensor x = from_fixture(c.tensor("input"), dtype);
-      const Tensor go = from_fixture(c.tensor("grad_out"), dtype);
+      const Tensor x = testing::to_tensor(c.tensor("input"), dtype);
+      const Tensor go = testing::to_tensor(c.tensor("grad_out"), dtype);
       const std::string op = c.attr("op");
       Tensor y, gi;
       if (op == "adaptive_avg_pool2d") {
@@ -96,8 +86,8 @@ TEST_CASE("pool: PyTorch fixtures, forward and backward", "[ops][pool]") {
         }
       }
       CHECK(y.dtype() == dtype);
-      CHECK(max_abs_diff(y, from_fixture(c.tensor("output"))) < 1e-5);
-      CHECK(max_abs_diff(gi, from_fixture(c.tensor("grad_input"))) < 1e-5);
+      CHECK(max_abs_diff(y, testing::to_tensor(c.tensor("output"))) < 1e-5);
+      CHECK(max_abs_diff(gi, testing::to_tensor(c.tensor("grad_input"))) < 1e-5);
     }
   }
 }

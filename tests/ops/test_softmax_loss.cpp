@@ -7,17 +7,14 @@
 #include "ops/softmax.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
+#include "support/fixture_tensor.h"
 
 using namespace stoke;
 using stoke::testing::FixtureCase;
 using stoke::testing::FixtureTensor;
+using stoke::testing::to_tensor;
 
 namespace {
-
-Tensor to_tensor(const FixtureTensor& f) {
-  if (f.dtype == "i64") return from_vector(f.as_i64(), Shape(f.shape), {.dtype = DType::i64});
-  return from_vector(f.as_f32(), Shape(f.shape));
-}
 
 void check_matches(const Tensor& got, const FixtureTensor& want, const std::string& what) {
   INFO(what);
