@@ -20,7 +20,7 @@ EPOCH = re.compile(r"^epoch (\d+)/\d+: .*test loss [0-9.]+ acc ([0-9.]+)%.*\(([0
 def run_stoke(exe, model, a):
     out = subprocess.run([exe, "--model", model, "--epochs", str(a.epochs), "--lr", str(a.lr),
                           "--batch", str(a.batch), "--seed", str(a.seed), "--threads", str(a.threads),
-                          "--no-progress"], check=True, capture_output=True, text=True).stdout
+                          "--schedule", a.schedule, "--no-progress"], check=True, capture_output=True, text=True).stdout
     rows = []
     for line in out.splitlines():
         m = EPOCH.match(line)
@@ -32,7 +32,7 @@ def run_stoke(exe, model, a):
 def run_torch(model, a):
     out = subprocess.run([sys.executable, os.path.join(HERE, "train_torch.py"), "--model", model,
                           "--epochs", str(a.epochs), "--lr", str(a.lr), "--batch", str(a.batch),
-                          "--seed", str(a.seed), "--threads", str(a.threads)],
+                          "--seed", str(a.seed), "--threads", str(a.threads), "--schedule", a.schedule],
                          check=True, capture_output=True, text=True).stdout
     return [(r["epoch"], r["test_acc"], r["images_per_s"])
             for r in (json.loads(line) for line in out.splitlines() if line.startswith("{"))]
@@ -47,6 +47,7 @@ def main():
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--schedule", default="none", choices=["none", "cosine"])
     a = ap.parse_args()
     result = []
     print("%-8s %5s %10s %10s %8s %12s %12s" % ("model", "epoch", "stoke acc", "torch acc", "diff",
@@ -59,7 +60,8 @@ def main():
             result.append({"model": model, "epoch": e, "stoke_acc": sa, "torch_acc": ta,
                            "stoke_images_per_s": si, "torch_images_per_s": ti})
         sys.stdout.flush()
-    print(json.dumps({"bench": "compare_accuracy", "lr": a.lr, "batch": a.batch, "rows": result}))
+    print(json.dumps({"bench": "compare_accuracy", "lr": a.lr, "batch": a.batch,
+                      "schedule": a.schedule, "rows": result}))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ def main():
     ap.add_argument("--momentum", type=float, default=0.9)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--schedule", default="none", choices=["none", "cosine"])
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
@@ -36,6 +37,10 @@ def main():
     xte, yte = load_fashion(a.data, False)
     model = make_model(a.model)
     opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    steps_per_epoch = (len(xtr) + a.batch - 1) // a.batch
+    sched = None
+    if a.schedule == "cosine":  # per step, over the whole run, as stoke-train --schedule cosine
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=a.epochs * steps_per_epoch)
     for epoch in range(a.epochs):
         model.train()
         t0 = time.perf_counter()
@@ -46,6 +51,8 @@ def main():
             opt.zero_grad()
             loss.backward()
             opt.step()
+            if sched is not None:
+                sched.step()
         train_s = time.perf_counter() - t0
         model.eval()
         with torch.no_grad():
