@@ -8,11 +8,9 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/named_tensors.h"
 
 namespace stoke::nn {
-
-// Ordered (name, tensor) pairs: the order of registration, as in PyTorch.
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 class Module {
  public:

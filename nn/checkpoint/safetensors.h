@@ -17,11 +17,9 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "nn/named_tensors.h"
 
 namespace stoke::nn {
-
-// (name, tensor) pairs in a chosen order: a module's parameters, a checkpoint's contents.
-using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // What a safetensors file holds: its tensors, in the order their data lies in the file, and its
 // "__metadata__" string map (empty when the file has none).
