@@ -54,8 +54,12 @@ void record_view(const Tensor& base, Tensor& view) {
 
 void record_copy(const Tensor& in, Tensor& out) {
   const DType dtype = in.dtype();
-  record(in.dtype() == out.dtype() ? "CloneBackward" : "ToCopyBackward", {in}, {out},
-         [dtype](const GradList& g, const NeedList&) -> GradList { return {g[0].to(dtype)}; });
+  const Device device = in.device();
+  const bool same = in.dtype() == out.dtype() && in.device() == out.device();
+  record(same ? "CloneBackward" : "ToCopyBackward", {in}, {out},
+         [dtype, device](const GradList& g, const NeedList&) -> GradList {
+           return {g[0].to(device).to(dtype)};
+         });
 }
 
 void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/device_copy.h"
 #include "core/grad_mode.h"
 #include "core/strided.h"
 
@@ -371,16 +372,64 @@ Tensor Tensor::to(DType t) const {
   return out;
 }
 
-Tensor Tensor::to(Device d) const {
-  if (d == device()) return *this;
-  STOKE_FAIL("to", "copy from ", device(), " to ", d,
-             " is not available: stoke was built without that device's backend");
+Tensor Tensor::to(Device d, bool non_blocking) const {
+  const Device from = device();
+  if (d == from) return *this;
+  const Device backend = from.is_cpu() ? d : from;
+  DeviceCopier* copier = device_copier(backend.type);
+  STOKE_CHECK(copier != nullptr, "to", "copy from ", from, " to ", d, " is not available: ",
+              backend, " has no backend in this build (stoke was built without CUDA)");
+  Tensor out;
+  if (numel() == 0) {
+    out = empty(shape(), {.dtype = dtype(), .device = d});
+  } else if (from.is_cpu() || is_contiguous()) {
+    // Contiguous on the source side (CPU tensors are made so there), then one byte copy.
+    const Tensor src = from.is_cpu() ? detach().contiguous() : detach();
+    out = empty(shape(), {.dtype = dtype(), .device = d});
+    copier->copy(out.data_ptr(), d, src.data_ptr(), from, numel() * element_size(), non_blocking);
+  } else {
+    // A strided device tensor: copy the storage span its elements cover, rebuild the view on
+    // the destination, and (on the CPU) make it contiguous there.
+    STOKE_CHECK(d.is_cpu(), "to", "copy of a non-contiguous tensor from ", from, " to ", d,
+                " needs contiguous() first");
+    int64_t span = 1;
+    for (int64_t i = 0; i < dim(); ++i) span += (size(i) - 1) * stride(i);
+    auto storage = std::make_shared<Storage>(static_cast<size_t>(span) * element_size(), d);
+    copier->copy(storage->data(), d, data_ptr(), from, static_cast<size_t>(span) * element_size(),
+                 false);
+    out = from_storage(std::move(storage), shape(), strides(), 0, dtype()).contiguous();
+  }
+  if (should_record(*this)) {
+    const auto& h = detail::autograd_hooks();
+    STOKE_CHECK(h.record_copy != nullptr, "to", "autograd is not linked (link stoke::stoke)");
+    h.record_copy(*this, out);
+  }
+  return out;
 }
 
 Tensor& Tensor::copy_(const Tensor& src) {
-  Tensor s = src;
-  if (src.shape() != shape()) s = src.detach().expand(shape());
-  copy_strided(*this, s);
+  Tensor s = src.detach();
+  if (device().is_cpu()) {
+    if (!s.device().is_cpu()) s = s.to(Device::cpu());
+    if (s.shape() != shape()) s = s.expand(shape());
+    copy_strided(*this, s);
+    return *this;
+  }
+  // Into device memory: the source is brought to this tensor's shape and dtype as a contiguous
+  // tensor (on the CPU unless it already is one on this device), then copied as bytes.
+  STOKE_CHECK(is_contiguous(), "copy_", "copying into a non-contiguous ", device(),
+              " tensor is not supported; got shape ", shape(), " strides ", strides());
+  const bool direct = s.device() == device() && s.dtype() == dtype() && s.shape() == shape() &&
+                      s.is_contiguous();
+  if (!direct) {
+    if (!s.device().is_cpu()) s = s.to(Device::cpu());
+    if (s.shape() != shape()) s = s.expand(shape());
+    s = s.to(dtype()).contiguous();
+  }
+  if (numel() == 0) return *this;
+  DeviceCopier* copier = device_copier(device().type);
+  STOKE_CHECK(copier != nullptr, "copy_", device(), " has no backend in this build");
+  copier->copy(data_ptr(), device(), s.data_ptr(), s.device(), numel() * element_size(), false);
   return *this;
 }
 

@@ -110,7 +110,10 @@ class Tensor {
   Tensor contiguous() const;  // this tensor if already contiguous
   Tensor clone() const;       // always a new contiguous copy
   Tensor to(DType dtype) const;
-  Tensor to(Device device) const;
+  // A copy on `device` (this tensor if already there). Differentiable: the gradient goes back to
+  // this tensor's device. With non_blocking a CPU<->device copy may still be in flight when this
+  // returns, ordered on the backend's current stream (the CPU side should be pinned memory).
+  Tensor to(Device device, bool non_blocking = false) const;
   // Copies src into this tensor (broadcasting src, converting dtype). Not recorded by autograd.
   Tensor& copy_(const Tensor& src);
 
