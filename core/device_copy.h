@@ -10,6 +10,8 @@
 
 namespace stoke {
 
+class Tensor;
+
 class DeviceCopier {
  public:
   virtual ~DeviceCopier() = default;
@@ -19,6 +21,9 @@ class DeviceCopier {
   // PyTorch's non_blocking=True); otherwise it has completed.
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
                     size_t nbytes, bool non_blocking) = 0;
+  // dst <- src, both on this backend's device with the same shape: a strided copy converting the
+  // dtype (what contiguous(), clone() and to(dtype) need). Stream-ordered.
+  virtual void copy_strided(const Tensor& dst, const Tensor& src) = 0;
 };
 
 // Registers the copier for a device type (called by backends at start-up; null unregisters).

@@ -436,10 +436,15 @@ Tensor& Tensor::copy_(const Tensor& src) {
 void copy_strided(const Tensor& dst, const Tensor& src) {
   STOKE_CHECK(dst.shape() == src.shape(), "copy", "shapes differ: destination ", dst.shape(),
               ", source ", src.shape());
-  STOKE_CHECK(dst.device().is_cpu() && src.device().is_cpu(), "copy",
-              "expected cpu tensors, got destination on ", dst.device(), " and source on ",
-              src.device());
+  STOKE_CHECK(dst.device() == src.device(), "copy", "expected tensors on one device, got destination on ",
+              dst.device(), " and source on ", src.device(), " (use to(device) to move data)");
   if (dst.numel() == 0) return;
+  if (!dst.device().is_cpu()) {
+    DeviceCopier* copier = device_copier(dst.device().type);
+    STOKE_CHECK(copier != nullptr, "copy", dst.device(), " has no backend in this build");
+    copier->copy_strided(dst, src);
+    return;
+  }
   if (dst.dtype() == src.dtype() && dst.is_contiguous() && src.is_contiguous()) {
     std::memcpy(dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size());
     return;

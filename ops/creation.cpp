@@ -1,5 +1,7 @@
 #include "ops/creation.h"
 
+#include "ops/device_kernels.h"
+
 #include <cmath>
 #include <numbers>
 
@@ -22,14 +24,13 @@ void check_cpu(Device d, const char* op) {
 }  // namespace
 
 void fill_(const Tensor& t, double value) {
-  check_cpu(t.device(), "fill_");
+  if (!t.device().is_cpu()) return ops::device_kernels("fill_", t.device()).fill(t, value);
   Tensor v = empty({}, {.dtype = DType::f64});
   *v.data<double>() = value;
   copy_strided(t, v.expand(t.shape()));
 }
 
 Tensor full(const Shape& shape, double value, TensorOptions options) {
-  check_cpu(options.device, "full");
   Tensor t = empty(shape, {.dtype = options.dtype, .device = options.device});
   fill_(t, value);
   return finish(t, options);

@@ -34,3 +34,12 @@ namespace stoke::autograd {
 // Pulls autograd's registration with core into every program that includes this header.
 [[gnu::used]] static const bool* const autograd_link_anchor = &autograd_hooks_registered;
 }  // namespace stoke::autograd
+
+#if defined(STOKE_HAS_CUDA_OPS)
+namespace stoke::ops {
+// Pulls the CUDA backend's registration (allocator, copies, kernels) into every program that
+// includes this header, in builds that have it.
+extern const bool cuda_backend_registered;
+[[gnu::used]] static const bool* const cuda_link_anchor = &cuda_backend_registered;
+}  // namespace stoke::ops
+#endif

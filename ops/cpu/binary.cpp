@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "ops/check.h"
+#include "ops/device_kernels.h"
 #include "ops/cpu/elementwise_kernels.h"
 #include "ops/elementwise.h"
 
@@ -22,7 +23,8 @@ Shape binary_shape(const char* op, const Tensor& a, const Tensor& b) {
 
 // out = f(a, b) over the broadcast shape. Float: f32/f64 only; otherwise the numeric dtypes.
 template <bool Float, class F>
-Tensor binary(const char* op, const Tensor& a, const Tensor& b, F f) {
+Tensor binary(const char* op, BinaryOp kind, const Tensor& a, const Tensor& b, F f) {
+  if (auto* k = device_dispatch(op, {&a, &b})) return k->binary(kind, a, b);
   const Shape shape = binary_shape(op, a, b);
   Tensor out = empty(shape, {.dtype = a.dtype()});
   auto body = [&](auto tag) {
@@ -38,7 +40,9 @@ Tensor binary(const char* op, const Tensor& a, const Tensor& b, F f) {
 
 // out = f(a, s) with s converted to a's dtype.
 template <bool Float, class F>
-Tensor binary_scalar(const char* op, const Tensor& a, double s, F f) {
+Tensor binary_scalar(const char* op, BinaryOp kind, bool scalar_first, const Tensor& a, double s,
+                     F f) {
+  if (auto* k = device_dispatch(op, {&a})) return k->binary_scalar(kind, a, s, scalar_first);
   check_cpu(op, {&a});
   Tensor out = empty(a.shape(), {.dtype = a.dtype()});
   auto body = [&](auto tag) {
@@ -119,40 +123,40 @@ void check_inplace_operands(const char* op, const Tensor& t,
 // --- arithmetic -------------------------------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return binary<false>("add", a, b, [](auto x, auto y) { return x + y; });
+  return binary<false>("add", BinaryOp::add, a, b, [](auto x, auto y) { return x + y; });
 }
 Tensor add(const Tensor& a, double s) {
-  return binary_scalar<false>("add", a, s, [](auto x, auto c) { return x + c; });
+  return binary_scalar<false>("add", BinaryOp::add, false, a, s, [](auto x, auto c) { return x + c; });
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary<false>("sub", a, b, [](auto x, auto y) { return x - y; });
+  return binary<false>("sub", BinaryOp::sub, a, b, [](auto x, auto y) { return x - y; });
 }
 Tensor sub(const Tensor& a, double s) {
-  return binary_scalar<false>("sub", a, s, [](auto x, auto c) { return x - c; });
+  return binary_scalar<false>("sub", BinaryOp::sub, false, a, s, [](auto x, auto c) { return x - c; });
 }
 Tensor sub(double s, const Tensor& a) {
-  return binary_scalar<false>("sub", a, s, [](auto x, auto c) { return c - x; });
+  return binary_scalar<false>("sub", BinaryOp::sub, true, a, s, [](auto x, auto c) { return c - x; });
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary<false>("mul", a, b, [](auto x, auto y) { return x * y; });
+  return binary<false>("mul", BinaryOp::mul, a, b, [](auto x, auto y) { return x * y; });
 }
 Tensor mul(const Tensor& a, double s) {
-  return binary_scalar<false>("mul", a, s, [](auto x, auto c) { return x * c; });
+  return binary_scalar<false>("mul", BinaryOp::mul, false, a, s, [](auto x, auto c) { return x * c; });
 }
 Tensor div(const Tensor& a, const Tensor& b) {
-  return binary<true>("div", a, b, [](auto x, auto y) { return x / y; });
+  return binary<true>("div", BinaryOp::div, a, b, [](auto x, auto y) { return x / y; });
 }
 Tensor div(const Tensor& a, double s) {
-  return binary_scalar<true>("div", a, s, [](auto x, auto c) { return x / c; });
+  return binary_scalar<true>("div", BinaryOp::div, false, a, s, [](auto x, auto c) { return x / c; });
 }
 Tensor div(double s, const Tensor& a) {
-  return binary_scalar<true>("div", a, s, [](auto x, auto c) { return c / x; });
+  return binary_scalar<true>("div", BinaryOp::div, true, a, s, [](auto x, auto c) { return c / x; });
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary<false>("maximum", a, b, [](auto x, auto y) { return max_nan(x, y); });
+  return binary<false>("maximum", BinaryOp::maximum, a, b, [](auto x, auto y) { return max_nan(x, y); });
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary<false>("minimum", a, b, [](auto x, auto y) { return min_nan(x, y); });
+  return binary<false>("minimum", BinaryOp::minimum, a, b, [](auto x, auto y) { return min_nan(x, y); });
 }
 
 // --- comparisons ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #include "core/parallel.h"
 #include "core/strided.h"
 #include "ops/check.h"
+#include "ops/device_kernels.h"
 #include "ops/cpu/gemm.h"
 #include "ops/creation.h"
 #include "ops/linalg.h"
@@ -115,6 +116,7 @@ Shape batch_of(const Tensor& t) {
 
 Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   STOKE_CHECK(a_in.defined() && b_in.defined(), "matmul", "expected defined operands");
+  if (auto* k = device_dispatch("matmul", {&a_in, &b_in})) return k->matmul(a_in, b_in);
   check_operands("matmul", a_in, "a", b_in, "b");
   STOKE_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul",
               "expected operands with at least 1 dim, got shapes ", a_in.shape(), " and ",
@@ -183,6 +185,8 @@ void check_linear(const char* op, const Tensor& x, const Tensor& weight, const T
 }  // namespace
 
 Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
+  if (auto* k = device_dispatch("linear", {&x_in, &weight_in, &bias_in}))
+    return k->linear(x_in, weight_in, bias_in);
   check_linear("linear", x_in, weight_in, bias_in);
   const int64_t in = weight_in.size(1), out_f = weight_in.size(0);
   Shape out_shape(x_in.shape().begin(), x_in.shape().end() - 1);

@@ -6,6 +6,7 @@
 
 #include "core/parallel.h"
 #include "ops/check.h"
+#include "ops/device_kernels.h"
 #include "ops/creation.h"
 #include "ops/loss.h"
 #include "ops/reduce.h"
@@ -89,6 +90,8 @@ std::vector<T> row_scales(const Tensor& grad, const Tensor& target, Reduction re
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& target,
                                           const CrossEntropyOptions& options) {
   const char* op = "cross_entropy";
+  if (auto* k = device_dispatch(op, {&logits, &target}))
+    return k->cross_entropy_forward(logits, target, options);
   check_classification(op, logits, "logits", target, options.ignore_index);
   STOKE_CHECK(options.label_smoothing >= 0 && options.label_smoothing <= 1, op,
               "expected label_smoothing in [0, 1], got ", options.label_smoothing);
@@ -135,6 +138,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target,
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               const Tensor& lse, const CrossEntropyOptions& options) {
   const char* op = "cross_entropy_backward";
+  if (auto* k = device_dispatch(op, {&grad, &logits, &target, &lse}))
+    return k->cross_entropy_backward(grad, logits, target, lse, options);
   check_classification(op, logits, "logits", target, options.ignore_index);
   check_same_dtype(op, grad, "grad", logits, "logits");
   check_same_dtype(op, lse, "lse", logits, "logits");

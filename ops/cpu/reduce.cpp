@@ -13,6 +13,7 @@
 #include "core/parallel.h"
 #include "core/strided.h"
 #include "ops/check.h"
+#include "ops/device_kernels.h"
 #include "ops/creation.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"
@@ -415,6 +416,7 @@ Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& dims, bool k
 }
 
 Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  if (auto* k = device_dispatch("sum", {&x_in})) return k->sum(x_in, dims, keepdim);
   check_cpu("sum", {&x_in});
   // Detached: the copies made here (cast, permute + contiguous) are not part of any graph.
   const Tensor x = x_in.dtype() == DType::boolean ? x_in.detach().to(DType::u8) : x_in.detach();
@@ -436,6 +438,7 @@ Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
+  if (auto* k = device_dispatch("mean", {&x_in})) return k->mean(x_in, dims, keepdim);
   check_cpu("mean", {&x_in});
   const Tensor x = x_in.detach();
   check_float("mean", x, "input");
@@ -477,6 +480,7 @@ Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correct
 }
 
 ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
+  if (auto* k = device_dispatch("max", {&x})) return k->max_with_indices(x, dim, keepdim);
   return extremum<true>(x, dim, keepdim, "max");
 }
 ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim) {

@@ -6,6 +6,7 @@
 
 #include "core/parallel.h"
 #include "ops/check.h"
+#include "ops/device_kernels.h"
 #include "ops/softmax.h"
 
 namespace stoke::ops {
@@ -167,15 +168,21 @@ Tensor softmax_grad(const Tensor& grad_in, const Tensor& out_in, int64_t dim, co
 }  // namespace
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  if (auto* k = device_dispatch("softmax", {&x})) return k->softmax(x, dim, false);
   return softmax_forward<false>(x, dim, "softmax");
 }
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (auto* k = device_dispatch("log_softmax", {&x})) return k->softmax(x, dim, true);
   return softmax_forward<true>(x, dim, "log_softmax");
 }
 Tensor softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim) {
+  if (auto* k = device_dispatch("softmax_backward", {&grad, &output}))
+    return k->softmax_backward(grad, output, dim, false);
   return softmax_grad<false>(grad, output, dim, "softmax_backward");
 }
 Tensor log_softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim) {
+  if (auto* k = device_dispatch("log_softmax_backward", {&grad, &output}))
+    return k->softmax_backward(grad, output, dim, true);
   return softmax_grad<true>(grad, output, dim, "log_softmax_backward");
 }
 

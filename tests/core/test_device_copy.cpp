@@ -28,6 +28,9 @@ struct FakeCopier final : DeviceCopier {
     bytes += n;
     std::memcpy(dst, src, n);
   }
+  void copy_strided(const Tensor&, const Tensor&) override {
+    throw Error("fake device: no strided copy kernel");
+  }
 };
 
 // Registers the fake backend for Device::cuda for the scope's lifetime. The objects are static

@@ -1,0 +1,105 @@
+#include "ops/device_kernels.h"
+
+#include <array>
+
+namespace stoke::ops {
+namespace {
+
+std::array<DeviceKernels*, 2>& registry() {
+  static std::array<DeviceKernels*, 2> r{};
+  return r;
+}
+
+}  // namespace
+
+const char* binary_op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add: return "add";
+    case BinaryOp::sub: return "sub";
+    case BinaryOp::mul: return "mul";
+    case BinaryOp::div: return "div";
+    case BinaryOp::maximum: return "maximum";
+    case BinaryOp::minimum: return "minimum";
+  }
+  return "binary";
+}
+
+const char* unary_op_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::neg: return "neg";
+    case UnaryOp::exp: return "exp";
+    case UnaryOp::log: return "log";
+    case UnaryOp::sqrt: return "sqrt";
+    case UnaryOp::rsqrt: return "rsqrt";
+    case UnaryOp::abs: return "abs";
+    case UnaryOp::relu: return "relu";
+    case UnaryOp::sigmoid: return "sigmoid";
+    case UnaryOp::tanh: return "tanh";
+    case UnaryOp::gelu: return "gelu";
+    case UnaryOp::gelu_tanh: return "gelu";
+    case UnaryOp::sign: return "sign";
+  }
+  return "unary";
+}
+
+void DeviceKernels::not_implemented(const char* op) const {
+  STOKE_FAIL(op, "not implemented on ", Device{type(), 0}.is_cuda() ? "cuda" : "this device",
+             " yet (move the tensors to the cpu with .to(Device::cpu()))");
+}
+
+void DeviceKernels::fill(const Tensor&, double) { not_implemented("fill_"); }
+void DeviceKernels::copy_strided(const Tensor&, const Tensor&) { not_implemented("copy"); }
+Tensor DeviceKernels::binary(BinaryOp op, const Tensor&, const Tensor&) {
+  not_implemented(binary_op_name(op));
+}
+Tensor DeviceKernels::binary_scalar(BinaryOp op, const Tensor&, double, bool) {
+  not_implemented(binary_op_name(op));
+}
+Tensor DeviceKernels::unary(UnaryOp op, const Tensor&) { not_implemented(unary_op_name(op)); }
+Tensor DeviceKernels::leaky_relu(const Tensor&, double) { not_implemented("leaky_relu"); }
+Tensor DeviceKernels::clamp(const Tensor&, std::optional<double>, std::optional<double>) {
+  not_implemented("clamp");
+}
+Tensor DeviceKernels::relu_backward(const Tensor&, const Tensor&) {
+  not_implemented("relu_backward");
+}
+Tensor DeviceKernels::sum(const Tensor&, const std::vector<int64_t>&, bool) {
+  not_implemented("sum");
+}
+Tensor DeviceKernels::mean(const Tensor&, const std::vector<int64_t>&, bool) {
+  not_implemented("mean");
+}
+ValuesIndices DeviceKernels::max_with_indices(const Tensor&, int64_t, bool) {
+  not_implemented("max");
+}
+Tensor DeviceKernels::softmax(const Tensor&, int64_t, bool log) {
+  not_implemented(log ? "log_softmax" : "softmax");
+}
+Tensor DeviceKernels::softmax_backward(const Tensor&, const Tensor&, int64_t, bool log) {
+  not_implemented(log ? "log_softmax_backward" : "softmax_backward");
+}
+CrossEntropyForward DeviceKernels::cross_entropy_forward(const Tensor&, const Tensor&,
+                                                         const CrossEntropyOptions&) {
+  not_implemented("cross_entropy");
+}
+Tensor DeviceKernels::cross_entropy_backward(const Tensor&, const Tensor&, const Tensor&,
+                                             const Tensor&, const CrossEntropyOptions&) {
+  not_implemented("cross_entropy_backward");
+}
+Tensor DeviceKernels::matmul(const Tensor&, const Tensor&) { not_implemented("matmul"); }
+Tensor DeviceKernels::linear(const Tensor&, const Tensor&, const Tensor&) {
+  not_implemented("linear");
+}
+
+void register_device_kernels(Device::Type type, DeviceKernels* kernels) {
+  registry()[static_cast<size_t>(type)] = kernels;
+}
+
+DeviceKernels& device_kernels(const char* op, Device device) {
+  DeviceKernels* k = registry()[static_cast<size_t>(device.type)];
+  STOKE_CHECK(k != nullptr, op, "got a tensor on ", device,
+              ", but this build has no kernels for that device (built without CUDA)");
+  return *k;
+}
+
+}  // namespace stoke::ops

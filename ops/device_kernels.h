@@ -1,0 +1,76 @@
+// Device dispatch for ops/: a backend (the CUDA glue in ops/cuda/) registers one DeviceKernels
+// object per device type at start-up, and each ops:: entry point sends tensors that are not on the
+// CPU to it. The methods mirror the ops:: functions one to one, so the glue is a thin translation
+// from tensors to kernel launches; a method the backend does not override reports that the op is
+// not implemented on that device (never a silent CPU fallback on device memory).
+//
+// Why virtual methods and not a switch in every op: ops/ cannot depend on cuda/ (the real and the
+// emulated backend are two libraries with the same symbols, and a CPU-only build has neither), so
+// the link goes the other way, through this registry, like core's allocator registry.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "core/tensor.h"
+#include "ops/elementwise.h"
+#include "ops/loss.h"
+#include "ops/reduce.h"
+
+namespace stoke::ops {
+
+enum class BinaryOp { add, sub, mul, div, maximum, minimum };
+enum class UnaryOp { neg, exp, log, sqrt, rsqrt, abs, relu, sigmoid, tanh, gelu, gelu_tanh, sign };
+
+const char* binary_op_name(BinaryOp op);
+const char* unary_op_name(UnaryOp op);
+
+class DeviceKernels {
+ public:
+  virtual ~DeviceKernels() = default;
+  // The device type these kernels serve, for messages.
+  virtual Device::Type type() const = 0;
+
+  // --- creation and copies --------------------------------------------------------------------
+  virtual void fill(const Tensor& t, double value);
+  // dst (device) <- src (same device, same shape): strided copy with dtype conversion.
+  virtual void copy_strided(const Tensor& dst, const Tensor& src);
+
+  // --- elementwise ------------------------------------------------------------------------------
+  virtual Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b);
+  // scalar_first: s (op) a, as in sub(s, a) and div(s, a).
+  virtual Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first);
+  virtual Tensor unary(UnaryOp op, const Tensor& x);
+  virtual Tensor leaky_relu(const Tensor& x, double negative_slope);
+  virtual Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+  virtual Tensor relu_backward(const Tensor& grad, const Tensor& x);
+
+  // --- reductions -------------------------------------------------------------------------------
+  virtual Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
+  virtual Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
+  virtual ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim);
+
+  // --- softmax and losses -----------------------------------------------------------------------
+  virtual Tensor softmax(const Tensor& x, int64_t dim, bool log);
+  virtual Tensor softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim, bool log);
+  virtual CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& target,
+                                                    const CrossEntropyOptions& options);
+  virtual Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits,
+                                        const Tensor& target, const Tensor& lse,
+                                        const CrossEntropyOptions& options);
+
+  // --- linear algebra ---------------------------------------------------------------------------
+  virtual Tensor matmul(const Tensor& a, const Tensor& b);
+  virtual Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+ protected:
+  // Throws "stoke::OP: not implemented on DEVICE yet".
+  [[noreturn]] void not_implemented(const char* op) const;
+};
+
+// Registers the kernels for a device type (null unregisters). Called by backends at start-up.
+void register_device_kernels(Device::Type type, DeviceKernels* kernels);
+// The kernels for `device`, or throws naming the op and the device when none are registered.
+DeviceKernels& device_kernels(const char* op, Device device);
+
+}  // namespace stoke::ops
