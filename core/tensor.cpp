@@ -409,27 +409,11 @@ Tensor Tensor::to(Device d, bool non_blocking) const {
 
 Tensor& Tensor::copy_(const Tensor& src) {
   Tensor s = src.detach();
-  if (device().is_cpu()) {
-    if (!s.device().is_cpu()) s = s.to(Device::cpu());
-    if (s.shape() != shape()) s = s.expand(shape());
-    copy_strided(*this, s);
-    return *this;
-  }
-  // Into device memory: the source is brought to this tensor's shape and dtype as a contiguous
-  // tensor (on the CPU unless it already is one on this device), then copied as bytes.
-  STOKE_CHECK(is_contiguous(), "copy_", "copying into a non-contiguous ", device(),
-              " tensor is not supported; got shape ", shape(), " strides ", strides());
-  const bool direct = s.device() == device() && s.dtype() == dtype() && s.shape() == shape() &&
-                      s.is_contiguous();
-  if (!direct) {
-    if (!s.device().is_cpu()) s = s.to(Device::cpu());
-    if (s.shape() != shape()) s = s.expand(shape());
-    s = s.to(dtype()).contiguous();
-  }
-  if (numel() == 0) return *this;
-  DeviceCopier* copier = device_copier(device().type);
-  STOKE_CHECK(copier != nullptr, "copy_", device(), " has no backend in this build");
-  copier->copy(data_ptr(), device(), s.data_ptr(), s.device(), numel() * element_size(), false);
+  // A source on another device is moved to this one first (contiguous, its own dtype); the
+  // broadcast and the dtype conversion then happen on this tensor's device.
+  if (s.device() != device()) s = s.to(device());
+  if (s.shape() != shape()) s = s.expand(shape());
+  copy_strided(*this, s);
   return *this;
 }
 

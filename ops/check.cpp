@@ -8,7 +8,7 @@ void check_cpu(const char* op, std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors)
     if (t && t->defined())
       STOKE_CHECK(t->device().is_cpu(), op, "expected cpu tensors, got a tensor on ", t->device(),
-                  " (this build has no kernels for that device)");
+                  " (no kernel for that device yet: move it with .to(Device::cpu()))");
 }
 
 DeviceKernels* device_dispatch(const char* op, std::initializer_list<const Tensor*> tensors) {

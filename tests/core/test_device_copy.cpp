@@ -28,9 +28,23 @@ struct FakeCopier final : DeviceCopier {
     bytes += n;
     std::memcpy(dst, src, n);
   }
-  void copy_strided(const Tensor&, const Tensor&) override {
-    throw Error("fake device: no strided copy kernel");
+  // The fake device's memory is host memory, so its "kernel" is a plain strided loop (f32).
+  void copy_strided(const Tensor& dst, const Tensor& src) override {
+    REQUIRE(dst.dtype() == DType::f32);
+    REQUIRE(src.dtype() == DType::f32);
+    ++strided_copies;
+    std::vector<int64_t> index(static_cast<size_t>(dst.dim()), 0);
+    for (int64_t e = 0; e < dst.numel(); ++e) {
+      int64_t d = 0, s = 0;
+      for (int64_t k = 0; k < dst.dim(); ++k) {
+        d += index[k] * dst.stride(k);
+        s += index[k] * src.stride(k);
+      }
+      dst.data<float>()[d] = src.data<float>()[s];
+      for (int64_t k = dst.dim() - 1; k >= 0 && ++index[k] == dst.size(k); --k) index[k] = 0;
+    }
   }
+  int strided_copies = 0;
 };
 
 // Registers the fake backend for Device::cuda for the scope's lifetime. The objects are static
@@ -98,11 +112,14 @@ TEST_CASE("copy_ moves data into and out of device tensors, converting and broad
           "[device]") {
   FakeCuda fake;
   Tensor d = empty({2, 3}, {.device = Device::cuda()});
-  d.copy_(arange(0, 3, 1, {.dtype = DType::f64}));  // broadcast + cast on the CPU side
+  d.copy_(arange(0, 3, 1));  // moved to the device, then broadcast there by the device's kernel
+  CHECK(fake.copier.strided_copies == 1);
   CHECK(d.to(Device::cpu()).to_vector<float>() == std::vector<float>{0, 1, 2, 0, 1, 2});
+  d.t().copy_(full({3, 2}, 7.0));  // into a non-contiguous device view
+  CHECK(d.to(Device::cpu()).to_vector<float>() == std::vector<float>(6, 7.f));
   Tensor h = empty({2, 3});
   h.copy_(d);
-  CHECK(h.to_vector<float>() == std::vector<float>{0, 1, 2, 0, 1, 2});
+  CHECK(h.to_vector<float>() == std::vector<float>(6, 7.f));
 }
 
 TEST_CASE("to(device) is differentiable: the gradient returns to the source device",

@@ -1,0 +1,89 @@
+// Registration of the CUDA backend with core (allocator, copies) and ops (kernels), and the copy
+// and fill kernels core's Tensor methods need.
+#include "ops/cuda/backend.h"
+
+#include "core/device_copy.h"
+#include "cuda/kernels/cast.h"
+#include "cuda/runtime/caching_allocator.h"
+#include "cuda/runtime/copy.h"
+#include "cuda/runtime/stream.h"
+#include "ops/check.h"
+#include "ops/creation.h"
+
+namespace stoke::ops {
+namespace cuda_glue {
+namespace {
+
+class CudaCopier final : public DeviceCopier {
+ public:
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
+            bool non_blocking) override {
+    using cuda::CopyKind;
+    const CopyKind kind = dst_device.is_cuda()
+                              ? (src_device.is_cuda() ? CopyKind::device_to_device
+                                                      : CopyKind::host_to_device)
+                              : CopyKind::device_to_host;
+    if (non_blocking)
+      cuda::copy_bytes_async(dst, src, nbytes, kind, cuda::current_stream());
+    else
+      cuda::copy_bytes(dst, src, nbytes, kind);
+  }
+  void copy_strided(const Tensor& dst, const Tensor& src) override {
+    device_kernels("copy", dst.device()).copy_strided(dst, src);
+  }
+};
+
+}  // namespace
+
+void check_float_dtype(const char* op, const Tensor& t) {
+  const DType d = t.dtype();
+  STOKE_CHECK(d == DType::f32 || d == DType::f16 || d == DType::bf16, op,
+              "expected an f32, f16 or bf16 tensor on cuda, got ", d);
+}
+
+Split split_at(const Tensor& t, int64_t dim) {
+  Split s{1, t.size(dim), 1};
+  for (int64_t i = 0; i < dim; ++i) s.outer *= t.size(i);
+  for (int64_t i = dim + 1; i < t.dim(); ++i) s.inner *= t.size(i);
+  return s;
+}
+
+void CudaKernels::copy_strided(const Tensor& dst, const Tensor& src) {
+  STOKE_CHECK(dst.shape() == src.shape(), "copy", "shapes differ: destination ", dst.shape(),
+              ", source ", src.shape());
+  if (dst.numel() == 0) return;
+  const int ndim = static_cast<int>(dst.dim());
+  const auto offsets = cuda::make_cast_offsets(dst.shape().data(), ndim, dst.strides().data(),
+                                               src.strides().data());
+  cuda::cast_strided(src.dtype(), src.data_ptr(), dst.dtype(), dst.data_ptr(), offsets,
+                     dst.numel(), cuda::current_stream());
+}
+
+void CudaKernels::fill(const Tensor& t, double value) {
+  if (t.numel() == 0) return;
+  // One f64 value on the device, broadcast (stride 0) and cast into t by the strided copy.
+  Tensor v = empty({}, {.dtype = DType::f64});
+  *v.data<double>() = value;
+  copy_strided(t, v.to(t.device()).expand(t.shape()));
+}
+
+}  // namespace cuda_glue
+
+namespace {
+
+bool register_cuda_backend() {
+  static cuda_glue::CudaCopier copier;
+  static cuda_glue::CudaKernels kernels;
+  cuda::register_cuda_allocator();
+  register_device_copier(Device::Type::cuda, &copier);
+  register_device_kernels(Device::Type::cuda, &kernels);
+  return true;
+}
+
+}  // namespace
+
+// Referenced from stoke/stoke.h so that the registration is linked into every program.
+extern const bool cuda_backend_registered;
+const bool cuda_backend_registered = register_cuda_backend();
+
+}  // namespace stoke::ops

@@ -1,0 +1,313 @@
+// CudaKernels: each ops:: entry point translated to a launch of cuda/kernels/ on the current
+// stream. Arguments are validated here the way the CPU kernels validate them (shapes, dtypes),
+// outputs are allocated on the input's device, and non-contiguous inputs are made contiguous on
+// the device first where a kernel needs it.
+#include <algorithm>
+#include <cmath>
+
+#include "cuda/kernels/cross_entropy.h"
+#include "cuda/kernels/elementwise.h"
+#include "cuda/kernels/reduce.h"
+#include "cuda/kernels/sgemm.h"
+#include "cuda/kernels/softmax.h"
+#include "cuda/runtime/stream.h"
+#include "ops/check.h"
+#include "ops/creation.h"
+#include "ops/cuda/backend.h"
+
+namespace stoke::ops::cuda_glue {
+namespace {
+
+cudaStream_t stream() { return cuda::current_stream(); }
+
+Tensor empty_on(const Shape& shape, DType dtype, Device device) {
+  return empty(shape, {.dtype = dtype, .device = device});
+}
+
+cuda::BinaryOp to_cuda(BinaryOp op) { return static_cast<cuda::BinaryOp>(op); }
+
+cuda::UnaryOp to_cuda(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::neg: return cuda::UnaryOp::neg;
+    case UnaryOp::exp: return cuda::UnaryOp::exp;
+    case UnaryOp::log: return cuda::UnaryOp::log;
+    case UnaryOp::sqrt: return cuda::UnaryOp::sqrt;
+    case UnaryOp::rsqrt: return cuda::UnaryOp::rsqrt;
+    case UnaryOp::abs: return cuda::UnaryOp::abs;
+    case UnaryOp::relu: return cuda::UnaryOp::relu;
+    case UnaryOp::sigmoid: return cuda::UnaryOp::sigmoid;
+    case UnaryOp::tanh: return cuda::UnaryOp::tanh;
+    case UnaryOp::gelu: return cuda::UnaryOp::gelu;
+    case UnaryOp::gelu_tanh: return cuda::UnaryOp::gelu_tanh;
+    case UnaryOp::sign: return cuda::UnaryOp::sign;
+  }
+  return cuda::UnaryOp::neg;
+}
+
+Tensor map_unary(const char* op, const Tensor& x_in, cuda::UnaryOp kind,
+                 const cuda::UnaryParams& params = {}) {
+  check_float_dtype(op, x_in);
+  const Tensor x = x_in.detach().contiguous();
+  Tensor out = empty_on(x.shape(), x.dtype(), x.device());
+  cuda::unary(kind, x.dtype(), x.data_ptr(), out.data_ptr(), x.numel(), stream(), params);
+  return out;
+}
+
+// Reduces dim `d` of contiguous x with `op`; indices (i64, same shape as the result) when given.
+Tensor reduce_dim(const Tensor& x, int64_t d, cuda::ReduceOp op, Tensor* indices) {
+  const Split s = split_at(x, d);
+  Shape shape = x.shape();
+  shape[static_cast<size_t>(d)] = 1;
+  Tensor out = empty_on(shape, x.dtype(), x.device());
+  int64_t* idx = nullptr;
+  if (indices) {
+    *indices = empty_on(shape, DType::i64, x.device());
+    idx = indices->data<int64_t>();
+  }
+  cuda::reduce(op, x.dtype(), x.data_ptr(), out.data_ptr(), idx, s.outer, s.n, s.inner, stream());
+  return out;
+}
+
+// sum or mean over `dims` (all when empty), one dim at a time from the last.
+Tensor reduce_dims(const char* op_name, const Tensor& x_in, std::vector<int64_t> dims,
+                   bool keepdim, cuda::ReduceOp op) {
+  check_float_dtype(op_name, x_in);
+  Tensor x = x_in.detach().contiguous();
+  const Shape final_shape = reduced_shape(x.shape(), dims, keepdim, op_name);
+  if (dims.empty())
+    for (int64_t d = 0; d < x.dim(); ++d) dims.push_back(d);
+  for (auto& d : dims) d = wrap_dim(d, x.dim(), op_name);
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  if (x.numel() == 0 || x.dim() == 0) {
+    Tensor out = empty_on(final_shape, x.dtype(), x.device());
+    fill_(out, x.numel() == 0 ? (op == cuda::ReduceOp::sum ? 0.0 : NAN) : 0.0);
+    if (x.dim() == 0) out.copy_(x);
+    return out;
+  }
+  for (auto it = dims.rbegin(); it != dims.rend(); ++it) x = reduce_dim(x, *it, op, nullptr);
+  return x.view(final_shape);
+}
+
+cuda::CrossEntropyParams ce_params(const CrossEntropyOptions& o) {
+  cuda::CrossEntropyParams p;
+  p.reduction = o.reduction == Reduction::none  ? cuda::CrossEntropyReduction::none
+                : o.reduction == Reduction::sum ? cuda::CrossEntropyReduction::sum
+                                                : cuda::CrossEntropyReduction::mean;
+  p.label_smoothing = static_cast<float>(o.label_smoothing);
+  p.ignore_index = o.ignore_index;
+  return p;
+}
+
+// Runs the fused cross-entropy kernel; with dlogits, also the gradient scaled by grad.
+Tensor run_cross_entropy(const char* op, const Tensor& logits_in, const Tensor& target_in,
+                         const CrossEntropyOptions& options, const Tensor* grad,
+                         Tensor* dlogits) {
+  check_float_dtype(op, logits_in);
+  STOKE_CHECK(logits_in.dim() == 2, op, "expected logits of shape (N, C) on cuda, got shape ",
+              logits_in.shape());
+  STOKE_CHECK(target_in.dtype() == DType::i64 && target_in.dim() == 1 &&
+                  target_in.size(0) == logits_in.size(0),
+              op, "expected i64 targets of shape [", logits_in.size(0), "], got ",
+              target_in.dtype(), " of shape ", target_in.shape());
+  const Tensor logits = logits_in.detach().contiguous();
+  const Tensor target = target_in.detach().contiguous();
+  const int64_t n = logits.size(0), c = logits.size(1);
+  const Device dev = logits.device();
+  Tensor row_loss = empty_on({n}, DType::f32, dev);
+  Tensor loss = empty_on({}, DType::f32, dev);
+  Tensor scratch = empty_on({2}, DType::i64, dev);
+  Tensor g;
+  cuda::CrossEntropyBuffers b;
+  b.row_loss = row_loss.data<float>();
+  b.loss = loss.data<float>();
+  b.scratch = scratch.data<int64_t>();
+  if (dlogits) {
+    *dlogits = empty_on(logits.shape(), logits.dtype(), dev);
+    b.dlogits = dlogits->data_ptr();
+    if (grad && grad->defined()) {
+      g = grad->detach().to(DType::f32).contiguous();
+      b.grad = g.data<float>();
+    }
+  }
+  cuda::cross_entropy(logits.dtype(), logits.data_ptr(), target.data<int64_t>(), n, c,
+                      ce_params(options), b, stream());
+  // The kernel reports the first out-of-range target; the CPU op names it the same way.
+  const Tensor counts = scratch.to(Device::cpu());
+  const int64_t bad = counts.data<int64_t>()[1];
+  if (bad >= 0) {
+    const int64_t t = target.select(0, bad).to(Device::cpu()).item<int64_t>();
+    STOKE_FAIL(op, "target ", t, " of row ", bad, " is out of range for ", c,
+               " classes (expected 0 <= target < ", c, " or ignore_index ", options.ignore_index,
+               ")");
+  }
+  const Tensor result = options.reduction == Reduction::none ? row_loss : loss;
+  return result.dtype() == logits.dtype() ? result : result.to(logits.dtype());
+}
+
+// C (m, n) = op(A) · op(B) for f32 2-D operands on the device, row-major with leading dims.
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // In both builds the GEMM is our SGEMM for now; cuBLAS (cuda/vendor) takes over in the real
+  // build once measured against it on a GPU.
+  cuda::sgemm(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc, stream());
+}
+
+void check_f32(const char* op, const Tensor& t) {
+  STOKE_CHECK(t.dtype() == DType::f32, op, "expected f32 operands on cuda, got ", t.dtype());
+}
+
+}  // namespace
+
+Tensor CudaKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_op_name(op);
+  check_same_dtype(name, a, "a", b, "b");
+  check_float_dtype(name, a);
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = empty_on(shape, a.dtype(), a.device());
+  if (out.numel() == 0) return out;
+  const Shape as = broadcast_strides(a.shape(), a.strides(), shape);
+  const Shape bs = broadcast_strides(b.shape(), b.strides(), shape);
+  const auto offsets = cuda::make_binary_offsets(shape.data(), static_cast<int>(shape.size()),
+                                                 out.strides().data(), as.data(), bs.data());
+  cuda::binary(to_cuda(op), a.dtype(), a.data_ptr(), b.data_ptr(), out.data_ptr(), offsets,
+               out.numel(), stream());
+  return out;
+}
+
+Tensor CudaKernels::binary_scalar(BinaryOp op, const Tensor& a_in, double s, bool scalar_first) {
+  const char* name = binary_op_name(op);
+  check_float_dtype(name, a_in);
+  const Tensor a = a_in.detach().contiguous();
+  Tensor out = empty_on(a.shape(), a.dtype(), a.device());
+  cuda::binary_scalar(to_cuda(op), a.dtype(), a.data_ptr(), s, out.data_ptr(), a.numel(), stream(),
+                      scalar_first);
+  return out;
+}
+
+Tensor CudaKernels::unary(UnaryOp op, const Tensor& x) {
+  return map_unary(unary_op_name(op), x, to_cuda(op));
+}
+
+Tensor CudaKernels::leaky_relu(const Tensor& x, double negative_slope) {
+  cuda::UnaryParams p;
+  p.negative_slope = static_cast<float>(negative_slope);
+  return map_unary("leaky_relu", x, cuda::UnaryOp::leaky_relu, p);
+}
+
+Tensor CudaKernels::clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  STOKE_CHECK(min || max, "clamp", "expected at least one of min and max");
+  cuda::UnaryParams p;
+  if (min) p.min = static_cast<float>(*min);
+  if (max) p.max = static_cast<float>(*max);
+  return map_unary("clamp", x, cuda::UnaryOp::clamp, p);
+}
+
+Tensor CudaKernels::sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce_dims("sum", x, dims, keepdim, cuda::ReduceOp::sum);
+}
+
+Tensor CudaKernels::mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  return reduce_dims("mean", x, dims, keepdim, cuda::ReduceOp::mean);
+}
+
+ValuesIndices CudaKernels::max_with_indices(const Tensor& x_in, int64_t dim, bool keepdim) {
+  check_float_dtype("max", x_in);
+  const Tensor x = x_in.detach().contiguous();
+  STOKE_CHECK(x.dim() > 0 && x.numel() > 0, "max",
+              "expected a non-empty tensor with at least one dim, got shape ", x.shape());
+  const int64_t d = wrap_dim(dim, x.dim(), "max");
+  Tensor indices;
+  Tensor values = reduce_dim(x, d, cuda::ReduceOp::max, &indices);
+  if (!keepdim) {
+    values = values.squeeze(d);
+    indices = indices.squeeze(d);
+  }
+  return {values, indices};
+}
+
+Tensor CudaKernels::softmax(const Tensor& x_in, int64_t dim, bool log) {
+  const char* name = log ? "log_softmax" : "softmax";
+  check_float_dtype(name, x_in);
+  const Tensor x = x_in.detach().contiguous();
+  Tensor y = empty_on(x.shape(), x.dtype(), x.device());
+  if (x.numel() == 0) return y;
+  const Split s = split_at(x, wrap_dim(dim, std::max<int64_t>(x.dim(), 1), name));
+  cuda::softmax_forward(x.dtype(), x.data_ptr(), y.data_ptr(), s.outer, s.n, s.inner, log,
+                        stream());
+  return y;
+}
+
+Tensor CudaKernels::softmax_backward(const Tensor& grad_in, const Tensor& output_in, int64_t dim,
+                                     bool log) {
+  const char* name = log ? "log_softmax_backward" : "softmax_backward";
+  check_same_dtype(name, grad_in, "grad", output_in, "output");
+  check_float_dtype(name, grad_in);
+  check_shape(name, grad_in, "grad", output_in.shape());
+  const Tensor g = grad_in.detach().contiguous(), y = output_in.detach().contiguous();
+  Tensor dx = empty_on(y.shape(), y.dtype(), y.device());
+  if (y.numel() == 0) return dx;
+  const Split s = split_at(y, wrap_dim(dim, std::max<int64_t>(y.dim(), 1), name));
+  cuda::softmax_backward(y.dtype(), g.data_ptr(), y.data_ptr(), dx.data_ptr(), s.outer, s.n,
+                         s.inner, log, stream());
+  return dx;
+}
+
+CrossEntropyForward CudaKernels::cross_entropy_forward(const Tensor& logits, const Tensor& target,
+                                                       const CrossEntropyOptions& options) {
+  // The fused kernel recomputes the log-sum-exp in the backward pass, so no lse is kept.
+  return {run_cross_entropy("cross_entropy", logits, target, options, nullptr, nullptr), Tensor()};
+}
+
+Tensor CudaKernels::cross_entropy_backward(const Tensor& grad, const Tensor& logits,
+                                           const Tensor& target, const Tensor&,
+                                           const CrossEntropyOptions& options) {
+  Tensor dlogits;
+  run_cross_entropy("cross_entropy_backward", logits, target, options, &grad, &dlogits);
+  return dlogits;
+}
+
+Tensor CudaKernels::matmul(const Tensor& a_in, const Tensor& b_in) {
+  check_f32("matmul", a_in);
+  check_f32("matmul", b_in);
+  STOKE_CHECK(a_in.dim() == 2 && b_in.dim() == 2 && a_in.size(1) == b_in.size(0), "matmul",
+              "on cuda, expected 2-D operands (m, k) and (k, n), got shapes ", a_in.shape(),
+              " and ", b_in.shape());
+  const Tensor a = a_in.detach().contiguous(), b = b_in.detach().contiguous();
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  Tensor c = empty_on({m, n}, DType::f32, a.device());
+  if (c.numel() == 0) return c;
+  if (k == 0) {
+    fill_(c, 0.0);
+    return c;
+  }
+  gemm(false, false, m, n, k, a.data<float>(), k, b.data<float>(), n, 0.f, c.data<float>(), n);
+  return c;
+}
+
+Tensor CudaKernels::linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
+  check_f32("linear", x_in);
+  check_f32("linear", w_in);
+  STOKE_CHECK(x_in.dim() >= 1 && w_in.dim() == 2 && x_in.size(-1) == w_in.size(1), "linear",
+              "expected input (..., in_features) and weight (out_features, in_features), got ",
+              x_in.shape(), " and ", w_in.shape());
+  const int64_t in = w_in.size(1), out_f = w_in.size(0);
+  Shape out_shape(x_in.shape().begin(), x_in.shape().end() - 1);
+  out_shape.push_back(out_f);
+  const Tensor x = x_in.detach().contiguous().reshape({-1, in});
+  const Tensor w = w_in.detach().contiguous();
+  const int64_t m = x.size(0);
+  Tensor y = empty_on({m, out_f}, DType::f32, x.device());
+  float beta = 0.f;
+  if (bias.defined()) {
+    check_shape("linear", bias, "bias", {out_f});
+    y.copy_(bias.detach().expand({m, out_f}));
+    beta = 1.f;
+  }
+  if (y.numel() > 0)
+    gemm(false, true, m, out_f, in, x.data<float>(), in, w.data<float>(), in, beta,
+         y.data<float>(), out_f);
+  return y.view(out_shape);
+}
+
+}  // namespace stoke::ops::cuda_glue

@@ -1,0 +1,107 @@
+// ops:: on "cuda" tensors through the device dispatch (ops/device_kernels.h) and the CUDA glue
+// (ops/cuda/), run here on the emulated backend: inputs are made on the CPU, moved with
+// to(Device::cuda()), and every result is compared with the CPU op on the same inputs.
+#include <catch2/catch.hpp>
+
+#include "core/allocator.h"
+#include "stoke/stoke.h"
+
+using namespace stoke;
+
+namespace {
+
+const Device kCuda = Device::cuda();
+
+Tensor rand_cpu(const Shape& shape, uint64_t seed) {
+  Generator g(seed);
+  return randn(shape, {}, &g);
+}
+
+// Max |a - b| over all elements, both brought to the CPU as f32.
+double max_diff(const Tensor& a, const Tensor& b) {
+  REQUIRE(a.shape() == b.shape());
+  const auto x = a.to(Device::cpu()).to(DType::f32).contiguous().to_vector<float>();
+  const auto y = b.to(Device::cpu()).to(DType::f32).contiguous().to_vector<float>();
+  double m = 0;
+  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(double(x[i]) - double(y[i])));
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("cuda tensors: creation, copies, views and casts on the device", "[ops_cuda]") {
+  const Tensor z = zeros({3, 5}, {.device = kCuda});
+  CHECK(z.device() == kCuda);
+  CHECK(max_diff(z, zeros({3, 5})) == 0);
+  const Tensor f = full({4, 3}, 2.5, {.dtype = DType::f16, .device = kCuda});
+  CHECK(max_diff(f, full({4, 3}, 2.5)) == 0);
+  const Tensor x = rand_cpu({4, 6}, 1);
+  const Tensor d = x.to(kCuda);
+  CHECK(max_diff(d.t().contiguous(), x.t().contiguous()) == 0);  // strided copy kernel
+  CHECK(max_diff(d.slice(1, 1, 6, 2).clone(), x.slice(1, 1, 6, 2)) == 0);
+  CHECK(max_diff(d.to(DType::bf16), x.to(DType::bf16)) == 0);  // same rounding as the CPU
+  CHECK(d.select(0, 1).select(0, 2).item() == Approx(x.select(0, 1).select(0, 2).item()));
+}
+
+TEST_CASE("cuda tensors: binary ops broadcast like the CPU", "[ops_cuda]") {
+  const Tensor a = rand_cpu({3, 1, 5}, 2), b = rand_cpu({4, 5}, 3);
+  const Tensor da = a.to(kCuda), db = b.to(kCuda);
+  CHECK(max_diff(ops::add(da, db), ops::add(a, b)) < 1e-6);
+  CHECK(max_diff(ops::mul(da, db), ops::mul(a, b)) < 1e-6);
+  CHECK(max_diff(ops::div(da, db), ops::div(a, b)) < 1e-4);
+  CHECK(max_diff(ops::maximum(da, db), ops::maximum(a, b)) == 0);
+  CHECK(max_diff(ops::sub(1.5, da), ops::sub(1.5, a)) < 1e-6);
+  CHECK(max_diff(ops::mul(da.transpose(0, 2), 3.0), ops::mul(a.transpose(0, 2), 3.0)) < 1e-6);
+  // Mismatched devices are refused with both named.
+  CHECK_THROWS_WITH(ops::add(da, b), Catch::Contains("same device") && Catch::Contains("cuda:0"));
+}
+
+TEST_CASE("cuda tensors: reductions and softmax match the CPU", "[ops_cuda]") {
+  const Tensor x = rand_cpu({3, 7, 5}, 4);
+  const Tensor d = x.to(kCuda);
+  CHECK(max_diff(ops::sum(d), ops::sum(x)) < 1e-4);
+  CHECK(max_diff(ops::sum(d, {1}), ops::sum(x, {1})) < 1e-5);
+  CHECK(max_diff(ops::mean(d, {0, 2}, true), ops::mean(x, {0, 2}, true)) < 1e-6);
+  const auto mx = ops::max_with_indices(d, 1);
+  const auto mc = ops::max_with_indices(x, 1);
+  CHECK(max_diff(mx.values, mc.values) == 0);
+  CHECK(mx.indices.to(Device::cpu()).to_vector<int64_t>() == mc.indices.to_vector<int64_t>());
+  for (int64_t dim : {-1, 1}) {
+    CHECK(max_diff(ops::softmax(d, dim), ops::softmax(x, dim)) < 1e-6);
+    const Tensor ly = ops::log_softmax(d, dim), lc = ops::log_softmax(x, dim);
+    CHECK(max_diff(ly, lc) < 1e-5);
+    const Tensor g = rand_cpu(x.shape(), 5);
+    CHECK(max_diff(ops::log_softmax_backward(g.to(kCuda), ly, dim),
+                   ops::log_softmax_backward(g, lc, dim)) < 1e-5);
+  }
+}
+
+TEST_CASE("cuda tensors: fused cross entropy forward and backward match the CPU", "[ops_cuda]") {
+  const Tensor logits = rand_cpu({9, 11}, 6);
+  Tensor target = randint(0, 11, {9}, {.dtype = DType::i64});
+  const CrossEntropyOptions opts{.label_smoothing = 0.1};
+  const auto cpu = ops::cross_entropy_forward(logits, target, opts);
+  const auto dev = ops::cross_entropy_forward(logits.to(kCuda), target.to(kCuda), opts);
+  CHECK(max_diff(dev.loss, cpu.loss) < 1e-5);
+  const Tensor g = full({}, 0.5);
+  CHECK(max_diff(ops::cross_entropy_backward(g.to(kCuda), logits.to(kCuda), target.to(kCuda),
+                                             dev.lse, opts),
+                 ops::cross_entropy_backward(g, logits, target, cpu.lse, opts)) < 1e-6);
+  target.data<int64_t>()[3] = 11;
+  CHECK_THROWS_WITH(ops::cross_entropy_forward(logits.to(kCuda), target.to(kCuda), opts),
+                    Catch::Contains("target 11 of row 3"));
+}
+
+TEST_CASE("cuda tensors: matmul and linear through the device GEMM", "[ops_cuda]") {
+  const Tensor a = rand_cpu({13, 9}, 7), b = rand_cpu({9, 6}, 8);
+  CHECK(max_diff(ops::matmul(a.to(kCuda), b.to(kCuda)), ops::matmul(a, b)) < 1e-5);
+  const Tensor x = rand_cpu({2, 5, 9}, 9), w = rand_cpu({7, 9}, 10), bias = rand_cpu({7}, 11);
+  CHECK(max_diff(ops::linear(x.to(kCuda), w.to(kCuda), bias.to(kCuda)), ops::linear(x, w, bias)) <
+        1e-5);
+  CHECK(max_diff(ops::linear(x.to(kCuda), w.to(kCuda)), ops::linear(x, w)) < 1e-5);
+}
+
+TEST_CASE("cuda tensors: an op without a CUDA kernel yet says so", "[ops_cuda]") {
+  const Tensor d = rand_cpu({2, 3}, 12).to(kCuda);
+  CHECK_THROWS_WITH(ops::var(d), Catch::Contains("cpu"));
+}
