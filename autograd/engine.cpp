@@ -8,6 +8,7 @@
 #include "autograd/node.h"
 #include "core/grad_mode.h"
 #include "core/strided.h"
+#include "ops/creation.h"
 
 namespace stoke::autograd {
 
@@ -124,13 +125,8 @@ Tensor default_root_grad(const Tensor& root, const Tensor& gradient) {
   STOKE_CHECK(root.numel() == 1, "backward",
               "grad can be implicitly created only for one-element outputs, got shape ",
               root.shape(), "; pass a gradient");
-  STOKE_CHECK(root.device().is_cpu(), "backward", "implicit gradient on ", root.device(),
-              " needs the device backend; pass a gradient");
-  Tensor one = empty(root.shape(), {.dtype = root.dtype(), .device = root.device()});
-  dispatch_all(root.dtype(), "backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    *static_cast<T*>(one.data_ptr()) = T(1);
-  });
+  // ones() fills on the root's device (through its kernels when it is not the CPU).
+  Tensor one = ones(root.shape(), {.dtype = root.dtype(), .device = root.device()});
   return one;
 }
 

@@ -14,30 +14,48 @@ std::array<DeviceKernels*, 2>& registry() {
 
 const char* binary_op_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::add: return "add";
-    case BinaryOp::sub: return "sub";
-    case BinaryOp::mul: return "mul";
-    case BinaryOp::div: return "div";
-    case BinaryOp::maximum: return "maximum";
-    case BinaryOp::minimum: return "minimum";
+    case BinaryOp::add:
+      return "add";
+    case BinaryOp::sub:
+      return "sub";
+    case BinaryOp::mul:
+      return "mul";
+    case BinaryOp::div:
+      return "div";
+    case BinaryOp::maximum:
+      return "maximum";
+    case BinaryOp::minimum:
+      return "minimum";
   }
   return "binary";
 }
 
 const char* unary_op_name(UnaryOp op) {
   switch (op) {
-    case UnaryOp::neg: return "neg";
-    case UnaryOp::exp: return "exp";
-    case UnaryOp::log: return "log";
-    case UnaryOp::sqrt: return "sqrt";
-    case UnaryOp::rsqrt: return "rsqrt";
-    case UnaryOp::abs: return "abs";
-    case UnaryOp::relu: return "relu";
-    case UnaryOp::sigmoid: return "sigmoid";
-    case UnaryOp::tanh: return "tanh";
-    case UnaryOp::gelu: return "gelu";
-    case UnaryOp::gelu_tanh: return "gelu";
-    case UnaryOp::sign: return "sign";
+    case UnaryOp::neg:
+      return "neg";
+    case UnaryOp::exp:
+      return "exp";
+    case UnaryOp::log:
+      return "log";
+    case UnaryOp::sqrt:
+      return "sqrt";
+    case UnaryOp::rsqrt:
+      return "rsqrt";
+    case UnaryOp::abs:
+      return "abs";
+    case UnaryOp::relu:
+      return "relu";
+    case UnaryOp::sigmoid:
+      return "sigmoid";
+    case UnaryOp::tanh:
+      return "tanh";
+    case UnaryOp::gelu:
+      return "gelu";
+    case UnaryOp::gelu_tanh:
+      return "gelu";
+    case UnaryOp::sign:
+      return "sign";
   }
   return "unary";
 }
@@ -47,21 +65,35 @@ void DeviceKernels::not_implemented(const char* op) const {
              " yet (move the tensors to the cpu with .to(Device::cpu()))");
 }
 
-void DeviceKernels::fill(const Tensor&, double) { not_implemented("fill_"); }
-void DeviceKernels::copy_strided(const Tensor&, const Tensor&) { not_implemented("copy"); }
+void DeviceKernels::fill(const Tensor&, double) {
+  not_implemented("fill_");
+}
+void DeviceKernels::copy_strided(const Tensor&, const Tensor&) {
+  not_implemented("copy");
+}
 Tensor DeviceKernels::binary(BinaryOp op, const Tensor&, const Tensor&) {
   not_implemented(binary_op_name(op));
 }
 Tensor DeviceKernels::binary_scalar(BinaryOp op, const Tensor&, double, bool) {
   not_implemented(binary_op_name(op));
 }
-Tensor DeviceKernels::unary(UnaryOp op, const Tensor&) { not_implemented(unary_op_name(op)); }
-Tensor DeviceKernels::leaky_relu(const Tensor&, double) { not_implemented("leaky_relu"); }
+Tensor DeviceKernels::unary(UnaryOp op, const Tensor&) {
+  not_implemented(unary_op_name(op));
+}
+Tensor DeviceKernels::leaky_relu(const Tensor&, double) {
+  not_implemented("leaky_relu");
+}
 Tensor DeviceKernels::clamp(const Tensor&, std::optional<double>, std::optional<double>) {
   not_implemented("clamp");
 }
 Tensor DeviceKernels::relu_backward(const Tensor&, const Tensor&) {
   not_implemented("relu_backward");
+}
+void DeviceKernels::binary_(BinaryOp op, const Tensor&, const Tensor&, double) {
+  not_implemented(binary_op_name(op));
+}
+void DeviceKernels::binary_scalar_(BinaryOp op, const Tensor&, double) {
+  not_implemented(binary_op_name(op));
 }
 Tensor DeviceKernels::sum(const Tensor&, const std::vector<int64_t>&, bool) {
   not_implemented("sum");
@@ -86,9 +118,16 @@ Tensor DeviceKernels::cross_entropy_backward(const Tensor&, const Tensor&, const
                                              const Tensor&, const CrossEntropyOptions&) {
   not_implemented("cross_entropy_backward");
 }
-Tensor DeviceKernels::matmul(const Tensor&, const Tensor&) { not_implemented("matmul"); }
+Tensor DeviceKernels::matmul(const Tensor&, const Tensor&) {
+  not_implemented("matmul");
+}
 Tensor DeviceKernels::linear(const Tensor&, const Tensor&, const Tensor&) {
   not_implemented("linear");
+}
+
+LinearGrads DeviceKernels::linear_backward(const Tensor&, const Tensor&, const Tensor&, bool, bool,
+                                           bool) {
+  not_implemented("linear_backward");
 }
 
 void register_device_kernels(Device::Type type, DeviceKernels* kernels) {

@@ -14,6 +14,7 @@
 
 #include "core/tensor.h"
 #include "ops/elementwise.h"
+#include "ops/linalg.h"
 #include "ops/loss.h"
 #include "ops/reduce.h"
 
@@ -44,6 +45,10 @@ class DeviceKernels {
   virtual Tensor leaky_relu(const Tensor& x, double negative_slope);
   virtual Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
   virtual Tensor relu_backward(const Tensor& grad, const Tensor& x);
+  // In place: t = t op (alpha * other) (alpha for add/sub only), other broadcast to t's shape.
+  virtual void binary_(BinaryOp op, const Tensor& t, const Tensor& other, double alpha);
+  // In place: t = t op s.
+  virtual void binary_scalar_(BinaryOp op, const Tensor& t, double s);
 
   // --- reductions -------------------------------------------------------------------------------
   virtual Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
@@ -62,6 +67,8 @@ class DeviceKernels {
   // --- linear algebra ---------------------------------------------------------------------------
   virtual Tensor matmul(const Tensor& a, const Tensor& b);
   virtual Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+  virtual LinearGrads linear_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                                      bool need_input, bool need_weight, bool need_bias);
 
  protected:
   // Throws "stoke::OP: not implemented on DEVICE yet".

@@ -3,8 +3,8 @@
 #include <cstring>
 
 #include "ops/check.h"
-#include "ops/device_kernels.h"
 #include "ops/cpu/elementwise_kernels.h"
+#include "ops/device_kernels.h"
 #include "ops/elementwise.h"
 
 namespace stoke::ops {
@@ -126,37 +126,45 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return binary<false>("add", BinaryOp::add, a, b, [](auto x, auto y) { return x + y; });
 }
 Tensor add(const Tensor& a, double s) {
-  return binary_scalar<false>("add", BinaryOp::add, false, a, s, [](auto x, auto c) { return x + c; });
+  return binary_scalar<false>("add", BinaryOp::add, false, a, s,
+                              [](auto x, auto c) { return x + c; });
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
   return binary<false>("sub", BinaryOp::sub, a, b, [](auto x, auto y) { return x - y; });
 }
 Tensor sub(const Tensor& a, double s) {
-  return binary_scalar<false>("sub", BinaryOp::sub, false, a, s, [](auto x, auto c) { return x - c; });
+  return binary_scalar<false>("sub", BinaryOp::sub, false, a, s,
+                              [](auto x, auto c) { return x - c; });
 }
 Tensor sub(double s, const Tensor& a) {
-  return binary_scalar<false>("sub", BinaryOp::sub, true, a, s, [](auto x, auto c) { return c - x; });
+  return binary_scalar<false>("sub", BinaryOp::sub, true, a, s,
+                              [](auto x, auto c) { return c - x; });
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
   return binary<false>("mul", BinaryOp::mul, a, b, [](auto x, auto y) { return x * y; });
 }
 Tensor mul(const Tensor& a, double s) {
-  return binary_scalar<false>("mul", BinaryOp::mul, false, a, s, [](auto x, auto c) { return x * c; });
+  return binary_scalar<false>("mul", BinaryOp::mul, false, a, s,
+                              [](auto x, auto c) { return x * c; });
 }
 Tensor div(const Tensor& a, const Tensor& b) {
   return binary<true>("div", BinaryOp::div, a, b, [](auto x, auto y) { return x / y; });
 }
 Tensor div(const Tensor& a, double s) {
-  return binary_scalar<true>("div", BinaryOp::div, false, a, s, [](auto x, auto c) { return x / c; });
+  return binary_scalar<true>("div", BinaryOp::div, false, a, s,
+                             [](auto x, auto c) { return x / c; });
 }
 Tensor div(double s, const Tensor& a) {
-  return binary_scalar<true>("div", BinaryOp::div, true, a, s, [](auto x, auto c) { return c / x; });
+  return binary_scalar<true>("div", BinaryOp::div, true, a, s,
+                             [](auto x, auto c) { return c / x; });
 }
 Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary<false>("maximum", BinaryOp::maximum, a, b, [](auto x, auto y) { return max_nan(x, y); });
+  return binary<false>("maximum", BinaryOp::maximum, a, b,
+                       [](auto x, auto y) { return max_nan(x, y); });
 }
 Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary<false>("minimum", BinaryOp::minimum, a, b, [](auto x, auto y) { return min_nan(x, y); });
+  return binary<false>("minimum", BinaryOp::minimum, a, b,
+                       [](auto x, auto y) { return min_nan(x, y); });
 }
 
 // --- comparisons ------------------------------------------------------------------------------
@@ -218,6 +226,10 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 // --- in place ---------------------------------------------------------------------------------
 
 Tensor add_(const Tensor& t, const Tensor& other, double alpha) {
+  if (auto* k = device_dispatch("add_", {&t, &other})) {
+    k->binary_(BinaryOp::add, t, other, alpha);
+    return t;
+  }
   check_inplace_operands("add_", t, {&other});
   dispatch_numeric(t.dtype(), "add_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -231,6 +243,10 @@ Tensor add_(const Tensor& t, const Tensor& other, double alpha) {
 }
 
 Tensor add_(const Tensor& t, double s) {
+  if (auto* k = device_dispatch("add_", {&t})) {
+    k->binary_scalar_(BinaryOp::add, t, s);
+    return t;
+  }
   cpu::check_inplace("add_", t);
   dispatch_numeric(t.dtype(), "add_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -241,6 +257,10 @@ Tensor add_(const Tensor& t, double s) {
 }
 
 Tensor sub_(const Tensor& t, const Tensor& other, double alpha) {
+  if (auto* k = device_dispatch("sub_", {&t, &other})) {
+    k->binary_(BinaryOp::sub, t, other, alpha);
+    return t;
+  }
   check_inplace_operands("sub_", t, {&other});
   dispatch_numeric(t.dtype(), "sub_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -254,6 +274,10 @@ Tensor sub_(const Tensor& t, const Tensor& other, double alpha) {
 }
 
 Tensor sub_(const Tensor& t, double s) {
+  if (auto* k = device_dispatch("sub_", {&t})) {
+    k->binary_scalar_(BinaryOp::sub, t, s);
+    return t;
+  }
   cpu::check_inplace("sub_", t);
   dispatch_numeric(t.dtype(), "sub_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -264,6 +288,10 @@ Tensor sub_(const Tensor& t, double s) {
 }
 
 Tensor mul_(const Tensor& t, const Tensor& other) {
+  if (auto* k = device_dispatch("mul_", {&t, &other})) {
+    k->binary_(BinaryOp::mul, t, other, 1.0);
+    return t;
+  }
   check_inplace_operands("mul_", t, {&other});
   dispatch_numeric(t.dtype(), "mul_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -273,6 +301,10 @@ Tensor mul_(const Tensor& t, const Tensor& other) {
 }
 
 Tensor mul_(const Tensor& t, double s) {
+  if (auto* k = device_dispatch("mul_", {&t})) {
+    k->binary_scalar_(BinaryOp::mul, t, s);
+    return t;
+  }
   cpu::check_inplace("mul_", t);
   dispatch_numeric(t.dtype(), "mul_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -283,6 +315,10 @@ Tensor mul_(const Tensor& t, double s) {
 }
 
 Tensor div_(const Tensor& t, const Tensor& other) {
+  if (auto* k = device_dispatch("div_", {&t, &other})) {
+    k->binary_(BinaryOp::div, t, other, 1.0);
+    return t;
+  }
   check_inplace_operands("div_", t, {&other});
   dispatch_float(t.dtype(), "div_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -292,6 +328,10 @@ Tensor div_(const Tensor& t, const Tensor& other) {
 }
 
 Tensor div_(const Tensor& t, double s) {
+  if (auto* k = device_dispatch("div_", {&t})) {
+    k->binary_scalar_(BinaryOp::div, t, s);
+    return t;
+  }
   cpu::check_inplace("div_", t);
   dispatch_float(t.dtype(), "div_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -302,6 +342,11 @@ Tensor div_(const Tensor& t, double s) {
 }
 
 Tensor addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
+  if (auto* k = device_dispatch("addcmul_", {&t, &a, &b})) {
+    // Two launches on the device: the product (quotient), then the scaled in-place add.
+    k->binary_(BinaryOp::add, t, k->binary(BinaryOp::mul, a, b), value);
+    return t;
+  }
   check_inplace_operands("addcmul_", t, {&a, &b});
   dispatch_numeric(t.dtype(), "addcmul_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -312,6 +357,11 @@ Tensor addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value)
 }
 
 Tensor addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
+  if (auto* k = device_dispatch("addcdiv_", {&t, &a, &b})) {
+    // Two launches on the device: the product (quotient), then the scaled in-place add.
+    k->binary_(BinaryOp::add, t, k->binary(BinaryOp::div, a, b), value);
+    return t;
+  }
   check_inplace_operands("addcdiv_", t, {&a, &b});
   dispatch_float(t.dtype(), "addcdiv_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -322,6 +372,10 @@ Tensor addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value)
 }
 
 Tensor zero_(const Tensor& t) {
+  if (auto* k = device_dispatch("zero_", {&t})) {
+    k->fill(t, 0.0);
+    return t;
+  }
   cpu::check_inplace("zero_", t);
   if (t.is_contiguous()) {
     std::memset(t.data_ptr(), 0, t.numel() * t.element_size());

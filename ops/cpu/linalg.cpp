@@ -7,9 +7,9 @@
 #include "core/parallel.h"
 #include "core/strided.h"
 #include "ops/check.h"
-#include "ops/device_kernels.h"
 #include "ops/cpu/gemm.h"
 #include "ops/creation.h"
+#include "ops/device_kernels.h"
 #include "ops/linalg.h"
 
 namespace stoke::ops {
@@ -219,6 +219,8 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
 
 LinearGrads linear_backward(const Tensor& grad_out, const Tensor& x_in, const Tensor& weight_in,
                             bool need_input, bool need_weight, bool need_bias) {
+  if (auto* k = device_dispatch("linear_backward", {&grad_out, &x_in, &weight_in}))
+    return k->linear_backward(grad_out, x_in, weight_in, need_input, need_weight, need_bias);
   check_linear("linear_backward", x_in, weight_in, Tensor());
   check_same_dtype("linear_backward", grad_out, "grad_out", x_in, "input");
   const int64_t in = weight_in.size(1), out_f = weight_in.size(0);
@@ -253,6 +255,13 @@ LinearGrads linear_backward(const Tensor& grad_out, const Tensor& x_in, const Te
 }
 
 Tensor sum_leading_dims(const Tensor& g_in) {
+  if (auto* k = device_dispatch("sum_leading_dims", {&g_in})) {
+    STOKE_CHECK(g_in.dim() >= 1, "sum_leading_dims", "expected at least 1 dim, got shape ",
+                g_in.shape());
+    std::vector<int64_t> dims;
+    for (int64_t d = 0; d + 1 < g_in.dim(); ++d) dims.push_back(d);
+    return dims.empty() ? g_in.detach().clone() : k->sum(g_in, dims, false);
+  }
   check_cpu("sum_leading_dims", {&g_in});
   check_float("sum_leading_dims", g_in, "input");
   STOKE_CHECK(g_in.dim() >= 1, "sum_leading_dims", "expected at least 1 dim, got shape ",

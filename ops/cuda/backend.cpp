@@ -19,10 +19,9 @@ class CudaCopier final : public DeviceCopier {
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
             bool non_blocking) override {
     using cuda::CopyKind;
-    const CopyKind kind = dst_device.is_cuda()
-                              ? (src_device.is_cuda() ? CopyKind::device_to_device
-                                                      : CopyKind::host_to_device)
-                              : CopyKind::device_to_host;
+    const CopyKind kind = dst_device.is_cuda() ? (src_device.is_cuda() ? CopyKind::device_to_device
+                                                                       : CopyKind::host_to_device)
+                                               : CopyKind::device_to_host;
     if (non_blocking)
       cuda::copy_bytes_async(dst, src, nbytes, kind, cuda::current_stream());
     else
@@ -53,10 +52,10 @@ void CudaKernels::copy_strided(const Tensor& dst, const Tensor& src) {
               ", source ", src.shape());
   if (dst.numel() == 0) return;
   const int ndim = static_cast<int>(dst.dim());
-  const auto offsets = cuda::make_cast_offsets(dst.shape().data(), ndim, dst.strides().data(),
-                                               src.strides().data());
-  cuda::cast_strided(src.dtype(), src.data_ptr(), dst.dtype(), dst.data_ptr(), offsets,
-                     dst.numel(), cuda::current_stream());
+  const auto offsets =
+      cuda::make_cast_offsets(dst.shape().data(), ndim, dst.strides().data(), src.strides().data());
+  cuda::cast_strided(src.dtype(), src.data_ptr(), dst.dtype(), dst.data_ptr(), offsets, dst.numel(),
+                     cuda::current_stream());
 }
 
 void CudaKernels::fill(const Tensor& t, double value) {

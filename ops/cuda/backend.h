@@ -15,6 +15,8 @@ class CudaKernels final : public DeviceKernels {
   void copy_strided(const Tensor& dst, const Tensor& src) override;
   Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override;
   Tensor binary_scalar(BinaryOp op, const Tensor& a, double s, bool scalar_first) override;
+  void binary_(BinaryOp op, const Tensor& t, const Tensor& other, double alpha) override;
+  void binary_scalar_(BinaryOp op, const Tensor& t, double s) override;
   Tensor unary(UnaryOp op, const Tensor& x) override;
   Tensor leaky_relu(const Tensor& x, double negative_slope) override;
   Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) override;
@@ -22,14 +24,15 @@ class CudaKernels final : public DeviceKernels {
   Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) override;
   ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) override;
   Tensor softmax(const Tensor& x, int64_t dim, bool log) override;
-  Tensor softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim,
-                          bool log) override;
+  Tensor softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim, bool log) override;
   CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& target,
                                             const CrossEntropyOptions& options) override;
   Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                                 const Tensor& lse, const CrossEntropyOptions& options) override;
   Tensor matmul(const Tensor& a, const Tensor& b) override;
   Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) override;
+  LinearGrads linear_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
+                              bool need_input, bool need_weight, bool need_bias) override;
 };
 
 // Checks that t's dtype is one the CUDA float kernels take (f32, f16, bf16).

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/grad_mode.h"
 #include "cuda/kernels/cross_entropy.h"
 #include "cuda/kernels/elementwise.h"
 #include "cuda/kernels/reduce.h"
@@ -14,32 +15,49 @@
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
+#include "ops/linalg.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {
 
-cudaStream_t stream() { return cuda::current_stream(); }
+cudaStream_t stream() {
+  return cuda::current_stream();
+}
 
 Tensor empty_on(const Shape& shape, DType dtype, Device device) {
   return empty(shape, {.dtype = dtype, .device = device});
 }
 
-cuda::BinaryOp to_cuda(BinaryOp op) { return static_cast<cuda::BinaryOp>(op); }
+cuda::BinaryOp to_cuda(BinaryOp op) {
+  return static_cast<cuda::BinaryOp>(op);
+}
 
 cuda::UnaryOp to_cuda(UnaryOp op) {
   switch (op) {
-    case UnaryOp::neg: return cuda::UnaryOp::neg;
-    case UnaryOp::exp: return cuda::UnaryOp::exp;
-    case UnaryOp::log: return cuda::UnaryOp::log;
-    case UnaryOp::sqrt: return cuda::UnaryOp::sqrt;
-    case UnaryOp::rsqrt: return cuda::UnaryOp::rsqrt;
-    case UnaryOp::abs: return cuda::UnaryOp::abs;
-    case UnaryOp::relu: return cuda::UnaryOp::relu;
-    case UnaryOp::sigmoid: return cuda::UnaryOp::sigmoid;
-    case UnaryOp::tanh: return cuda::UnaryOp::tanh;
-    case UnaryOp::gelu: return cuda::UnaryOp::gelu;
-    case UnaryOp::gelu_tanh: return cuda::UnaryOp::gelu_tanh;
-    case UnaryOp::sign: return cuda::UnaryOp::sign;
+    case UnaryOp::neg:
+      return cuda::UnaryOp::neg;
+    case UnaryOp::exp:
+      return cuda::UnaryOp::exp;
+    case UnaryOp::log:
+      return cuda::UnaryOp::log;
+    case UnaryOp::sqrt:
+      return cuda::UnaryOp::sqrt;
+    case UnaryOp::rsqrt:
+      return cuda::UnaryOp::rsqrt;
+    case UnaryOp::abs:
+      return cuda::UnaryOp::abs;
+    case UnaryOp::relu:
+      return cuda::UnaryOp::relu;
+    case UnaryOp::sigmoid:
+      return cuda::UnaryOp::sigmoid;
+    case UnaryOp::tanh:
+      return cuda::UnaryOp::tanh;
+    case UnaryOp::gelu:
+      return cuda::UnaryOp::gelu;
+    case UnaryOp::gelu_tanh:
+      return cuda::UnaryOp::gelu_tanh;
+    case UnaryOp::sign:
+      return cuda::UnaryOp::sign;
   }
   return cuda::UnaryOp::neg;
 }
@@ -69,8 +87,8 @@ Tensor reduce_dim(const Tensor& x, int64_t d, cuda::ReduceOp op, Tensor* indices
 }
 
 // sum or mean over `dims` (all when empty), one dim at a time from the last.
-Tensor reduce_dims(const char* op_name, const Tensor& x_in, std::vector<int64_t> dims,
-                   bool keepdim, cuda::ReduceOp op) {
+Tensor reduce_dims(const char* op_name, const Tensor& x_in, std::vector<int64_t> dims, bool keepdim,
+                   cuda::ReduceOp op) {
   check_float_dtype(op_name, x_in);
   Tensor x = x_in.detach().contiguous();
   const Shape final_shape = reduced_shape(x.shape(), dims, keepdim, op_name);
@@ -101,8 +119,7 @@ cuda::CrossEntropyParams ce_params(const CrossEntropyOptions& o) {
 
 // Runs the fused cross-entropy kernel; with dlogits, also the gradient scaled by grad.
 Tensor run_cross_entropy(const char* op, const Tensor& logits_in, const Tensor& target_in,
-                         const CrossEntropyOptions& options, const Tensor* grad,
-                         Tensor* dlogits) {
+                         const CrossEntropyOptions& options, const Tensor* grad, Tensor* dlogits) {
   check_float_dtype(op, logits_in);
   STOKE_CHECK(logits_in.dim() == 2, op, "expected logits of shape (N, C) on cuda, got shape ",
               logits_in.shape());
@@ -173,6 +190,37 @@ Tensor CudaKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   cuda::binary(to_cuda(op), a.dtype(), a.data_ptr(), b.data_ptr(), out.data_ptr(), offsets,
                out.numel(), stream());
   return out;
+}
+
+void CudaKernels::binary_(BinaryOp op, const Tensor& t, const Tensor& other, double alpha) {
+  const char* name = binary_op_name(op);
+  check_same_dtype(name, t, "self", other, "other");
+  check_float_dtype(name, t);
+  STOKE_CHECK(!t.requires_grad() || !GradMode::is_enabled(), name,
+              "in-place update of a tensor that requires grad (wrap it in NoGradGuard)");
+  const Shape shape = t.shape();
+  STOKE_CHECK(broadcast_shapes(shape, other.shape(), name) == shape, name, "cannot broadcast ",
+              other.shape(), " to the in-place operand's shape ", shape);
+  if (t.numel() == 0) return;
+  const Shape os = broadcast_strides(other.shape(), other.strides(), shape);
+  // The output aliases operand a: each element is read and written by the same thread.
+  const auto offsets = cuda::make_binary_offsets(shape.data(), static_cast<int>(shape.size()),
+                                                 t.strides().data(), t.strides().data(), os.data());
+  cuda::binary(to_cuda(op), t.dtype(), t.data_ptr(), other.data_ptr(), t.data_ptr(), offsets,
+               t.numel(), stream(), static_cast<float>(alpha));
+}
+
+void CudaKernels::binary_scalar_(BinaryOp op, const Tensor& t, double s) {
+  const char* name = binary_op_name(op);
+  check_float_dtype(name, t);
+  STOKE_CHECK(!t.requires_grad() || !GradMode::is_enabled(), name,
+              "in-place update of a tensor that requires grad (wrap it in NoGradGuard)");
+  if (t.is_contiguous()) {
+    cuda::binary_scalar(to_cuda(op), t.dtype(), t.data_ptr(), s, t.data_ptr(), t.numel(), stream());
+    return;
+  }
+  const Tensor tmp = binary_scalar(op, t, s, false);
+  copy_strided(t, tmp);
 }
 
 Tensor CudaKernels::binary_scalar(BinaryOp op, const Tensor& a_in, double s, bool scalar_first) {
@@ -305,9 +353,44 @@ Tensor CudaKernels::linear(const Tensor& x_in, const Tensor& w_in, const Tensor&
     beta = 1.f;
   }
   if (y.numel() > 0)
-    gemm(false, true, m, out_f, in, x.data<float>(), in, w.data<float>(), in, beta,
-         y.data<float>(), out_f);
+    gemm(false, true, m, out_f, in, x.data<float>(), in, w.data<float>(), in, beta, y.data<float>(),
+         out_f);
   return y.view(out_shape);
+}
+
+LinearGrads CudaKernels::linear_backward(const Tensor& grad_out, const Tensor& x_in,
+                                         const Tensor& w_in, bool need_input, bool need_weight,
+                                         bool need_bias) {
+  check_f32("linear_backward", grad_out);
+  check_f32("linear_backward", x_in);
+  check_f32("linear_backward", w_in);
+  const int64_t in = w_in.size(1), out_f = w_in.size(0);
+  Shape out_shape(x_in.shape().begin(), x_in.shape().end() - 1);
+  out_shape.push_back(out_f);
+  check_shape("linear_backward", grad_out, "grad_out", out_shape);
+  const Tensor g = grad_out.detach().contiguous().reshape({-1, out_f});
+  const int64_t rows = g.size(0);
+  LinearGrads r;
+  if (need_input) {
+    const Tensor w = w_in.detach().contiguous();
+    Tensor gx = empty_on({rows, in}, DType::f32, g.device());
+    if (gx.numel() > 0)  // gx (rows, in) = g (rows, out) · W (out, in)
+      gemm(false, false, rows, in, out_f, g.data<float>(), out_f, w.data<float>(), in, 0.f,
+           gx.data<float>(), in);
+    r.grad_input = gx.view(x_in.shape());
+  }
+  if (need_weight) {
+    const Tensor x = x_in.detach().contiguous().reshape({-1, in});
+    Tensor gw = empty_on({out_f, in}, DType::f32, g.device());
+    if (rows == 0)
+      fill_(gw, 0.0);
+    else if (gw.numel() > 0)  // gW (out, in) = gᵀ (out, rows) · x (rows, in)
+      gemm(true, false, out_f, in, rows, g.data<float>(), out_f, x.data<float>(), in, 0.f,
+           gw.data<float>(), in);
+    r.grad_weight = gw;
+  }
+  if (need_bias) r.grad_bias = sum_leading_dims(grad_out);
+  return r;
 }
 
 }  // namespace stoke::ops::cuda_glue
