@@ -1,0 +1,6 @@
+# bench/ops_cuda (stoke-bench-ops-cuda): our CUDA kernels vs cuBLAS/cuDNN. Only with the real
+# backend (stoke_cuda); without a GPU the program says so and exits 0.
+if(TARGET stoke_cuda)
+  add_executable(stoke-bench-ops-cuda ops_cuda.cpp)
+  target_link_libraries(stoke-bench-ops-cuda PRIVATE stoke::stoke stoke_flags)
+endif()

@@ -1,0 +1,115 @@
+// Helpers shared by the kernel sandboxes (bench/kernels/*.cpp): the no-GPU check, device buffers,
+// CUDA-event timing (median of N after a warm-up) and the validation against the CPU reference.
+// Each sandbox validates every version of its kernel before timing any of them.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "cuda/compat.h"
+
+namespace stoke::bench::sandbox {
+
+// The first device's name, or "" when there is no usable device. The CUDA runtime reports an
+// error (no driver, no device) from cudaGetDeviceCount on machines without a GPU: that counts as
+// "no device", never as a failure.
+inline std::string device_name() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+    (void)cudaGetLastError();  // clear the sticky error for anyone after us
+    return "";
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "";
+  return prop.name;
+}
+
+// A device buffer of n floats (freed on scope exit).
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) {
+    STOKE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), std::max<size_t>(n, 1) * 4));
+  }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  float* get() const { return p_; }
+  void upload(const float* host) {
+    STOKE_CUDA_CHECK(cudaMemcpy(p_, host, n_ * 4, cudaMemcpyHostToDevice));
+  }
+  std::vector<float> download() const {
+    std::vector<float> out(n_);
+    STOKE_CUDA_CHECK(cudaMemcpy(out.data(), p_, n_ * 4, cudaMemcpyDeviceToHost));
+    return out;
+  }
+
+ private:
+  float* p_ = nullptr;
+  size_t n_;
+};
+
+// Median milliseconds of fn() measured with CUDA events on the default stream, after `warmup`
+// untimed calls.
+template <class Fn>
+double median_event_ms(Fn&& fn, int reps, int warmup) {
+  cudaEvent_t start, stop;
+  STOKE_CUDA_CHECK(cudaEventCreate(&start));
+  STOKE_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < warmup; ++i) fn();
+  STOKE_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    STOKE_CUDA_CHECK(cudaEventRecord(start, nullptr));
+    fn();
+    STOKE_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+    STOKE_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0.f;
+    STOKE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return median(std::move(times));
+}
+
+// The largest |got - want| / (atol + rtol * |want|) over all elements (<= 1: within tolerance;
+// NaN counts as a failure).
+inline double worst_error(const std::vector<float>& got, const std::vector<float>& want,
+                          double rtol, double atol) {
+  double worst = 0;
+  for (size_t i = 0; i < got.size() && i < want.size(); ++i) {
+    const double e = std::abs(double(got[i]) - double(want[i])) / (atol + rtol * std::abs(want[i]));
+    if (!(e <= worst)) worst = std::isnan(e) ? INFINITY : e;
+  }
+  return got.size() == want.size() ? worst : INFINITY;
+}
+
+// Reads "--name value" integer flags; returns false (after printing usage) on an unknown flag.
+inline bool parse_int_flags(int argc, char** argv, const std::vector<std::string>& names,
+                            std::vector<int*> values, const char* usage) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::printf("%s\n", usage);
+      std::exit(0);
+    }
+    bool known = false;
+    for (size_t j = 0; j < names.size(); ++j)
+      if (a == "--" + names[j] && i + 1 < argc) {
+        *values[j] = std::atoi(argv[++i]);
+        known = true;
+      }
+    if (!known) {
+      std::fprintf(stderr, "unknown argument %s\n%s\n", a.c_str(), usage);
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace stoke::bench::sandbox

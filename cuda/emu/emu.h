@@ -1,0 +1,241 @@
+// cuda/emu: the CUDA execution model on CPU threads. Included (through cuda/compat.h) instead of
+// the CUDA compiler's built-ins when STOKE_CUDA_EMU is defined, so that every kernel file also
+// compiles with the host compiler and runs on the CPU.
+//
+// A grid runs block by block; every CUDA thread of a block is an OS thread from a pool that grows
+// to the largest block size seen and is reused across launches. The barriers and warp exchanges
+// below are the only happens-before edges between the threads of a block, so a missing
+// __syncthreads() is a data race that ThreadSanitizer reports at the kernel's line. The toolkit's
+// own headers provide dim3, the vector types, __half/__nv_bfloat16 (their host code paths) and the
+// runtime-API declarations; cuda/emu/runtime.cpp defines the subset of that API the backend uses.
+#pragma once
+
+#ifndef STOKE_CUDA_EMU
+#define STOKE_CUDA_EMU 1
+#endif
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+// The toolkit's host_defines.h makes the execution-space qualifiers empty for a host compiler;
+// __shared__ becomes a function-local static: blocks of a grid run one after another and launches
+// are serialized, so a static is exactly "storage shared by the block".
+#undef __shared__
+#define __shared__ static
+#ifndef __launch_bounds__
+#define __launch_bounds__(...)
+#endif
+
+// The built-in variables: per OS thread, set by the pool before each block runs.
+inline constinit thread_local uint3 threadIdx{};
+inline constinit thread_local uint3 blockIdx{};
+inline constinit thread_local dim3 blockDim{};
+inline constinit thread_local dim3 gridDim{};
+inline constexpr int warpSize = 32;
+
+namespace stoke::emu {
+
+/// The launch geometry of one STOKE_LAUNCH; `kernel` identifies the function for
+/// cudaFuncSetAttribute's shared-memory opt-in.
+struct LaunchConfig {
+  dim3 grid;
+  dim3 block;
+  std::size_t shared_bytes = 0;
+  cudaStream_t stream = nullptr;
+  const void* kernel = nullptr;
+};
+
+/// Runs body(ctx) as every thread of the grid and returns when the grid is done. Configuration
+/// errors and exceptions thrown by a kernel thread are reported through cudaGetLastError
+/// (cudaErrorInvalidConfiguration, cudaErrorInvalidValue, cudaErrorLaunchFailure), never thrown.
+void launch(const LaunchConfig& config, void (*body)(void*), void* ctx);
+
+/// The block's dynamic shared memory (exactly the launch's shared_bytes, so AddressSanitizer sees
+/// an overrun); nullptr when the launch asked for none.
+void* dynamic_shared_memory();
+
+/// __syncthreads(): waits for every thread of the block that has not returned; returns how many
+/// of them passed a non-zero predicate (for __syncthreads_count/_and/_or).
+int syncthreads(int predicate = 0);
+
+/// The result of one warp exchange: the lanes that took part and their predicate bits.
+struct WarpResult {
+  unsigned group;
+  unsigned ballot;
+};
+
+/// The per-warp exchange behind shuffles, votes and __syncwarp: lane `this` publishes `bytes`
+/// (<= 16) of `value` and `predicate`, waits for the live lanes of `mask`, and receives into
+/// `out` what lane `src_lane` published (its own value when src_lane did not take part).
+WarpResult warp_exchange(unsigned mask, const void* value, std::size_t bytes, int src_lane,
+                         bool predicate, void* out);
+
+/// The calling thread's lane (threadIdx linearized, modulo 32).
+unsigned lane_id();
+
+/// __activemask(): the lanes of the caller's warp that have not returned.
+unsigned active_mask();
+
+/// True on a thread that is running a kernel.
+bool in_kernel();
+
+/// cudaMalloc fails with cudaErrorMemoryAllocation once the live device bytes would exceed
+/// `bytes` (default kDefaultDeviceMemory, reported as the device's memory). Returns the old limit.
+std::size_t set_device_memory_limit(std::size_t bytes);
+inline constexpr std::size_t kDefaultDeviceMemory = std::size_t{16} << 30;
+
+/// Counters for tests.
+struct Stats {
+  std::uint64_t launches = 0;          ///< kernels run to completion or failure
+  std::size_t device_bytes_live = 0;   ///< cudaMalloc'd and not yet freed
+  std::size_t device_bytes_peak = 0;   ///< high-water mark of device_bytes_live
+  std::size_t device_allocations = 0;  ///< live cudaMalloc blocks
+  std::size_t host_bytes_live = 0;     ///< cudaMallocHost/cudaHostAlloc'd and not yet freed
+};
+Stats stats();
+
+/// What went wrong in the calling host thread's last failed launch ("kernel threw in block ...:
+/// message"); empty when there was none. STOKE_CUDA_CHECK appends it to cudaErrorLaunchFailure.
+std::string last_failure_detail();
+
+namespace detail {
+template <class... P>
+struct Bound {
+  void (*kernel)(P...);
+  std::tuple<std::decay_t<P>...> args;
+  // Each CUDA thread gets its own copy of the arguments, as with a real launch.
+  static void run(void* self) {
+    auto* b = static_cast<Bound*>(self);
+    std::apply([b](const auto&... a) { b->kernel(a...); }, b->args);
+  }
+};
+}  // namespace detail
+
+/// The object STOKE_LAUNCH(kernel, grid, block, smem, stream) returns; calling it with the
+/// kernel's arguments (converted to its parameter types, as <<<>>> does) runs the grid.
+template <class... P>
+class Launch {
+ public:
+  Launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t shared_bytes, cudaStream_t stream)
+      : kernel_(kernel),
+        config_{grid, block, shared_bytes, stream, reinterpret_cast<const void*>(kernel)} {}
+
+  template <class... A>
+  void operator()(A&&... args) const {
+    static_assert(sizeof...(A) == sizeof...(P),
+                  "STOKE_LAUNCH: the number of arguments differs from the kernel's parameters");
+    detail::Bound<P...> bound{kernel_, std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)};
+    launch(config_, &detail::Bound<P...>::run, &bound);
+  }
+
+ private:
+  void (*kernel_)(P...);
+  LaunchConfig config_;
+};
+
+/// Deduces the kernel's parameter types for STOKE_LAUNCH.
+template <class... P>
+Launch<P...> make_launch(void (*kernel)(P...), dim3 grid, dim3 block, std::size_t shared_bytes,
+                         cudaStream_t stream) {
+  return Launch<P...>(kernel, grid, block, shared_bytes, stream);
+}
+
+}  // namespace stoke::emu
+
+// ---- synchronization ------------------------------------------------------------------------
+
+/// Block barrier; threads that have returned from the kernel drop out of it.
+inline void __syncthreads() {
+  stoke::emu::syncthreads(0);
+}
+/// Block barrier returning how many threads passed a non-zero predicate.
+inline int __syncthreads_count(int predicate) {
+  return stoke::emu::syncthreads(predicate);
+}
+/// Block barrier returning non-zero if every thread passed a non-zero predicate.
+inline int __syncthreads_and(int predicate) {
+  // Count the threads whose predicate is zero: the barrier reports that count.
+  return stoke::emu::syncthreads(predicate == 0 ? 1 : 0) == 0;
+}
+/// Block barrier returning non-zero if any thread passed a non-zero predicate.
+inline int __syncthreads_or(int predicate) {
+  return stoke::emu::syncthreads(predicate) != 0;
+}
+
+/// Barrier among the live lanes of `mask` in the caller's warp.
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  stoke::emu::warp_exchange(mask, nullptr, 0, 0, false, nullptr);
+}
+/// The live lanes of the caller's warp.
+inline unsigned __activemask() {
+  return stoke::emu::active_mask();
+}
+
+/// Bit i set when lane i of `mask` (and live) passed a non-zero predicate.
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  return stoke::emu::warp_exchange(mask, nullptr, 0, 0, predicate != 0, nullptr).ballot;
+}
+/// Non-zero when any participating lane passed a non-zero predicate.
+inline int __any_sync(unsigned mask, int predicate) {
+  return __ballot_sync(mask, predicate) != 0;
+}
+/// Non-zero when every participating lane passed a non-zero predicate.
+inline int __all_sync(unsigned mask, int predicate) {
+  const auto r = stoke::emu::warp_exchange(mask, nullptr, 0, 0, predicate != 0, nullptr);
+  return r.ballot == r.group;
+}
+
+namespace stoke::emu::detail {
+// Shuffles copy the value's bytes, so any trivially copyable type of at most 16 bytes works
+// (int, float, double, __half, __half2, __nv_bfloat16, ...), as the overloads of CUDA do.
+template <class T>
+T shuffle(unsigned mask, T var, int src) {
+  static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 16,
+                "warp shuffle: the type must be trivially copyable and at most 16 bytes");
+  T out = var;
+  warp_exchange(mask, &var, sizeof(T), src, false, &out);
+  return out;
+}
+}  // namespace stoke::emu::detail
+
+/// Value of lane srcLane (modulo width, within the caller's width-sized segment).
+template <class T>
+T __shfl_sync(unsigned mask, T var, int srcLane, int width = warpSize) {
+  const int lane = static_cast<int>(stoke::emu::lane_id());
+  const int base = lane & ~(width - 1);
+  return stoke::emu::detail::shuffle(mask, var, base + (srcLane & (width - 1)));
+}
+/// Value of lane (lane - delta); the own value where that leaves the segment.
+template <class T>
+T __shfl_up_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+  const int lane = static_cast<int>(stoke::emu::lane_id());
+  const int base = lane & ~(width - 1);
+  const int src = lane - static_cast<int>(delta);
+  return stoke::emu::detail::shuffle(mask, var, src < base ? lane : src);
+}
+/// Value of lane (lane + delta); the own value where that leaves the segment.
+template <class T>
+T __shfl_down_sync(unsigned mask, T var, unsigned delta, int width = warpSize) {
+  const int lane = static_cast<int>(stoke::emu::lane_id());
+  const int base = lane & ~(width - 1);
+  const int src = lane + static_cast<int>(delta);
+  return stoke::emu::detail::shuffle(mask, var, src >= base + width ? lane : src);
+}
+/// Value of lane (lane ^ laneMask); the own value where that is in a later segment.
+template <class T>
+T __shfl_xor_sync(unsigned mask, T var, int laneMask, int width = warpSize) {
+  const int lane = static_cast<int>(stoke::emu::lane_id());
+  const int base = lane & ~(width - 1);
+  const int src = lane ^ laneMask;
+  return stoke::emu::detail::shuffle(mask, var, src >= base + width ? lane : src);
+}
+
+#include "cuda/emu/intrinsics.h"

@@ -1,0 +1,355 @@
+// Batch norm kernels (see batch_norm.h).
+//
+// Reductions (training statistics, the backward's sums) run one 256-thread
+// block per channel: consecutive threads read consecutive elements of a
+// channel's rows, each thread accumulates in f32 registers, and the block
+// combines with warp shuffles and one shared-memory step. The variance is
+// summed around a per-channel shift (the channel's first element), as on the
+// CPU, so that E[x^2] - E[x]^2 does not cancel when the mean is large against
+// the spread. The elementwise passes run a 2-D grid: blockIdx.y walks the (n,
+// c) planes, so each block loads its channel's parameters once and the inner
+// loop is one FMA-like expression per element with no integer division. One
+// block per channel is simple and exact but leaves SMs idle when C is smaller
+// than the SM count; a split reduction (partial sums per (channel, chunk), then
+// a combine) is the next step once a GPU measures it against cuDNN.
+#include <climits>
+#include <cmath>
+
+#include "cuda/compat.h"
+#include "cuda/kernels/batch_norm.h"
+
+namespace stoke::cuda {
+namespace bn_detail {
+
+constexpr int kThreads = 256;
+
+// Loads widen to f32 and stores round from f32 (round to nearest even),
+// whatever the dtype.
+__device__ __forceinline__ float load_f32(const float* p) {
+  return *p;
+}
+__device__ __forceinline__ float load_f32(const __half* p) {
+  return __half2float(*p);
+}
+__device__ __forceinline__ float load_f32(const __nv_bfloat16* p) {
+  return __bfloat162float(*p);
+}
+__device__ __forceinline__ void store_f32(float* p, float v) {
+  *p = v;
+}
+__device__ __forceinline__ void store_f32(__half* p, float v) {
+  *p = __float2half_rn(v);
+}
+__device__ __forceinline__ void store_f32(__nv_bfloat16* p, float v) {
+  *p = __float2bfloat16_rn(v);
+}
+
+// Sums a and b over the block (blockDim.x a multiple of 32); the totals are
+// valid in thread 0. `red` is 64 floats of the kernel's shared memory.
+__device__ __forceinline__ void block_sum2(float& a, float& b, float* red) {
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  if (lane == 0) {
+    red[warp] = a;
+    red[32 + warp] = b;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    a = lane < warps ? red[lane] : 0.f;
+    b = lane < warps ? red[32 + lane] : 0.f;
+    for (int o = 16; o > 0; o >>= 1) {
+      a += __shfl_xor_sync(0xffffffffu, a, o);
+      b += __shfl_xor_sync(0xffffffffu, b, o);
+    }
+  }
+}
+
+// Calls f(i) for the flat indices i of channel c's elements (n, c, s) that this
+// thread owns: positions threadIdx.x + k * blockDim.x of the channel's N * S,
+// walked without a division per element.
+template <class F>
+__device__ __forceinline__ void for_channel(int64_t N, int64_t C, int64_t S, int64_t c, F&& f) {
+  const int64_t step = blockDim.x;
+  const int64_t dn = step / S, ds = step % S;
+  int64_t n = threadIdx.x / S, s = threadIdx.x % S;
+  while (n < N) {
+    f((n * C + c) * S + s);
+    s += ds;
+    n += dn;
+    if (s >= S) {
+      s -= S;
+      ++n;
+    }
+  }
+}
+
+}  // namespace bn_detail
+
+using bn_detail::load_f32;
+using bn_detail::store_f32;
+
+// Training statistics: block c reduces channel c, writes save_mean /
+// save_invstd and updates the running statistics (when given).
+template <class T>
+__global__ void __launch_bounds__(256)
+    batch_norm_stats_kernel(const T* __restrict__ x, int64_t N, int64_t C, int64_t S,
+                            float momentum, float eps, float* __restrict__ running_mean,
+                            float* __restrict__ running_var, float* __restrict__ save_mean,
+                            float* __restrict__ save_invstd) {
+  __shared__ float red[64];
+  const int64_t c = blockIdx.x;
+  const float shift = load_f32(x + c * S);
+  float s1 = 0.f, s2 = 0.f;
+  bn_detail::for_channel(N, C, S, c, [&](int64_t i) {
+    const float v = load_f32(x + i) - shift;
+    s1 += v;
+    s2 += v * v;
+  });
+  bn_detail::block_sum2(s1, s2, red);
+  if (threadIdx.x == 0) {
+    const float m = static_cast<float>(N * S);
+    const float d = s1 / m;
+    const float var_raw = s2 / m - d * d;
+    const float var = var_raw > 0.f ? var_raw : 0.f;
+    const float mean = shift + d;
+    save_mean[c] = mean;
+    save_invstd[c] = 1.f / sqrtf(var + eps);
+    if (running_mean) {
+      running_mean[c] = (1.f - momentum) * running_mean[c] + momentum * mean;
+      running_var[c] = (1.f - momentum) * running_var[c] + momentum * var * m / (m - 1.f);
+    }
+  }
+}
+
+// y = (x - mean) * invstd * weight + bias per plane (n, c). kEval: `stat` is
+// the running variance and invstd is computed here (and written to save_* by
+// the planes of n = 0 when given); otherwise `stat` is save_invstd from
+// batch_norm_stats_kernel.
+template <class T, bool kEval>
+__global__ void __launch_bounds__(256)
+    batch_norm_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t planes, int64_t C,
+                            int64_t S, const float* __restrict__ mean,
+                            const float* __restrict__ stat, float eps,
+                            const float* __restrict__ weight, const float* __restrict__ bias,
+                            float* __restrict__ save_mean, float* __restrict__ save_invstd) {
+  for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    const int64_t c = plane % C;
+    const float m = mean[c];
+    const float is = kEval ? 1.f / sqrtf(stat[c] + eps) : stat[c];
+    const float scale = is * (weight ? weight[c] : 1.f), shift = bias ? bias[c] : 0.f;
+    if (kEval && save_mean && plane < C && blockIdx.x == 0 && threadIdx.x == 0) {
+      save_mean[c] = m;
+      save_invstd[c] = is;
+    }
+    const T* xp = x + plane * S;
+    T* yp = y + plane * S;
+    for (int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s < S;
+         s += static_cast<int64_t>(gridDim.x) * blockDim.x)
+      store_f32(yp + s, (load_f32(xp + s) - m) * scale + shift);
+  }
+}
+
+// The backward's per-channel sums: sum(dy) -> sums[c] and sum(dy * (x - mean))
+// -> sums[C + c], plus grad_bias = sum(dy) and grad_weight = sum(dy * (x -
+// mean)) * invstd when requested.
+template <class T>
+__global__ void __launch_bounds__(256)
+    batch_norm_backward_reduce_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                      int64_t N, int64_t C, int64_t S,
+                                      const float* __restrict__ mean,
+                                      const float* __restrict__ invstd, float* __restrict__ sums,
+                                      float* __restrict__ grad_weight,
+                                      float* __restrict__ grad_bias) {
+  __shared__ float red[64];
+  const int64_t c = blockIdx.x;
+  const float m = mean[c];
+  float sdy = 0.f, sdx = 0.f;
+  bn_detail::for_channel(N, C, S, c, [&](int64_t i) {
+    const float dy = load_f32(grad_y + i);
+    sdy += dy;
+    sdx += dy * (load_f32(x + i) - m);
+  });
+  bn_detail::block_sum2(sdy, sdx, red);
+  if (threadIdx.x == 0) {
+    sums[c] = sdy;
+    sums[C + c] = sdx;
+    if (grad_bias) grad_bias[c] = sdy;
+    if (grad_weight) grad_weight[c] = sdx * invstd[c];
+  }
+}
+
+// grad_x = a * dy + k2 * (x - mean) + k3 with a = weight * invstd and, in
+// training (gradients through the batch statistics), k2 = -a * invstd^2 *
+// mean(dy * (x - mean)), k3 = -a * mean(dy); in eval k2 = k3 = 0 and x is not
+// read.
+template <class T, bool kTraining>
+__global__ void __launch_bounds__(256)
+    batch_norm_backward_input_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,
+                                     T* __restrict__ grad_x, int64_t planes, int64_t C, int64_t S,
+                                     float inv_m, const float* __restrict__ weight,
+                                     const float* __restrict__ mean,
+                                     const float* __restrict__ invstd,
+                                     const float* __restrict__ sums) {
+  for (int64_t plane = blockIdx.y; plane < planes; plane += gridDim.y) {
+    const int64_t c = plane % C;
+    const float is = invstd[c];
+    const float a = (weight ? weight[c] : 1.f) * is;
+    const float k2 = kTraining ? -a * is * is * sums[C + c] * inv_m : 0.f;
+    const float k3 = kTraining ? -a * sums[c] * inv_m : 0.f;
+    const float m = kTraining ? mean[c] : 0.f;
+    const T* dyp = grad_y + plane * S;
+    const T* xp = kTraining ? x + plane * S : nullptr;
+    T* dxp = grad_x + plane * S;
+    for (int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s < S;
+         s += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      float v = a * load_f32(dyp + s);
+      if (kTraining) v += k2 * (load_f32(xp + s) - m) + k3;
+      store_f32(dxp + s, v);
+    }
+  }
+}
+
+namespace {
+
+void check_layout(const char* op, const BatchNormLayout& l) {
+  STOKE_CHECK(l.batch >= 0 && l.channels >= 1 && l.spatial >= 1, op,
+              "expected batch >= 0, channels >= 1 and spatial >= 1, got (", l.batch, ", ",
+              l.channels, ", ", l.spatial, ")");
+  STOKE_CHECK(l.channels <= INT_MAX, op, "expected at most 2^31 - 1 channels, got ", l.channels);
+}
+
+// The elementwise passes' launch shape: x along a plane (at most 256 threads, a
+// multiple of 32), y over planes (grid-stride beyond 65535).
+void plane_grid(const BatchNormLayout& l, dim3& grid, dim3& block) {
+  const int64_t threads =
+      l.spatial >= bn_detail::kThreads ? bn_detail::kThreads : (l.spatial + 31) / 32 * 32;
+  const int64_t gx = (l.spatial + threads - 1) / threads;
+  const int64_t planes = l.batch * l.channels;
+  block = dim3(static_cast<unsigned>(threads));
+  grid = dim3(static_cast<unsigned>(gx < 1024 ? gx : 1024),
+              static_cast<unsigned>(planes < 65535 ? planes : 65535));
+}
+
+template <class T>
+void forward_training(const BatchNormLayout& l, const T* x, T* y, const float* weight,
+                      const float* bias, float* running_mean, float* running_var, float momentum,
+                      float eps, float* save_mean, float* save_invstd, cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::batch_norm_forward_training");
+  const char* op = "cuda::batch_norm";
+  check_layout(op, l);
+  STOKE_CHECK(l.batch * l.spatial > 1, op,
+              "expected more than 1 value per channel when using batch "
+              "statistics, got (N, C, S) = (",
+              l.batch, ", ", l.channels, ", ", l.spatial, ")");
+  STOKE_CHECK(x && y && save_mean && save_invstd, op,
+              "expected non-null x, y, save_mean and save_invstd");
+  STOKE_CHECK((running_mean == nullptr) == (running_var == nullptr), op,
+              "expected running_mean and running_var both given or both null");
+  auto* stats = &batch_norm_stats_kernel<T>;
+  STOKE_LAUNCH(stats, dim3(static_cast<unsigned>(l.channels)), dim3(bn_detail::kThreads), 0, stream)
+  (x, l.batch, l.channels, l.spatial, momentum, eps, running_mean, running_var, save_mean,
+   save_invstd);
+  STOKE_CUDA_CHECK(cudaGetLastError());
+  dim3 grid, block;
+  plane_grid(l, grid, block);
+  auto* apply = &batch_norm_apply_kernel<T, false>;
+  STOKE_LAUNCH(apply, grid, block, 0, stream)
+  (x, y, l.batch * l.channels, l.channels, l.spatial, save_mean, save_invstd, eps, weight, bias,
+   nullptr, nullptr);
+  STOKE_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void forward_eval(const BatchNormLayout& l, const T* x, T* y, const float* weight,
+                  const float* bias, const float* running_mean, const float* running_var, float eps,
+                  float* save_mean, float* save_invstd, cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::batch_norm_forward_eval");
+  const char* op = "cuda::batch_norm";
+  check_layout(op, l);
+  STOKE_CHECK(running_mean && running_var, op,
+              "expected running_mean and running_var in evaluation (use the "
+              "training forward "
+              "without running statistics for batch statistics)");
+  STOKE_CHECK((save_mean == nullptr) == (save_invstd == nullptr), op,
+              "expected save_mean and save_invstd both given or both null");
+  if (l.batch == 0) return;
+  STOKE_CHECK(x && y, op, "expected non-null x and y");
+  dim3 grid, block;
+  plane_grid(l, grid, block);
+  auto* apply = &batch_norm_apply_kernel<T, true>;
+  STOKE_LAUNCH(apply, grid, block, 0, stream)
+  (x, y, l.batch * l.channels, l.channels, l.spatial, running_mean, running_var, eps, weight, bias,
+   save_mean, save_invstd);
+  STOKE_CUDA_CHECK(cudaGetLastError());
+}
+
+template <class T>
+void backward(const BatchNormLayout& l, const T* grad_y, const T* x, const float* weight,
+              const float* save_mean, const float* save_invstd, bool training, T* grad_x,
+              float* grad_weight, float* grad_bias, float* workspace, cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::batch_norm_backward");
+  const char* op = "cuda::batch_norm_backward";
+  check_layout(op, l);
+  const bool need_sums = grad_weight || grad_bias || (training && grad_x);
+  STOKE_CHECK(save_mean && save_invstd, op, "expected non-null save_mean and save_invstd");
+  STOKE_CHECK(!need_sums || workspace, op,
+              "expected a workspace of batch_norm_backward_workspace_floats(", l.channels,
+              ") floats when grad_weight, grad_bias or the training grad_x is "
+              "requested");
+  if (need_sums) {
+    STOKE_CHECK(grad_y && x, op, "expected non-null grad_y and x");
+    auto* reduce = &batch_norm_backward_reduce_kernel<T>;
+    STOKE_LAUNCH(reduce, dim3(static_cast<unsigned>(l.channels)), dim3(bn_detail::kThreads), 0,
+                 stream)
+    (grad_y, x, l.batch, l.channels, l.spatial, save_mean, save_invstd, workspace, grad_weight,
+     grad_bias);
+    STOKE_CUDA_CHECK(cudaGetLastError());
+  }
+  if (!grad_x || l.batch == 0) return;
+  STOKE_CHECK(grad_y && (x || !training), op, "expected non-null grad_y and x");
+  dim3 grid, block;
+  plane_grid(l, grid, block);
+  const float inv_m = 1.f / static_cast<float>(l.batch * l.spatial);
+  auto* input = training ? &batch_norm_backward_input_kernel<T, true>
+                         : &batch_norm_backward_input_kernel<T, false>;
+  STOKE_LAUNCH(input, grid, block, 0, stream)
+  (grad_y, x, grad_x, l.batch * l.channels, l.channels, l.spatial, inv_m, weight, save_mean,
+   save_invstd, workspace);
+  STOKE_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+// The dtype overloads declared in batch_norm.h.
+#define STOKE_BN_OVERLOADS(T)                                                                      \
+  void batch_norm_forward_training(const BatchNormLayout& l, const T* x, T* y,                     \
+                                   const float* weight, const float* bias, float* running_mean,    \
+                                   float* running_var, float momentum, float eps,                  \
+                                   float* save_mean, float* save_invstd, cudaStream_t stream) {    \
+    forward_training<T>(l, x, y, weight, bias, running_mean, running_var, momentum, eps,           \
+                        save_mean, save_invstd, stream);                                           \
+  }                                                                                                \
+  void batch_norm_forward_eval(const BatchNormLayout& l, const T* x, T* y, const float* weight,    \
+                               const float* bias, const float* running_mean,                       \
+                               const float* running_var, float eps, float* save_mean,              \
+                               float* save_invstd, cudaStream_t stream) {                          \
+    forward_eval<T>(l, x, y, weight, bias, running_mean, running_var, eps, save_mean, save_invstd, \
+                    stream);                                                                       \
+  }                                                                                                \
+  void batch_norm_backward(const BatchNormLayout& l, const T* grad_y, const T* x,                  \
+                           const float* weight, const float* save_mean, const float* save_invstd,  \
+                           bool training, T* grad_x, float* grad_weight, float* grad_bias,         \
+                           float* workspace, cudaStream_t stream) {                                \
+    backward<T>(l, grad_y, x, weight, save_mean, save_invstd, training, grad_x, grad_weight,       \
+                grad_bias, workspace, stream);                                                     \
+  }
+
+STOKE_BN_OVERLOADS(float)
+STOKE_BN_OVERLOADS(__half)
+STOKE_BN_OVERLOADS(__nv_bfloat16)
+#undef STOKE_BN_OVERLOADS
+
+}  // namespace stoke::cuda

@@ -1,0 +1,93 @@
+// Helpers for the elementwise-family kernel tests (tests/cuda/test_kernels_*.cpp): inputs at
+// aligned or misaligned (one element past 16-byte aligned) addresses, the CPU reference in f32
+// rounded to the kernel's dtype, and comparisons with dtype-derived tolerances. Kernels run in
+// cuda/emu on the CPU tensors' own memory with the null stream.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/random.h"
+#include "core/tensor.h"
+#include "ops/creation.h"
+
+namespace stoke::kernels_test {
+
+// A contiguous tensor of `shape` and `dtype` with values uniform in [lo, hi) (drawn in f32 and
+// rounded to dtype). With misaligned, its data starts one element after an aligned address.
+inline Tensor input(const Shape& shape, DType dtype, bool misaligned, double lo, double hi,
+                    uint64_t seed) {
+  Generator g(seed);
+  const int64_t n = shape.numel();
+  Tensor base = uniform({n + 1}, lo, hi, {}, &g).to(dtype);
+  return base.narrow(0, misaligned ? 1 : 0, n).view(shape);
+}
+
+// An uninitialized-looking (NaN-filled for floats) contiguous output, aligned or not.
+inline Tensor output(const Shape& shape, DType dtype, bool misaligned) {
+  const int64_t n = shape.numel();
+  Tensor base = is_floating(dtype) ? full({n + 1}, NAN, {.dtype = dtype})
+                                   : full({n + 1}, 77, {.dtype = dtype});
+  return base.narrow(0, misaligned ? 1 : 0, n).view(shape);
+}
+
+// want rounded to dtype and back to f32: what an exact kernel of that dtype stores.
+inline Tensor rounded(const Tensor& want, DType dtype) {
+  return want.to(dtype).to(DType::f32);
+}
+
+struct Tolerance {
+  double rtol;
+  double atol;
+};
+
+// Tolerance for results stored in `dtype` from f32 math: a few ulps of the dtype (f16: 2^-10,
+// bf16: 2^-7 relative), and ~100 f32 ulps for f32 (transcendental functions differ between the
+// CPU's vectorized polynomials and libm / CUDA's math library).
+inline Tolerance tol(DType dtype) {
+  switch (dtype) {
+    case DType::f16:
+      return {2e-3, 1e-4};
+    case DType::bf16:
+      return {1.6e-2, 1e-3};
+    default:
+      return {1e-5, 1e-6};
+  }
+}
+
+// Checks got ≈ want elementwise (same shape; NaN matches NaN, infinities match exactly) and
+// reports the first mismatch and the count.
+inline void require_close(const Tensor& got, const Tensor& want, Tolerance t,
+                          const std::string& what) {
+  INFO(what);
+  REQUIRE(got.shape() == want.shape());
+  const std::vector<double> g = got.to_vector<double>(), w = want.to_vector<double>();
+  int64_t bad = 0, first = -1;
+  for (size_t i = 0; i < g.size(); ++i) {
+    const bool ok = (std::isnan(g[i]) && std::isnan(w[i])) || g[i] == w[i] ||
+                    std::abs(g[i] - w[i]) <= t.atol + t.rtol * std::abs(w[i]);
+    if (!ok && bad++ == 0) first = static_cast<int64_t>(i);
+  }
+  std::string msg;
+  if (bad > 0)
+    msg = detail::str_cat("first mismatch at ", first, ": got ", g[static_cast<size_t>(first)],
+                          ", want ", w[static_cast<size_t>(first)], " (", bad, " of ", g.size(),
+                          " differ)");
+  INFO(msg);
+  CHECK(bad == 0);
+}
+
+// Exact equality of all elements (integer results, copies, masks).
+inline void require_equal(const Tensor& got, const Tensor& want, const std::string& what) {
+  require_close(got, want, {0, 0}, what);
+}
+
+inline const char* dtype_label(DType d) {
+  return dtype_name(d);
+}
+
+}  // namespace stoke::kernels_test
