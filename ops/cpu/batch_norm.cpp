@@ -44,49 +44,76 @@ template <class T>
 constexpr int64_t kLanes = 128 / sizeof(T);
 constexpr int64_t kFold = 1024;
 
-// Sums of (a[i] - ka) and (a[i] - ka) * (b[i] - kb) over n elements, accumulated into s1, s2.
-// With b == a this gives the shifted sum and sum of squares; with a = dy, ka = 0, b = x,
-// kb = mean it gives sum(dy) and sum(dy * (x - mean)).
+// Per-lane sums of (a[i] - ka) and (a[i] - ka) * (b[i] - kb) over n elements, added into the
+// lane accumulators a1, a2 (the tail goes into the first lanes). With b == a this gives the
+// shifted sum and sum of squares; with a = dy, ka = 0, b = x, kb = mean it gives sum(dy) and
+// sum(dy * (x - mean)).
 template <class T>
-inline void sum2(const T* a, T ka, const T* b, T kb, int64_t n, double& s1, double& s2) {
+inline void lane_sums(const T* a, T ka, const T* b, T kb, int64_t n, T* __restrict a1,
+                      T* __restrict a2) {
   constexpr int64_t L = kLanes<T>;
-  int64_t i = 0;
-  while (i + L <= n) {
-    T a1[L] = {}, a2[L] = {};
-    const int64_t end = std::min(n, i + kFold) / L * L;
-    for (; i < end; i += L)
-      for (int64_t j = 0; j < L; ++j) {
-        const T u = a[i + j] - ka;
-        a1[j] += u;
-        a2[j] += u * (b[i + j] - kb);
-      }
-    double d1 = 0, d2 = 0;
-    for (int64_t j = 0; j < L; ++j) {
-      d1 += a1[j];
-      d2 += a2[j];
-    }
-    s1 += d1;
-    s2 += d2;
+  // Local copies stay in registers through the loop; accumulating into a1/a2 directly kept them
+  // on the stack (a store-to-load chain per block).
+  T l1[L], l2[L];
+  for (int64_t j = 0; j < L; ++j) {
+    l1[j] = a1[j];
+    l2[j] = a2[j];
   }
-  for (; i < n; ++i) {
-    const double u = double(a[i]) - double(ka);
-    s1 += u;
-    s2 += u * (double(b[i]) - double(kb));
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    for (int64_t j = 0; j < L; ++j) {
+      const T u = a[i + j] - ka;
+      l1[j] += u;
+      l2[j] += u * (b[i + j] - kb);
+    }
+  for (int64_t j = 0; i < n; ++i, ++j) {
+    const T u = a[i] - ka;
+    l1[j] += u;
+    l2[j] += u * (b[i] - kb);
+  }
+  for (int64_t j = 0; j < L; ++j) {
+    a1[j] = l1[j];
+    a2[j] = l2[j];
   }
 }
 
 // Per channel in [c0, c1): s1[c - c0] += sum(a - ka[c]), s2 += sum((a - ka[c]) * (b - kb[c])).
+// The lanes run on across the channel's rows and are folded into double once about kFold elements
+// went in, not once per row: ResNet's 7x7 and 14x14 planes are 49 and 196 elements, where a fold
+// (and a scalar tail in double) per row cost more than the row's vector work.
 template <class T>
 void channel_sums(const Layout& l, const T* a, const T* ka, const T* b, const T* kb, int64_t c0,
                   int64_t c1, double* s1, double* s2) {
   std::fill(s1, s1 + (c1 - c0), 0.0);
   std::fill(s2, s2 + (c1 - c0), 0.0);
   if (l.S >= kRowMin) {
-    for (int64_t c = c0; c < c1; ++c)
+    constexpr int64_t L = kLanes<T>;
+    for (int64_t c = c0; c < c1; ++c) {
+      T a1[L] = {}, a2[L] = {};
+      int64_t pending = 0;
+      auto fold = [&] {
+        double d1 = 0, d2 = 0;
+        for (int64_t j = 0; j < L; ++j) {
+          d1 += a1[j];
+          d2 += a2[j];
+          a1[j] = T(0);
+          a2[j] = T(0);
+        }
+        s1[c - c0] += d1;
+        s2[c - c0] += d2;
+        pending = 0;
+      };
       for (int64_t n = 0; n < l.N; ++n) {
         const int64_t off = (n * l.C + c) * l.S;
-        sum2(a + off, ka[c], b + off, kb[c], l.S, s1[c - c0], s2[c - c0]);
+        for (int64_t i = 0; i < l.S; i += kFold) {
+          const int64_t len = std::min(kFold, l.S - i);
+          lane_sums(a + off + i, ka[c], b + off + i, kb[c], len, a1, a2);
+          pending += len;
+          if (pending >= kFold) fold();
+        }
       }
+      fold();
+    }
     return;
   }
   for (int64_t n = 0; n < l.N; ++n)

@@ -2,9 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/parallel.h"
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
 
 namespace stoke::ops::cpu {
 namespace {
@@ -42,18 +47,133 @@ void zero_fringe(const ConvGeometry& g, Range rows, Range r, T* dst) {
     for (int64_t oh = rows.lo; oh < rows.hi; ++oh) dst[oh * g.OW + ow] = T(0);
 }
 
-}  // namespace
-
-// Both loop over kernel taps (i, j) outside and channels inside, so the valid ranges (integer
-// divisions) are computed once per tap rather than once per channel and tap.
+// Short-row helpers for the unit-column-stride paths. Rows of an im2col tap are 5-28 elements,
+// where a runtime-length loop runs mostly in its scalar remainder and a libc call costs more than
+// the copy: copy_short moves whole 32-byte vectors and covers the tail with one overlapping
+// vector (copies are idempotent), or with AVX-512 one masked vector; add_short adds 8-element
+// blocks with a compile-time trip count and the rest element by element (a masked add was 2x
+// slower: col2im's consecutive taps update overlapping runs of the same row, and a masked store
+// does not forward to the next tap's shifted load). GCC's loop distribution would turn the vector
+// loop and the padding-zero loops back into memmove/memset calls (measured: a third of im2col's
+// time), so the functions that use them are compiled without it.
+#if defined(__GNUC__) && !defined(__clang__)
+#define STOKE_NO_LIBC_LOOPS __attribute__((optimize("no-tree-loop-distribute-patterns")))
+#else
+#define STOKE_NO_LIBC_LOOPS
+#endif
 
 template <class T>
-void im2col(const ConvGeometry& g, const T* x, T* col) {
+STOKE_NO_LIBC_LOOPS inline void copy_short(T* __restrict d, const T* __restrict s, int64_t n) {
+#if defined(__AVX512F__)
+  // f32 rows take 16-lane vectors and the tail one masked load/store: a 10-wide row (LeNet's
+  // conv2) is one store instead of two overlapping ones, and stores bound im2col (-25% measured).
+  if constexpr (std::is_same_v<T, float>) {
+    int64_t k = 0;
+    for (; k + 16 <= n; k += 16) _mm512_storeu_ps(d + k, _mm512_loadu_ps(s + k));
+    if (k < n) {
+      const __mmask16 m = static_cast<__mmask16>((1u << (n - k)) - 1);
+      _mm512_mask_storeu_ps(d + k, m, _mm512_maskz_loadu_ps(m, s + k));
+    }
+    return;
+  }
+#endif
+  constexpr int64_t B = 32 / sizeof(T);
+  if (n >= B) {
+    int64_t k = 0;
+    for (; k + B <= n; k += B) std::memcpy(d + k, s + k, 32);
+    if (k < n) std::memcpy(d + n - B, s + n - B, 32);
+    return;
+  }
+  for (int64_t k = 0; k < n; ++k) d[k] = s[k];
+}
+
+template <class T>
+STOKE_NO_LIBC_LOOPS inline void add_short(T* __restrict d, const T* __restrict s, int64_t n) {
+  constexpr int64_t B = 32 / sizeof(T);
+  int64_t k = 0;
+  for (; k + B <= n; k += B)
+    for (int64_t t = 0; t < B; ++t) d[k + t] += s[k + t];
+  for (; k < n; ++k) d[k] += s[k];
+}
+
+// Stride-1, dilation-1 columns (the common 3x3 and 5x5 convolutions). Per (channel, kernel row,
+// kernel column) the valid output rows and columns are fixed, so each output row is one short copy
+// of a contiguous input run, plus 0-2 padding zeros at each end. Kept out of line with few live
+// values: inlined into the generic loop nest, the copies ran with spilled induction variables.
+template <class T>
+[[gnu::noinline]] STOKE_NO_LIBC_LOOPS void im2col_unit_w(const ConvGeometry& g, const T* x, T* col,
+                                                         int64_t ld) {
+  const int64_t P = g.out_plane(), OW = g.OW, W = g.W;
+  for (int64_t c = 0; c < g.Cg(); ++c) {
+    const T* xc = x + c * g.in_plane();
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t ih0 = i * g.dh - g.ph;
+      const Range rows = valid_range(ih0, g.sh, g.H, g.OH);
+      const int64_t row_step = g.sh * W;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t off = j - g.pw;
+        const Range r = valid_range(off, 1, W, OW);
+        T* dst = col + ((c * g.kh + i) * g.kw + j) * ld;
+        if (rows.lo >= rows.hi || r.lo >= r.hi) {
+          std::fill(dst, dst + P, T(0));
+          continue;
+        }
+        if (rows.lo > 0) std::memset(dst, 0, sizeof(T) * rows.lo * OW);
+        if (rows.hi < g.OH) std::memset(dst + rows.hi * OW, 0, sizeof(T) * (P - rows.hi * OW));
+        const T* src = xc + (rows.lo * g.sh + ih0) * W + off;
+        const int64_t n = r.hi - r.lo;
+        for (int64_t oh = rows.lo; oh < rows.hi; ++oh, src += row_step) {
+          T* d = dst + oh * OW;
+          for (int64_t ow = 0; ow < r.lo; ++ow) d[ow] = T(0);
+          copy_short(d + r.lo, src + r.lo, n);
+          for (int64_t ow = r.hi; ow < OW; ++ow) d[ow] = T(0);
+        }
+      }
+    }
+  }
+}
+
+// The adjoint of im2col_unit_w: each valid output row adds a short run into an input row.
+template <class T>
+[[gnu::noinline]] STOKE_NO_LIBC_LOOPS void col2im_unit_w(const ConvGeometry& g, const T* col, T* x,
+                                                         int64_t ld) {
+  const int64_t OW = g.OW, W = g.W;
+  for (int64_t c = 0; c < g.Cg(); ++c) {
+    T* xc = x + c * g.in_plane();
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t ih0 = i * g.dh - g.ph;
+      const Range rows = valid_range(ih0, g.sh, g.H, g.OH);
+      const int64_t row_step = g.sh * W;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t off = j - g.pw;
+        const Range r = valid_range(off, 1, W, OW);
+        if (rows.lo >= rows.hi || r.lo >= r.hi) continue;
+        const T* src = col + ((c * g.kh + i) * g.kw + j) * ld + r.lo;
+        T* dst = xc + (rows.lo * g.sh + ih0) * W + off + r.lo;
+        const int64_t n = r.hi - r.lo;
+        for (int64_t oh = rows.lo; oh < rows.hi; ++oh, dst += row_step)
+          add_short(dst, src + oh * OW, n);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+// The generic paths loop over kernel taps (i, j) outside and channels inside, so the valid ranges
+// (integer divisions) are computed once per tap rather than once per channel and tap.
+
+template <class T>
+void im2col(const ConvGeometry& g, const T* x, T* col, int64_t ld) {
   const int64_t P = g.out_plane(), taps = g.kh * g.kw;
   // Stride-1 convolutions whose output is as wide as the input ("same" padding): a kernel tap's
   // row of col is the input plane shifted by a constant, so the valid rows are one contiguous
   // copy; only the few columns that fall into the padding are then zeroed.
   const bool shifted_plane = g.sw == 1 && g.sh == 1 && g.OW == g.W;
+  if (!shifted_plane && g.sw == 1 && g.dw == 1) {
+    im2col_unit_w(g, x, col, ld);
+    return;
+  }
   for (int64_t i = 0; i < g.kh; ++i) {
     const int64_t ih0 = i * g.dh - g.ph;  // input row of output row 0
     const Range rows = valid_range(ih0, g.sh, g.H, g.OH);
@@ -64,22 +184,18 @@ void im2col(const ConvGeometry& g, const T* x, T* col) {
       const int64_t e0 = rows.lo * g.W + r.lo, e1 = (rows.hi - 1) * g.W + r.hi;
       for (int64_t c = 0; c < g.Cg(); ++c) {
         const T* xc = x + c * g.in_plane();
-        T* dst = col + (c * taps + i * g.kw + j) * P;
+        T* dst = col + (c * taps + i * g.kw + j) * ld;
         if (rows.lo > 0) std::fill(dst, dst + rows.lo * g.OW, T(0));
         if (rows.hi < g.OH) std::fill(dst + rows.hi * g.OW, dst + P, T(0));
         if (rows.lo >= rows.hi) continue;
         if (shifted_plane) {
           // dst[oh*W + ow] = x[(oh + ih0)*W + ow + off] for every valid (oh, ow).
-          for (int64_t e = e0; e < e1; ++e) dst[e] = xc[e + shift];
+          std::memcpy(dst + e0, xc + e0 + shift, sizeof(T) * (e1 - e0));
         } else {
           for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
             T* d = dst + oh * g.OW;
             const T* src = xc + (oh * g.sh + ih0) * g.W;
-            if (g.sw == 1) {
-              for (int64_t ow = r.lo; ow < r.hi; ++ow) d[ow] = src[ow + off];
-            } else {
-              for (int64_t ow = r.lo; ow < r.hi; ++ow) d[ow] = src[ow * g.sw + off];
-            }
+            for (int64_t ow = r.lo; ow < r.hi; ++ow) d[ow] = src[ow * g.sw + off];
           }
         }
         zero_fringe(g, rows, r, dst);
@@ -89,9 +205,13 @@ void im2col(const ConvGeometry& g, const T* x, T* col) {
 }
 
 template <class T>
-void col2im(const ConvGeometry& g, T* col, T* x) {
-  const int64_t P = g.out_plane(), taps = g.kh * g.kw;
+void col2im(const ConvGeometry& g, T* col, T* x, int64_t ld) {
+  const int64_t taps = g.kh * g.kw;
   const bool shifted_plane = g.sw == 1 && g.sh == 1 && g.OW == g.W;
+  if (!shifted_plane && g.sw == 1 && g.dw == 1) {
+    col2im_unit_w(g, col, x, ld);
+    return;
+  }
   for (int64_t i = 0; i < g.kh; ++i) {
     const int64_t ih0 = i * g.dh - g.ph;
     const Range rows = valid_range(ih0, g.sh, g.H, g.OH);
@@ -103,22 +223,20 @@ void col2im(const ConvGeometry& g, T* col, T* x) {
       const int64_t e0 = rows.lo * g.W + r.lo, e1 = (rows.hi - 1) * g.W + r.hi;
       for (int64_t c = 0; c < g.Cg(); ++c) {
         T* xc = x + c * g.in_plane();
-        T* srcp = col + (c * taps + i * g.kw + j) * P;
+        T* srcp = col + (c * taps + i * g.kw + j) * ld;
         if (shifted_plane) {
           // The adjoint of im2col's contiguous copy: zero the padding columns of col (they would
           // land on the neighbouring row's edge), then add the whole block at once.
           zero_fringe(g, rows, r, srcp);
-          for (int64_t e = e0; e < e1; ++e) xc[e + shift] += srcp[e];
+          T* __restrict d = xc + e0 + shift;
+          const T* __restrict s = srcp + e0;
+          for (int64_t e = 0; e < e1 - e0; ++e) d[e] += s[e];
           continue;
         }
         for (int64_t oh = rows.lo; oh < rows.hi; ++oh) {
           const T* s = srcp + oh * g.OW;
           T* d = xc + (oh * g.sh + ih0) * g.W;
-          if (g.sw == 1) {
-            for (int64_t ow = r.lo; ow < r.hi; ++ow) d[ow + off] += s[ow];
-          } else {
-            for (int64_t ow = r.lo; ow < r.hi; ++ow) d[ow * g.sw + off] += s[ow];
-          }
+          for (int64_t ow = r.lo; ow < r.hi; ++ow) d[ow * g.sw + off] += s[ow];
         }
       }
     }
@@ -247,8 +365,8 @@ T sum_contiguous(const T* p, int64_t n) {
 }
 
 #define STOKE_CONV_KERNELS(T)                                                                \
-  template void im2col<T>(const ConvGeometry&, const T*, T*);                                \
-  template void col2im<T>(const ConvGeometry&, T*, T*);                                      \
+  template void im2col<T>(const ConvGeometry&, const T*, T*, int64_t);                       \
+  template void col2im<T>(const ConvGeometry&, T*, T*, int64_t);                             \
   template void depthwise_forward<T>(const ConvGeometry&, const T*, const T*, const T*, T*); \
   template void depthwise_backward_input<T>(const ConvGeometry&, const T*, const T*, T*);    \
   template void depthwise_backward_weight<T>(const ConvGeometry&, const T*, const T*, T*);   \

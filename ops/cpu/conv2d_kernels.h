@@ -21,15 +21,17 @@ struct ConvGeometry {
 };
 
 // col (Cg*kh*kw, OH*OW) <- the patches of x (Cg, H, W), zeros where the window hangs over the
-// padding. Row (c*kh + i)*kw + j holds input channel c shifted by kernel offset (i, j).
+// padding. Row (c*kh + i)*kw + j holds input channel c shifted by kernel offset (i, j) and starts
+// ld elements after the previous row (ld >= OH*OW: several samples' columns side by side form the
+// batched column matrix of conv2d.cpp).
 template <class T>
-void im2col(const ConvGeometry& g, const T* x, T* col);
+void im2col(const ConvGeometry& g, const T* x, T* col, int64_t ld);
 
-// x (Cg, H, W) += the patches in col scattered back (the adjoint of im2col). x must be
-// initialized (zeroed) by the caller. col is scratch: entries that fall into the padding may be
-// overwritten (zeroed) on the way.
+// x (Cg, H, W) += the patches in col (rows ld apart) scattered back (the adjoint of im2col). x
+// must be initialized (zeroed) by the caller. col is scratch: entries that fall into the padding
+// may be overwritten (zeroed) on the way.
 template <class T>
-void col2im(const ConvGeometry& g, T* col, T* x);
+void col2im(const ConvGeometry& g, T* col, T* x, int64_t ld);
 
 // Depthwise convolution (groups == C == K, weight (C, 1, kh, kw)) by direct loops, parallel over
 // the N*C planes. bias may be null.

@@ -85,7 +85,7 @@ inline T max_step(T m, T v) {
 // The 2x2 stride-2 max pool works on blocks of kBlock outputs with a compile-time trip count, so
 // that the compiler turns each block into a few vector instructions even for short rows (a 28-wide
 // input gives 14 outputs: a runtime-length loop would run mostly in its scalar remainder). The
-// row's tail is copied into a padded scratch block and run through the same code.
+// row's tail runs as one more block that overlaps the previous one (see max_pool_row_k2s2).
 constexpr int64_t kBlock = 8;
 
 // kBlock outputs from rows r0 and r1 (r1 = r0 + W in the plane); k0 is r0's index in the plane.
@@ -113,30 +113,43 @@ inline void max_pool_block_k2s2(const T* __restrict r0, const T* __restrict r1, 
 }
 
 // One output row of the 2x2 stride-2 max pool; `base` is the plane index of r0's first element.
-// Kept out of line: inlined into the plane loop, the blocks were no longer vectorized.
+// Kept out of line: inlined into the plane loop, the blocks were no longer vectorized. A row of at
+// least kBlock outputs ends with one block that overlaps the previous one (recomputing a few
+// outputs is cheaper than a scalar or scratch-buffer tail); shorter rows (LeNet's 5-wide second
+// pool) run the same rule one output at a time.
 template <class T, bool kIndices>
 [[gnu::noinline]] void max_pool_row_k2s2(const T* r0, int64_t W, int64_t OW, int64_t base, T* out,
                                          int64_t* ind) {
   const T* r1 = r0 + W;
+  if (OW < kBlock) {
+    for (int64_t ow = 0; ow < OW; ++ow) {
+      const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+      T m = a;
+      if constexpr (kIndices) {
+        const int64_t kk = base + 2 * ow;
+        int64_t k = kk;
+        k = takes_max(b, m) ? kk + 1 : k;
+        m = max_step(m, b);
+        k = takes_max(c, m) ? kk + W : k;
+        m = max_step(m, c);
+        k = takes_max(d, m) ? kk + W + 1 : k;
+        m = max_step(m, d);
+        ind[ow] = k;
+      } else {
+        m = max_step(max_step(max_step(m, b), c), d);
+      }
+      out[ow] = m;
+    }
+    return;
+  }
   int64_t ow = 0;
   for (; ow + kBlock <= OW; ow += kBlock)
     max_pool_block_k2s2<T, kIndices>(r0 + 2 * ow, r1 + 2 * ow, W, base + 2 * ow, out + ow,
                                      kIndices ? ind + ow : nullptr);
   if (ow == OW) return;
-  const int64_t n = OW - ow;
-  T s0[2 * kBlock] = {}, s1[2 * kBlock] = {}, so[kBlock];
-  int64_t si[kBlock];
-  std::memcpy(s0, r0 + 2 * ow, sizeof(T) * 2 * n);
-  std::memcpy(s1, r1 + 2 * ow, sizeof(T) * 2 * n);
-  // In the scratch block, row 1 starts 2*kBlock after row 0: map its indices back to the plane.
-  max_pool_block_k2s2<T, kIndices>(s0, s1, 2 * kBlock, 0, so, si);
-  for (int64_t i = 0; i < n; ++i) {
-    out[ow + i] = so[i];
-    if constexpr (kIndices) {
-      const int64_t row = si[i] >= 2 * kBlock ? 1 : 0;
-      ind[ow + i] = base + 2 * ow + row * W + (si[i] - row * 2 * kBlock);
-    }
-  }
+  ow = OW - kBlock;
+  max_pool_block_k2s2<T, kIndices>(r0 + 2 * ow, r1 + 2 * ow, W, base + 2 * ow, out + ow,
+                                   kIndices ? ind + ow : nullptr);
 }
 
 template <class T, bool kIndices>

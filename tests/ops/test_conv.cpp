@@ -113,6 +113,16 @@ TEST_CASE("conv2d: larger shapes against a naive loop, every code path", "[ops][
        {2, 4, 8, 8},
        {8, 1, 3, 3},
        {.padding = {1, 1}, .groups = 4}},
+      // Unit column stride, output narrower or wider than the input (short-row im2col): rows of
+      // 10 (vector + overlapping vector), 5 (scalar), 21 (three vectors) and padding wider than
+      // the kernel reach (whole taps in the padding).
+      {"unit-stride 5x5 valid (LeNet conv2)", {3, 6, 14, 14}, {16, 6, 5, 5}, {}},
+      {"unit-stride narrow rows", {2, 3, 9, 7}, {4, 3, 3, 3}, {}},
+      {"unit-stride wide rows, stride-2 rows",
+       {2, 3, 12, 23},
+       {5, 3, 3, 3},
+       {.stride = {2, 1}, .padding = {0, 0}}},
+      {"unit-stride padding beyond the kernel", {2, 2, 5, 6}, {3, 2, 3, 3}, {.padding = {3, 3}}},
   };
   for (const Case& c : cases) {
     INFO(c.name);
@@ -143,7 +153,10 @@ TEST_CASE("conv2d: backward against a naive adjoint in f64", "[ops][conv]") {
        {6, 3, 3, 2},
        {.stride = {2, 1}, .padding = {1, 0}, .dilation = {1, 2}, .groups = 2}},
       {{3, 8, 6, 7}, {5, 8, 1, 1}, {}},
-      {{3, 8, 9, 9}, {8, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 8}}};
+      {{3, 8, 9, 9}, {8, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 8}},
+      {{3, 6, 14, 14}, {16, 6, 5, 5}, {}},
+      {{2, 3, 12, 23}, {5, 3, 3, 3}, {.stride = {2, 1}, .padding = {0, 2}}},
+      {{2, 2, 5, 6}, {3, 2, 3, 3}, {.padding = {3, 3}}}};
   for (const Case& c : cases) {
     INFO("x " << c.x << " w " << c.w);
     const TensorOptions f64{.dtype = DType::f64};

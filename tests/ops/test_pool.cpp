@@ -99,7 +99,9 @@ TEST_CASE("pool: max_pool2d matches a naive reference, indices included", "[ops]
   };
   const std::vector<Case> cases = {
       {{2, 3, 28, 28}, {.kernel_size = {2, 2}}},
-      {{2, 3, 9, 7}, {.kernel_size = {2, 2}}},                     // odd: clipped edge
+      {{2, 3, 10, 10}, {.kernel_size = {2, 2}}},  // 5-wide rows: shorter than a block
+      {{2, 3, 6, 34}, {.kernel_size = {2, 2}}},   // 17-wide rows: two blocks and an overlap
+      {{2, 3, 9, 7}, {.kernel_size = {2, 2}}},    // odd: clipped edge
       {{2, 3, 9, 7}, {.kernel_size = {2, 2}, .ceil_mode = true}},  // partial windows
       {{3, 11, 10}, {.kernel_size = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}},  // 3-D input
       {{1, 2, 8, 9}, {.kernel_size = {3, 2}, .stride = {1, 3}, .padding = {1, 0}}},
