@@ -5,6 +5,7 @@
 
 #include "ops/check.h"
 #include "ops/cpu/elementwise_kernels.h"
+#include "ops/device_kernels.h"
 #include "ops/elementwise.h"
 
 namespace stoke::ops {
@@ -171,54 +172,68 @@ void clamp_into(const char* op, const Tensor& out, const Tensor& x, std::optiona
 // --- forward ----------------------------------------------------------------------------------
 
 Tensor neg(const Tensor& x) {
+  if (auto* k = device_dispatch("neg", {&x})) return k->unary(UnaryOp::neg, x);
   return unary<false>("neg", x, [](auto v) { return -v; });
 }
 Tensor exp(const Tensor& x) {
+  if (auto* k = device_dispatch("exp", {&x})) return k->unary(UnaryOp::exp, x);
   return unary<true>("exp", x, [](auto v) { return exp_value(v); });
 }
 Tensor log(const Tensor& x) {
+  if (auto* k = device_dispatch("log", {&x})) return k->unary(UnaryOp::log, x);
   return unary<true>("log", x, [](auto v) { return std::log(v); });
 }
 Tensor sqrt(const Tensor& x) {
+  if (auto* k = device_dispatch("sqrt", {&x})) return k->unary(UnaryOp::sqrt, x);
   return unary<true>("sqrt", x, [](auto v) { return std::sqrt(v); });
 }
 Tensor rsqrt(const Tensor& x) {
+  if (auto* k = device_dispatch("rsqrt", {&x})) return k->unary(UnaryOp::rsqrt, x);
   return unary<true>("rsqrt", x, [](auto v) { return decltype(v)(1) / std::sqrt(v); });
 }
 Tensor abs(const Tensor& x) {
+  if (auto* k = device_dispatch("abs", {&x})) return k->unary(UnaryOp::abs, x);
   return unary<false>("abs", x, [](auto v) { return abs_value(v); });
 }
 Tensor relu(const Tensor& x) {
+  if (auto* k = device_dispatch("relu", {&x})) return k->unary(UnaryOp::relu, x);
   // v < 0 ? 0 : v keeps NaN, like torch.relu.
   return unary<false>("relu", x, [](auto v) { return v < decltype(v)(0) ? decltype(v)(0) : v; });
 }
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
+  if (auto* k = device_dispatch("leaky_relu", {&x})) return k->leaky_relu(x, negative_slope);
   return unary<true>("leaky_relu", x, [negative_slope](auto v) {
     using T = decltype(v);
     return v > T(0) ? v : T(v * T(negative_slope));
   });
 }
 Tensor sigmoid(const Tensor& x) {
+  if (auto* k = device_dispatch("sigmoid", {&x})) return k->unary(UnaryOp::sigmoid, x);
   return unary<true>("sigmoid", x, [](auto v) {
     using T = decltype(v);
     return T(1) / (T(1) + exp_value(-v));
   });
 }
 Tensor tanh(const Tensor& x) {
+  if (auto* k = device_dispatch("tanh", {&x})) return k->unary(UnaryOp::tanh, x);
   return unary<true>("tanh", x, [](auto v) { return std::tanh(v); });
 }
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
+  if (auto* k = device_dispatch("gelu", {&x}))
+    return k->unary(approximate == GeluApproximate::tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu, x);
   if (approximate == GeluApproximate::tanh)
     return unary<true>("gelu", x, [](auto v) { return gelu_tanh(v); });
   return unary<true>("gelu", x, [](auto v) { return gelu_exact(v); });
 }
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  if (auto* k = device_dispatch("clamp", {&x})) return k->clamp(x, min, max);
   check_cpu("clamp", {&x});
   Tensor out = empty(x.shape(), {.dtype = x.dtype()});
   clamp_into("clamp", out, x, min, max);
   return out;
 }
 Tensor sign(const Tensor& x) {
+  if (auto* k = device_dispatch("sign", {&x})) return k->unary(UnaryOp::sign, x);
   return unary<false>("sign", x, [](auto v) { return sign_value(v); });
 }
 Tensor pow(const Tensor& x, double exponent) {
@@ -249,6 +264,7 @@ Tensor clamp_(const Tensor& t, std::optional<double> min, std::optional<double> 
 // --- backward ---------------------------------------------------------------------------------
 
 Tensor relu_backward(const Tensor& grad, const Tensor& out) {
+  if (auto* k = device_dispatch("relu_backward", {&grad, &out})) return k->relu_backward(grad, out);
   return backward_map("relu_backward", grad, out,
                       [](auto g, auto y) { return y > 0 ? g : decltype(g)(0); });
 }

@@ -20,6 +20,7 @@ class CudaKernels final : public DeviceKernels {
   Tensor unary(UnaryOp op, const Tensor& x) override;
   Tensor leaky_relu(const Tensor& x, double negative_slope) override;
   Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) override;
+  Tensor relu_backward(const Tensor& grad, const Tensor& out) override;
   Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) override;
   Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) override;
   ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) override;

@@ -251,6 +251,17 @@ Tensor CudaKernels::clamp(const Tensor& x, std::optional<double> min, std::optio
   return map_unary("clamp", x, cuda::UnaryOp::clamp, p);
 }
 
+Tensor CudaKernels::relu_backward(const Tensor& grad_in, const Tensor& out_in) {
+  check_same_dtype("relu_backward", grad_in, "grad", out_in, "output");
+  check_float_dtype("relu_backward", grad_in);
+  check_shape("relu_backward", grad_in, "grad", out_in.shape());
+  const Tensor g = grad_in.detach().contiguous(), y = out_in.detach().contiguous();
+  Tensor dx = empty_on(y.shape(), y.dtype(), y.device());
+  cuda::unary_backward(cuda::UnaryBackwardOp::relu, y.dtype(), g.data_ptr(), y.data_ptr(),
+                       dx.data_ptr(), y.numel(), stream());
+  return dx;
+}
+
 Tensor CudaKernels::sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return reduce_dims("sum", x, dims, keepdim, cuda::ReduceOp::sum);
 }

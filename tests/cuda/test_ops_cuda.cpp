@@ -56,6 +56,19 @@ TEST_CASE("cuda tensors: binary ops broadcast like the CPU", "[ops_cuda]") {
   CHECK_THROWS_WITH(ops::add(da, b), Catch::Contains("same device") && Catch::Contains("cuda:0"));
 }
 
+TEST_CASE("cuda tensors: unary maps and relu's backward match the CPU", "[ops_cuda]") {
+  const Tensor x = rand_cpu({5, 7}, 17);
+  const Tensor d = x.to(kCuda);
+  CHECK(max_diff(ops::relu(d), ops::relu(x)) == 0);
+  CHECK(max_diff(ops::tanh(d), ops::tanh(x)) < 1e-6);
+  CHECK(max_diff(ops::exp(d), ops::exp(x)) < 1e-5);
+  CHECK(max_diff(ops::gelu(d, GeluApproximate::tanh), ops::gelu(x, GeluApproximate::tanh)) < 1e-5);
+  CHECK(max_diff(ops::leaky_relu(d, 0.2), ops::leaky_relu(x, 0.2)) < 1e-6);
+  CHECK(max_diff(ops::clamp(d, -0.5, std::nullopt), ops::clamp(x, -0.5, std::nullopt)) == 0);
+  const Tensor g = rand_cpu({5, 7}, 18), y = ops::relu(x);
+  CHECK(max_diff(ops::relu_backward(g.to(kCuda), y.to(kCuda)), ops::relu_backward(g, y)) == 0);
+}
+
 TEST_CASE("cuda tensors: reductions and softmax match the CPU", "[ops_cuda]") {
   const Tensor x = rand_cpu({3, 7, 5}, 4);
   const Tensor d = x.to(kCuda);
