@@ -34,7 +34,12 @@ std::string usage() {
   return R"(usage: stoke-train [flags]
   --model NAME            lenet5 (default), resnet8, resnet20, resnet56, resnet18, resnet9, vgg11,
                           vgg16, mobilenetv2
-  --data DIR              Fashion-MNIST/MNIST IDX files (default /usr/share/datasets/fashion-mnist)
+  --data DIR              the dataset (default /usr/share/datasets/fashion-mnist), as --data-format:
+  --data-format F         idx (default): DIR holds the MNIST-style IDX files (gzip or raw)
+                          packed: DIR/train and DIR/test are stoke-pack outputs
+                          folder: DIR/train and DIR/test are image folders (<class>/<file>.png)
+  --workers N (2)         data loader threads (0 = load in the training thread)
+  --prefetch N (2)        batches each loader thread prepares ahead
   --recipe fast           a tuned speedrun recipe (sets model, schedule, smoothing, augmentation)
   --epochs N (2)  --batch N (128)  --lr X (0.05)  --seed N (0)  --threads N
   --optimizer sgd|adam|adamw (sgd)  --momentum X (0.9)  --nesterov  --weight-decay X
@@ -59,6 +64,9 @@ Flags parse_flags(int argc, char** argv) {
   const std::map<std::string, Setter> with_value = {
       {"--model", [&](auto&, auto& v) { f.model = v; }},
       {"--data", [&](auto&, auto& v) { f.data = v; }},
+      {"--data-format", [&](auto&, auto& v) { f.data_format = v; }},
+      {"--workers", [&](auto& k, auto& v) { f.workers = to_int(k, v); }},
+      {"--prefetch", [&](auto& k, auto& v) { f.prefetch = to_int(k, v); }},
       {"--recipe", [&](auto&, auto& v) { f.recipe = v; }},
       {"--epochs", [&](auto& k, auto& v) { f.epochs = to_int(k, v); }},
       {"--batch", [&](auto& k, auto& v) { f.batch = to_int(k, v); }},
@@ -119,6 +127,11 @@ Flags parse_flags(int argc, char** argv) {
               "--epochs, --batch and --accum must be positive");
   STOKE_CHECK(f.recipe.empty() || f.recipe == "fast", "stoke-train", "unknown recipe '", f.recipe,
               "' (known: fast)");
+  STOKE_CHECK(f.data_format == "idx" || f.data_format == "packed" || f.data_format == "folder",
+              "stoke-train", "unknown --data-format '", f.data_format,
+              "' (known: idx, packed, folder)");
+  STOKE_CHECK(f.workers >= 0 && f.prefetch >= 1, "stoke-train",
+              "--workers must be >= 0 and --prefetch >= 1, got ", f.workers, " and ", f.prefetch);
   STOKE_CHECK(!f.resume || !f.checkpoint.empty(), "stoke-train", "--resume needs --checkpoint DIR");
   return f;
 }

@@ -9,7 +9,10 @@ namespace stoke::train {
 struct Flags {
   std::string model = "lenet5";
   std::string data = "/usr/share/datasets/fashion-mnist";
-  std::string recipe;  // "" or "fast"
+  std::string data_format = "idx";  // idx | packed | folder
+  int64_t workers = 2;              // loader worker threads; 0 = load in the training thread
+  int64_t prefetch = 2;             // batches each worker may prepare ahead
+  std::string recipe;               // "" or "fast"
   int64_t epochs = 2;
   int64_t batch = 128;
   std::string optimizer = "sgd";  // sgd | adam | adamw
