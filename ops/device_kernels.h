@@ -31,6 +31,8 @@ class DeviceKernels {
   virtual ~DeviceKernels() = default;
   // The device type these kernels serve, for messages.
   virtual Device::Type type() const = 0;
+  // Throws naming `op` when `device` cannot run kernels (no such device, no driver).
+  virtual void check_device(const char* op, Device device) const;
 
   // --- creation and copies --------------------------------------------------------------------
   virtual void fill(const Tensor& t, double value);

@@ -197,8 +197,8 @@ struct CachingAllocator::Impl {
   void* allocate(size_t nbytes, int device, cudaStream_t stream) {
     if (nbytes == 0) return nullptr;
     const int count = device_count();
-    STOKE_CHECK(device >= 0 && device < count, "cuda::caching_allocator",
-                "expected a device index in [0, ", count, "), got ", device,
+    STOKE_CHECK(device >= 0 && device < count, "cuda::caching_allocator", "cannot allocate ",
+                nbytes, " bytes on cuda:", device, ": expected a device index in [0, ", count, ")",
                 count == 0 ? " (no CUDA device: " : "",
                 count == 0 ? device_unavailable_reason() : std::string(), count == 0 ? ")" : "");
     std::lock_guard<std::mutex> lock(mutex);

@@ -6,6 +6,7 @@
 #include "cuda/kernels/cast.h"
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/copy.h"
+#include "cuda/runtime/device.h"
 #include "cuda/runtime/stream.h"
 #include "ops/check.h"
 #include "ops/creation.h"
@@ -45,6 +46,15 @@ Split split_at(const Tensor& t, int64_t dim) {
   for (int64_t i = 0; i < dim; ++i) s.outer *= t.size(i);
   for (int64_t i = dim + 1; i < t.dim(); ++i) s.inner *= t.size(i);
   return s;
+}
+
+void CudaKernels::check_device(const char* op, Device device) const {
+  const int count = cuda::device_count();
+  if (device.index >= 0 && device.index < count) return;
+  if (count == 0)
+    STOKE_FAIL(op, "got a tensor on ", device, ", but there is no CUDA device (",
+               cuda::device_unavailable_reason(), ")");
+  STOKE_FAIL(op, "got a tensor on ", device, ", but there are only ", count, " CUDA devices");
 }
 
 void CudaKernels::copy_strided(const Tensor& dst, const Tensor& src) {
