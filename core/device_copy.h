@@ -19,8 +19,8 @@ class DeviceCopier {
   // backend's device type, the other the CPU or the same type. With non_blocking the copy may
   // still be in flight when this returns (ordered on the backend's current stream, like
   // PyTorch's non_blocking=True); otherwise it has completed.
-  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device,
-                    size_t nbytes, bool non_blocking) = 0;
+  virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
+                    bool non_blocking) = 0;
   // dst <- src, both on this backend's device with the same shape: a strided copy converting the
   // dtype (what contiguous(), clone() and to(dtype) need). Stream-ordered.
   virtual void copy_strided(const Tensor& dst, const Tensor& src) = 0;

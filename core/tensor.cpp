@@ -377,8 +377,9 @@ Tensor Tensor::to(Device d, bool non_blocking) const {
   if (d == from) return *this;
   const Device backend = from.is_cpu() ? d : from;
   DeviceCopier* copier = device_copier(backend.type);
-  STOKE_CHECK(copier != nullptr, "to", "copy from ", from, " to ", d, " is not available: ",
-              backend, " has no backend in this build (stoke was built without CUDA)");
+  STOKE_CHECK(copier != nullptr, "to", "copy from ", from, " to ", d,
+              " is not available: ", backend,
+              " has no backend in this build (stoke was built without CUDA)");
   Tensor out;
   if (numel() == 0) {
     out = empty(shape(), {.dtype = dtype(), .device = d});
@@ -420,8 +421,9 @@ Tensor& Tensor::copy_(const Tensor& src) {
 void copy_strided(const Tensor& dst, const Tensor& src) {
   STOKE_CHECK(dst.shape() == src.shape(), "copy", "shapes differ: destination ", dst.shape(),
               ", source ", src.shape());
-  STOKE_CHECK(dst.device() == src.device(), "copy", "expected tensors on one device, got destination on ",
-              dst.device(), " and source on ", src.device(), " (use to(device) to move data)");
+  STOKE_CHECK(dst.device() == src.device(), "copy",
+              "expected tensors on one device, got destination on ", dst.device(),
+              " and source on ", src.device(), " (use to(device) to move data)");
   if (dst.numel() == 0) return;
   if (!dst.device().is_cpu()) {
     DeviceCopier* copier = device_copier(dst.device().type);

@@ -11,7 +11,8 @@
 #include <cstring>
 #include <string>
 
-// STOKE_HAS_CUDA comes with the real stoke_cuda library (cuda/CMakeLists.txt sets it on the target).
+// STOKE_HAS_CUDA comes with the real stoke_cuda library (cuda/CMakeLists.txt sets it on the
+// target).
 #if defined(STOKE_HAS_CUDA) && __has_include("cuda/runtime/device.h")
 #define STOKE_SELFTEST_CUDA 1
 #endif

@@ -6,8 +6,8 @@
 
 #include "core/parallel.h"
 #include "ops/check.h"
-#include "ops/device_kernels.h"
 #include "ops/creation.h"
+#include "ops/device_kernels.h"
 #include "ops/loss.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"

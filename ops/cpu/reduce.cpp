@@ -13,8 +13,8 @@
 #include "core/parallel.h"
 #include "core/strided.h"
 #include "ops/check.h"
-#include "ops/device_kernels.h"
 #include "ops/creation.h"
+#include "ops/device_kernels.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"
 

@@ -124,8 +124,7 @@ TEST_CASE("copy_ moves data into and out of device tensors, converting and broad
   CHECK(h.to_vector<float>() == std::vector<float>(6, 7.f));
 }
 
-TEST_CASE("to(device) is differentiable: the gradient returns to the source device",
-          "[device]") {
+TEST_CASE("to(device) is differentiable: the gradient returns to the source device", "[device]") {
   FakeCuda fake;
   Tensor x = full({4}, 2.0, {.requires_grad = true});
   Tensor y = x.to(Device::cuda());
