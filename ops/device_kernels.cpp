@@ -132,6 +132,16 @@ LinearGrads DeviceKernels::linear_backward(const Tensor&, const Tensor&, const T
   not_implemented("linear_backward");
 }
 
+// --- convolution ---------------------------------------------------------------------------------
+
+// --- pooling, batch norm, dropout ----------------------------------------------------------------
+
+// --- comparisons, selection, elementwise backward ------------------------------------------------
+
+// --- more reductions, indexing, other losses -----------------------------------------------------
+
+// --- data: uint8 batches normalized on the device ------------------------------------------------
+
 void register_device_kernels(Device::Type type, DeviceKernels* kernels) {
   registry()[static_cast<size_t>(type)] = kernels;
 }

@@ -12,10 +12,16 @@
 #include <optional>
 #include <vector>
 
+#include "core/random.h"
 #include "core/tensor.h"
+#include "ops/conv.h"
+#include "ops/dropout.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/loss.h"
+#include "ops/norm.h"
+#include "ops/pool.h"
 #include "ops/reduce.h"
 
 namespace stoke::ops {
@@ -71,6 +77,16 @@ class DeviceKernels {
   virtual Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
   virtual LinearGrads linear_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
                                       bool need_input, bool need_weight, bool need_bias);
+
+  // --- convolution (ops/conv.h) -----------------------------------------------------------------
+
+  // --- pooling, batch norm, dropout (ops/pool.h, ops/norm.h, ops/dropout.h) ---------------------
+
+  // --- comparisons, selection, elementwise backward (ops/elementwise.h) -------------------------
+
+  // --- more reductions, indexing, other losses (ops/reduce.h, ops/index.h, ops/loss.h) ----------
+
+  // --- data: uint8 batches normalized on the device (data/normalize.h) --------------------------
 
  protected:
   // Throws "stoke::OP: not implemented on DEVICE yet".

@@ -41,6 +41,14 @@ void check_float_dtype(const char* op, const Tensor& t) {
               "expected an f32, f16 or bf16 tensor on cuda, got ", d);
 }
 
+cudaStream_t launch_stream() {
+  return cuda::current_stream();
+}
+
+Tensor empty_on(const Shape& shape, DType dtype, Device device) {
+  return empty(shape, {.dtype = dtype, .device = device});
+}
+
 Split split_at(const Tensor& t, int64_t dim) {
   Split s{1, t.size(dim), 1};
   for (int64_t i = 0; i < dim; ++i) s.outer *= t.size(i);

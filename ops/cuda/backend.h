@@ -4,6 +4,7 @@
 // our SGEMM and every op runs on CPU threads — which is how tests/cuda checks this glue here.
 #pragma once
 
+#include "cuda/compat.h"
 #include "ops/device_kernels.h"
 
 namespace stoke::ops::cuda_glue {
@@ -35,6 +36,16 @@ class CudaKernels final : public DeviceKernels {
   Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) override;
   LinearGrads linear_backward(const Tensor& grad_out, const Tensor& x, const Tensor& weight,
                               bool need_input, bool need_weight, bool need_bias) override;
+
+  // --- convolution: ops/cuda/conv.cpp ----------------------------------------------------------
+
+  // --- pooling, batch norm, dropout: ops/cuda/pool.cpp, batch_norm.cpp, dropout.cpp -------------
+
+  // --- comparisons, selection, elementwise backward: ops/cuda/elementwise.cpp ------------------
+
+  // --- more reductions, indexing, other losses: ops/cuda/reduce.cpp, index.cpp, loss.cpp -------
+
+  // --- data: ops/cuda/normalize.cpp ---------------------------------------------------------------
 };
 
 // Checks that t's dtype is one the CUDA float kernels take (f32, f16, bf16).
@@ -44,5 +55,9 @@ struct Split {
   int64_t outer, n, inner;
 };
 Split split_at(const Tensor& t, int64_t dim);
+// The stream every glue launch goes to (cuda/runtime's current stream).
+cudaStream_t launch_stream();
+// An uninitialized tensor on `device`.
+Tensor empty_on(const Shape& shape, DType dtype, Device device);
 
 }  // namespace stoke::ops::cuda_glue

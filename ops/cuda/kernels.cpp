@@ -21,11 +21,7 @@ namespace stoke::ops::cuda_glue {
 namespace {
 
 cudaStream_t stream() {
-  return cuda::current_stream();
-}
-
-Tensor empty_on(const Shape& shape, DType dtype, Device device) {
-  return empty(shape, {.dtype = dtype, .device = device});
+  return launch_stream();
 }
 
 cuda::BinaryOp to_cuda(BinaryOp op) {

@@ -4,30 +4,10 @@
 #include <catch2/catch.hpp>
 
 #include "core/allocator.h"
-#include "stoke/stoke.h"
+#include "ops_cuda_util.h"
 
 using namespace stoke;
-
-namespace {
-
-const Device kCuda = Device::cuda();
-
-Tensor rand_cpu(const Shape& shape, uint64_t seed) {
-  Generator g(seed);
-  return randn(shape, {}, &g);
-}
-
-// Max |a - b| over all elements, both brought to the CPU as f32.
-double max_diff(const Tensor& a, const Tensor& b) {
-  REQUIRE(a.shape() == b.shape());
-  const auto x = a.to(Device::cpu()).to(DType::f32).contiguous().to_vector<float>();
-  const auto y = b.to(Device::cpu()).to(DType::f32).contiguous().to_vector<float>();
-  double m = 0;
-  for (size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(double(x[i]) - double(y[i])));
-  return m;
-}
-
-}  // namespace
+using namespace stoke::test;
 
 TEST_CASE("cuda tensors: creation, copies, views and casts on the device", "[ops_cuda]") {
   const Tensor z = zeros({3, 5}, {.device = kCuda});
