@@ -3,6 +3,7 @@
 #include "autograd/function.h"
 #include "core/grad_mode.h"
 #include "core/strided.h"
+#include "ops/elementwise.h"
 
 namespace stoke::autograd {
 
@@ -33,8 +34,8 @@ Tensor add_gradients(const Tensor& a, const Tensor& b) {
   STOKE_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), "backward",
               "cannot accumulate gradients of different shapes or dtypes: ", a.dtype(), " ",
               a.shape(), " and ", b.dtype(), " ", b.shape());
-  STOKE_CHECK(a.device().is_cpu() && b.device().is_cpu(), "backward", "gradient accumulation on ",
-              a.device(), " needs the device backend");
+  // Other devices add with their elementwise kernel (ops::add dispatches and checks the devices).
+  if (!a.device().is_cpu() || !b.device().is_cpu()) return ops::add(a, b);
   const Tensor ac = a.contiguous(), bc = b.contiguous();
   Tensor out = empty_like(a);
   dispatch_all(a.dtype(), "backward", [&](auto tag) {

@@ -11,11 +11,11 @@ Tensor max_pool2d(const Tensor& input, const Pool2dOptions& options) {
   if (!autograd::any_requires_grad({input})) return ops::max_pool2d(input, options);
   // Only the indices are needed for backward: the input itself is not kept alive.
   auto [output, indices] = ops::max_pool2d_with_indices(input, options);
-  autograd::record(
-      "MaxPool2dBackward", {input}, {output},
-      [indices = indices, shape = input.shape()](const GradList& g, const NeedList&) -> GradList {
-        return {ops::max_pool2d_backward(g[0], indices, shape)};
-      });
+  autograd::record("MaxPool2dBackward", {input}, {output},
+                   [indices = indices, shape = input.shape(), options](
+                       const GradList& g, const NeedList&) -> GradList {
+                     return {ops::max_pool2d_backward(g[0], indices, shape, options)};
+                   });
   return output;
 }
 

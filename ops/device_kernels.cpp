@@ -106,6 +106,9 @@ Tensor DeviceKernels::mean(const Tensor&, const std::vector<int64_t>&, bool) {
 ValuesIndices DeviceKernels::max_with_indices(const Tensor&, int64_t, bool) {
   not_implemented("max");
 }
+ValuesIndices DeviceKernels::min_with_indices(const Tensor&, int64_t, bool) {
+  not_implemented("min");
+}
 Tensor DeviceKernels::softmax(const Tensor&, int64_t, bool log) {
   not_implemented(log ? "log_softmax" : "softmax");
 }
@@ -133,8 +136,50 @@ LinearGrads DeviceKernels::linear_backward(const Tensor&, const Tensor&, const T
 }
 
 // --- convolution ---------------------------------------------------------------------------------
+Tensor DeviceKernels::conv2d(const Tensor&, const Tensor&, const Tensor&, const Conv2dOptions&) {
+  not_implemented("conv2d");
+}
+Conv2dGrads DeviceKernels::conv2d_backward(const Tensor&, const Tensor&, const Tensor&,
+                                           const Conv2dOptions&, bool, bool, bool) {
+  not_implemented("conv2d_backward");
+}
 
 // --- pooling, batch norm, dropout ----------------------------------------------------------------
+MaxPool2dResult DeviceKernels::max_pool2d_with_indices(const Tensor&, const Pool2dOptions&) {
+  not_implemented("max_pool2d");
+}
+Tensor DeviceKernels::max_pool2d_backward(const Tensor&, const Tensor&, const Shape&,
+                                          const Pool2dOptions&) {
+  not_implemented("max_pool2d_backward");
+}
+Tensor DeviceKernels::avg_pool2d(const Tensor&, const Pool2dOptions&) {
+  not_implemented("avg_pool2d");
+}
+Tensor DeviceKernels::avg_pool2d_backward(const Tensor&, const Shape&, const Pool2dOptions&) {
+  not_implemented("avg_pool2d_backward");
+}
+Tensor DeviceKernels::adaptive_avg_pool2d(const Tensor&, std::array<int64_t, 2>) {
+  not_implemented("adaptive_avg_pool2d");
+}
+Tensor DeviceKernels::adaptive_avg_pool2d_backward(const Tensor&, const Shape&) {
+  not_implemented("adaptive_avg_pool2d_backward");
+}
+BatchNormForward DeviceKernels::batch_norm_forward(const Tensor&, const Tensor&, const Tensor&,
+                                                   const Tensor&, const Tensor&,
+                                                   const BatchNormOptions&) {
+  not_implemented("batch_norm");
+}
+BatchNormGrads DeviceKernels::batch_norm_backward(const Tensor&, const Tensor&, const Tensor&,
+                                                  const Tensor&, const Tensor&, bool,
+                                                  std::array<bool, 3>) {
+  not_implemented("batch_norm_backward");
+}
+DropoutResult DeviceKernels::dropout_with_mask(const Tensor&, double, GeneratorState) {
+  not_implemented("dropout");
+}
+Tensor DeviceKernels::dropout_backward(const Tensor&, const Tensor&, double) {
+  not_implemented("dropout_backward");
+}
 
 // --- comparisons, selection, elementwise backward ------------------------------------------------
 

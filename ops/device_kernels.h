@@ -62,6 +62,7 @@ class DeviceKernels {
   virtual Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
   virtual Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim);
   virtual ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim);
+  virtual ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim);
 
   // --- softmax and losses -----------------------------------------------------------------------
   virtual Tensor softmax(const Tensor& x, int64_t dim, bool log);
@@ -79,8 +80,35 @@ class DeviceKernels {
                                       bool need_input, bool need_weight, bool need_bias);
 
   // --- convolution (ops/conv.h) -----------------------------------------------------------------
+  // Called after the entry point's device-independent checks (shapes, options, dtypes agree).
+  virtual Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                        const Conv2dOptions& options);
+  virtual Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& input,
+                                      const Tensor& weight, const Conv2dOptions& options,
+                                      bool need_input, bool need_weight, bool need_bias);
 
   // --- pooling, batch norm, dropout (ops/pool.h, ops/norm.h, ops/dropout.h) ---------------------
+  // Called after the device-independent argument checks of the ops:: entry point.
+  virtual MaxPool2dResult max_pool2d_with_indices(const Tensor& input,
+                                                  const Pool2dOptions& options);
+  virtual Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
+                                     const Shape& input_shape, const Pool2dOptions& options);
+  virtual Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options);
+  virtual Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
+                                     const Pool2dOptions& options);
+  virtual Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size);
+  virtual Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape);
+  virtual BatchNormForward batch_norm_forward(const Tensor& input, const Tensor& running_mean,
+                                              const Tensor& running_var, const Tensor& weight,
+                                              const Tensor& bias, const BatchNormOptions& options);
+  virtual BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& input,
+                                             const Tensor& weight, const Tensor& save_mean,
+                                             const Tensor& save_invstd, bool training,
+                                             std::array<bool, 3> output_mask);
+  // 0 < p < 1; `state` is the generator reservation the CPU kernel would have used, so both
+  // devices draw the same mask.
+  virtual DropoutResult dropout_with_mask(const Tensor& input, double p, GeneratorState state);
+  virtual Tensor dropout_backward(const Tensor& grad_output, const Tensor& mask, double p);
 
   // --- comparisons, selection, elementwise backward (ops/elementwise.h) -------------------------
 

@@ -43,9 +43,12 @@ int64_t pool_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t 
 Tensor max_pool2d(const Tensor& input, const Pool2dOptions& options);
 // Max pooling that also returns the argmax indices for the backward.
 MaxPool2dResult max_pool2d_with_indices(const Tensor& input, const Pool2dOptions& options);
-// Scatters grad_output into a zero tensor of `input_shape` at `indices`.
+// Scatters grad_output into a zero tensor of `input_shape` at `indices`. `options`, the forward's
+// window, is optional: the CPU scatters by index alone, while the CUDA kernel gathers (each input
+// element sums the outputs whose window holds it, deterministic, no atomics) and without the
+// window scans every output of the plane.
 Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
-                           const Shape& input_shape);
+                           const Shape& input_shape, const Pool2dOptions& options = {});
 
 // Average pooling (count_include_pad decides whether padding counts in the divisor).
 Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options);

@@ -10,6 +10,7 @@
 
 #include "core/parallel.h"
 #include "ops/check.h"
+#include "ops/device_kernels.h"
 #include "ops/norm.h"
 
 namespace stoke::ops {
@@ -181,10 +182,12 @@ BatchNormForward batch_norm_forward(const Tensor& input, const Tensor& running_m
                                     const Tensor& bias, const BatchNormOptions& options) {
   const char* op = "batch_norm";
   STOKE_CHECK(input.defined(), op, "expected a defined input tensor");
-  check_same_device(op, {&input, &running_mean, &running_var, &weight, &bias});
-  check_float(op, input, "input");
   STOKE_CHECK(input.dim() >= 2, op, "expected input with at least 2 dims (N, C, ...), got shape ",
               input.shape());
+  if (auto* k = device_dispatch(op, {&input, &running_mean, &running_var, &weight, &bias}))
+    return k->batch_norm_forward(input, running_mean, running_var, weight, bias, options);
+  check_same_device(op, {&input, &running_mean, &running_var, &weight, &bias});
+  check_float(op, input, "input");
   check_channel_tensor(op, running_mean, "running_mean", input);
   check_channel_tensor(op, running_var, "running_var", input);
   check_channel_tensor(op, weight, "weight", input);
@@ -275,10 +278,13 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& inpu
   STOKE_CHECK(
       grad_output.defined() && input.defined() && save_mean.defined() && save_invstd.defined(), op,
       "expected defined grad_output, input, save_mean and save_invstd");
-  check_same_device(op, {&grad_output, &input, &weight, &save_mean, &save_invstd});
-  check_float(op, input, "input");
   STOKE_CHECK(input.dim() >= 2, op, "expected input with at least 2 dims (N, C, ...), got shape ",
               input.shape());
+  if (auto* k = device_dispatch(op, {&grad_output, &input, &weight, &save_mean, &save_invstd}))
+    return k->batch_norm_backward(grad_output, input, weight, save_mean, save_invstd, training,
+                                  output_mask);
+  check_same_device(op, {&grad_output, &input, &weight, &save_mean, &save_invstd});
+  check_float(op, input, "input");
   check_same_dtype(op, input, "input", grad_output, "grad_output");
   check_shape(op, grad_output, "grad_output", input.shape());
   check_channel_tensor(op, weight, "weight", input);

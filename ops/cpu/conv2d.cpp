@@ -12,6 +12,8 @@
 #include "ops/cpu/conv2d_kernels.h"
 #include "ops/cpu/gemm.h"
 #include "ops/creation.h"
+#include "ops/device_kernels.h"
+#include "ops/reduce.h"
 
 namespace stoke::ops {
 namespace {
@@ -32,8 +34,6 @@ void check_options(const char* op, const Conv2dOptions& o) {
 ConvGeometry make_geometry(const char* op, const Tensor& input, const Tensor& weight,
                            const Tensor& bias, const Conv2dOptions& o) {
   STOKE_CHECK(input.defined() && weight.defined(), op, "expected defined input and weight");
-  check_cpu(op, {&input, &weight, &bias});
-  check_float(op, input, "input");
   check_same_dtype(op, input, "input", weight, "weight");
   check_dim(op, input, "input", 4, "(N, C, H, W)");
   check_dim(op, weight, "weight", 4, "(K, C/groups, kh, kw)");
@@ -241,6 +241,10 @@ std::array<int64_t, 2> conv2d_output_size(const std::array<int64_t, 2>& input_si
 Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
               const Conv2dOptions& options) {
   const ConvGeometry g = make_geometry("conv2d", input_in, weight_in, bias_in, options);
+  if (auto* k = device_dispatch("conv2d", {&input_in, &weight_in, &bias_in}))
+    return k->conv2d(input_in, weight_in, bias_in, options);
+  check_cpu("conv2d", {&input_in, &weight_in, &bias_in});
+  check_float("conv2d", input_in, "input");
   const Tensor x = input_in.detach().contiguous();
   const Tensor w = weight_in.detach().contiguous();
   const Tensor b = bias_in.defined() ? bias_in.detach().contiguous() : Tensor();
@@ -261,9 +265,14 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out_in, const Tensor& input_in,
                             const Tensor& weight_in, const Conv2dOptions& options, bool need_input,
                             bool need_weight, bool need_bias) {
   const ConvGeometry g = make_geometry("conv2d_backward", input_in, weight_in, Tensor(), options);
-  check_cpu("conv2d_backward", {&grad_out_in});
+  STOKE_CHECK(grad_out_in.defined(), "conv2d_backward", "expected a defined grad_out");
   check_same_dtype("conv2d_backward", grad_out_in, "grad_out", input_in, "input");
   check_shape("conv2d_backward", grad_out_in, "grad_out", {g.N, g.K, g.OH, g.OW});
+  if (auto* k = device_dispatch("conv2d_backward", {&grad_out_in, &input_in, &weight_in}))
+    return k->conv2d_backward(grad_out_in, input_in, weight_in, options, need_input, need_weight,
+                              need_bias);
+  check_cpu("conv2d_backward", {&grad_out_in, &input_in, &weight_in});
+  check_float("conv2d_backward", input_in, "input");
   const Tensor gout = grad_out_in.detach().contiguous();
   Conv2dGrads r;
   if (need_input) r.grad_input = empty(input_in.shape(), {.dtype = input_in.dtype()});
@@ -301,9 +310,12 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
 }
 
 Tensor conv2d_backward_bias(const Tensor& grad_out_in) {
+  STOKE_CHECK(grad_out_in.defined(), "conv2d_backward_bias", "expected a defined grad_out");
+  check_dim("conv2d_backward_bias", grad_out_in, "grad_out", 4, "(N, K, OH, OW)");
+  // Other devices: a sum over (N, OH, OW) with their reduction kernel.
+  if (!grad_out_in.device().is_cpu()) return sum(grad_out_in.detach(), {0, 2, 3});
   check_cpu("conv2d_backward_bias", {&grad_out_in});
   check_float("conv2d_backward_bias", grad_out_in, "grad_out");
-  check_dim("conv2d_backward_bias", grad_out_in, "grad_out", 4, "(N, K, OH, OW)");
   const Tensor gout = grad_out_in.detach().contiguous();
   const int64_t N = gout.size(0), K = gout.size(1), P = gout.size(2) * gout.size(3);
   Tensor out = empty({K}, {.dtype = gout.dtype()});

@@ -8,6 +8,7 @@
 
 #include "core/parallel.h"
 #include "ops/check.h"
+#include "ops/device_kernels.h"
 #include "ops/pool.h"
 
 namespace stoke::ops {
@@ -27,12 +28,16 @@ int64_t plane_grain(int64_t plane_elems) {
 
 void check_pool_input(const char* op, const Tensor& x) {
   STOKE_CHECK(x.defined(), op, "expected a defined input tensor");
-  check_cpu(op, {&x});
-  check_float(op, x, "input");
   STOKE_CHECK(x.dim() == 3 || x.dim() == 4, op,
               "expected input with 3 dims (C, H, W) or 4 dims (N, C, H, W), got shape ", x.shape());
   STOKE_CHECK(x.size(-1) > 0 && x.size(-2) > 0, op,
               "expected input with non-empty spatial dims, got shape ", x.shape());
+}
+
+// The CPU side of an entry point, after the device dispatch: CPU tensors of the CPU dtypes.
+void check_cpu_float(const char* op, const Tensor& t, const char* name) {
+  check_cpu(op, {&t});
+  check_float(op, t, name);
 }
 
 PoolGeometry make_geometry(const char* op, const Shape& in, const Pool2dOptions& o) {
@@ -241,6 +246,12 @@ template <bool kIndices>
 MaxPool2dResult max_pool_impl(const char* op, const Tensor& input, const Pool2dOptions& options) {
   check_pool_input(op, input);
   const PoolGeometry g = make_geometry(op, input.shape(), options);
+  if (auto* k = device_dispatch(op, {&input})) {
+    MaxPool2dResult d = k->max_pool2d_with_indices(input, options);
+    if (!kIndices) d.indices = Tensor();
+    return d;
+  }
+  check_cpu_float(op, input, "input");
   const Tensor x = input.contiguous();
   MaxPool2dResult r;
   r.output = empty(g.out_shape, {.dtype = x.dtype()});
@@ -290,11 +301,9 @@ void adaptive_bounds(int64_t in, int64_t out, std::vector<int64_t>& start,
   }
 }
 
-// Checks a pooling gradient against the input shape it belongs to and returns it contiguous.
-Tensor checked_grad(const char* op, const Tensor& grad, const Shape& input_shape) {
+// Checks a pooling gradient against the input shape it belongs to (any device, any dtype).
+void checked_grad(const char* op, const Tensor& grad, const Shape& input_shape) {
   STOKE_CHECK(grad.defined(), op, "expected a defined grad_output");
-  check_cpu(op, {&grad});
-  check_float(op, grad, "grad_output");
   STOKE_CHECK((input_shape.size() == 3 || input_shape.size() == 4) &&
                   grad.dim() == static_cast<int64_t>(input_shape.size()),
               op, "expected grad_output and input shape with the same 3 or 4 dims, got ",
@@ -303,7 +312,6 @@ Tensor checked_grad(const char* op, const Tensor& grad, const Shape& input_shape
     STOKE_CHECK(grad.size(static_cast<int64_t>(d)) == input_shape[d], op,
                 "expected grad_output with leading dims of input shape ", input_shape, ", got ",
                 grad.shape());
-  return grad.contiguous();
 }
 
 }  // namespace
@@ -329,14 +337,18 @@ MaxPool2dResult max_pool2d_with_indices(const Tensor& input, const Pool2dOptions
 }
 
 Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
-                           const Shape& input_shape) {
+                           const Shape& input_shape, const Pool2dOptions& options) {
   const char* op = "max_pool2d_backward";
-  const Tensor g = checked_grad(op, grad_output, input_shape);
+  checked_grad(op, grad_output, input_shape);
   STOKE_CHECK(indices.defined() && indices.dtype() == DType::i64, op,
               "expected indices of dtype i64, got ",
               indices.defined() ? dtype_name(indices.dtype()) : "an undefined tensor");
+  check_shape(op, indices, "indices", grad_output.shape());
+  if (auto* k = device_dispatch(op, {&grad_output, &indices}))
+    return k->max_pool2d_backward(grad_output, indices, input_shape, options);
+  check_cpu_float(op, grad_output, "grad_output");
   check_cpu(op, {&indices});
-  check_shape(op, indices, "indices", g.shape());
+  const Tensor g = grad_output.contiguous();
   const Tensor ind = indices.contiguous();
   const int64_t nd = static_cast<int64_t>(input_shape.size());
   const int64_t in_plane = input_shape[nd - 2] * input_shape[nd - 1];
@@ -370,6 +382,8 @@ Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
   const char* op = "avg_pool2d";
   check_pool_input(op, input);
   const PoolGeometry g = make_geometry(op, input.shape(), options);
+  if (auto* k = device_dispatch(op, {&input})) return k->avg_pool2d(input, options);
+  check_cpu_float(op, input, "input");
   const Tensor x = input.contiguous();
   Tensor out = empty(g.out_shape, {.dtype = x.dtype()});
   dispatch_float(x.dtype(), op, [&](auto tag) {
@@ -408,9 +422,13 @@ Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
 Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
                            const Pool2dOptions& options) {
   const char* op = "avg_pool2d_backward";
-  const Tensor gr = checked_grad(op, grad_output, input_shape);
+  checked_grad(op, grad_output, input_shape);
   const PoolGeometry g = make_geometry(op, input_shape, options);
-  check_shape(op, gr, "grad_output", g.out_shape);
+  check_shape(op, grad_output, "grad_output", g.out_shape);
+  if (auto* k = device_dispatch(op, {&grad_output}))
+    return k->avg_pool2d_backward(grad_output, input_shape, options);
+  check_cpu_float(op, grad_output, "grad_output");
+  const Tensor gr = grad_output.contiguous();
   Tensor gi = empty(input_shape, {.dtype = gr.dtype()});
   dispatch_float(gr.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -455,6 +473,8 @@ Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_si
   check_pool_input(op, input);
   STOKE_CHECK(output_size[0] > 0 && output_size[1] > 0, op, "expected output_size > 0, got ",
               output_size[0], ",", output_size[1]);
+  if (auto* k = device_dispatch(op, {&input})) return k->adaptive_avg_pool2d(input, output_size);
+  check_cpu_float(op, input, "input");
   const Tensor x = input.contiguous();
   const int64_t H = x.size(-2), W = x.size(-1), OH = output_size[0], OW = output_size[1];
   Shape out_shape = x.shape();
@@ -488,7 +508,11 @@ Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_si
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape) {
   const char* op = "adaptive_avg_pool2d_backward";
-  const Tensor g = checked_grad(op, grad_output, input_shape);
+  checked_grad(op, grad_output, input_shape);
+  if (auto* k = device_dispatch(op, {&grad_output}))
+    return k->adaptive_avg_pool2d_backward(grad_output, input_shape);
+  check_cpu_float(op, grad_output, "grad_output");
+  const Tensor g = grad_output.contiguous();
   const int64_t nd = static_cast<int64_t>(input_shape.size());
   const int64_t H = input_shape[nd - 2], W = input_shape[nd - 1];
   const int64_t OH = g.size(-2), OW = g.size(-1);

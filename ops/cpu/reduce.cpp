@@ -379,6 +379,9 @@ void extremum_kernel(const T* x, int64_t outer, int64_t n, int64_t inner, T* val
 
 template <bool IsMax>
 ValuesIndices extremum(const Tensor& x_in, int64_t dim, bool keepdim, const char* op) {
+  if (auto* k = device_dispatch(op, {&x_in}))
+    return IsMax ? k->max_with_indices(x_in, dim, keepdim)
+                 : k->min_with_indices(x_in, dim, keepdim);
   check_cpu(op, {&x_in});
   const Tensor x = x_in.dtype() == DType::boolean ? x_in.detach().to(DType::u8) : x_in.detach();
   const int64_t ndim = x.dim();
@@ -454,11 +457,18 @@ Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) 
 }
 
 Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
-  check_cpu("var", {&x_in});
   const Tensor x = x_in.detach();
-  check_float("var", x, "input");
   STOKE_CHECK(correction >= 0, "var", "expected correction >= 0, got ", correction);
   const auto mask = reduce_mask(x.dim(), dims, "var");
+  if (device_dispatch("var", {&x_in})) {
+    // Other devices compose it from their kernels: two passes (mean, then squared deviations),
+    // as numerically safe as the CPU's.
+    const Tensor d = sub(x, mean(x, dims, true));
+    const int64_t denom = std::max<int64_t>(0, reduced_count(x.shape(), mask) - correction);
+    return div(sum(mul(d, d), dims, keepdim), static_cast<double>(denom));
+  }
+  check_cpu("var", {&x_in});
+  check_float("var", x, "input");
   const Layout l = plan(x, mask);
   Tensor out = empty(shape_after(x.shape(), mask, keepdim), {.dtype = x.dtype()});
   dispatch_float(x.dtype(), "var", [&](auto tag) {
@@ -480,7 +490,6 @@ Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correct
 }
 
 ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
-  if (auto* k = device_dispatch("max", {&x})) return k->max_with_indices(x, dim, keepdim);
   return extremum<true>(x, dim, keepdim, "max");
 }
 ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
@@ -531,20 +540,26 @@ Tensor grad_keepdim(const Tensor& grad, const Shape& input_shape, const std::vec
 
 Tensor sum_backward(const Tensor& grad, const Shape& input_shape, const std::vector<int64_t>& dims,
                     bool keepdim) {
-  check_cpu("sum_backward", {&grad});
+  // Device independent: a broadcasting copy, which every device's copier does.
+  STOKE_CHECK(grad.defined(), "sum_backward", "expected a defined grad");
   const auto mask = reduce_mask(static_cast<int64_t>(input_shape.size()), dims, "sum_backward");
   const Tensor g = grad_keepdim(grad, input_shape, mask, keepdim, "sum_backward");
-  Tensor out = empty(input_shape, {.dtype = grad.dtype()});
+  Tensor out = empty(input_shape, {.dtype = grad.dtype(), .device = grad.device()});
   copy_strided(out, g.expand(input_shape));
   return out;
 }
 
 Tensor mean_backward(const Tensor& grad, const Shape& input_shape, const std::vector<int64_t>& dims,
                      bool keepdim) {
-  check_float("mean_backward", grad, "grad");
-  Tensor out = sum_backward(grad, input_shape, dims, keepdim);
   const auto mask = reduce_mask(static_cast<int64_t>(input_shape.size()), dims, "mean_backward");
   const int64_t count = reduced_count(input_shape, mask);
+  if (!grad.device().is_cpu()) {
+    Tensor out = sum_backward(grad, input_shape, dims, keepdim);
+    mul_(out, 1.0 / static_cast<double>(count));
+    return out;
+  }
+  check_float("mean_backward", grad, "grad");
+  Tensor out = sum_backward(grad, input_shape, dims, keepdim);
   dispatch_float(out.dtype(), "mean_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T scale = T(1) / static_cast<T>(count);
@@ -558,14 +573,17 @@ Tensor mean_backward(const Tensor& grad, const Shape& input_shape, const std::ve
 
 Tensor var_backward(const Tensor& grad, const Tensor& x, const std::vector<int64_t>& dims,
                     int64_t correction, bool keepdim) {
-  check_cpu("var_backward", {&grad, &x});
   check_same_dtype("var_backward", grad, "grad", x, "input");
-  check_float("var_backward", x, "input");
   const auto mask = reduce_mask(x.dim(), dims, "var_backward");
   const Tensor g = grad_keepdim(grad, x.shape(), mask, keepdim, "var_backward");
-  const Tensor m = mean(x, dims, true);
   const int64_t count = reduced_count(x.shape(), mask);
   const double scale = 2.0 / static_cast<double>(std::max<int64_t>(0, count - correction));
+  if (device_dispatch("var_backward", {&grad, &x})) {
+    // Other devices compose it from their elementwise kernels: g * scale * (x - mean).
+    return mul(mul(g, scale), sub(x, mean(x, dims, true)));
+  }
+  check_float("var_backward", x, "input");
+  const Tensor m = mean(x, dims, true);
   Tensor out = empty(x.shape(), {.dtype = x.dtype()});
   const auto geo = coalesce<4>(
       x.shape(), {out.strides(), x.strides(), broadcast_strides(g.shape(), g.strides(), x.shape()),

@@ -26,6 +26,7 @@ class CudaKernels final : public DeviceKernels {
   Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) override;
   Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) override;
   ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) override;
+  ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim) override;
   Tensor softmax(const Tensor& x, int64_t dim, bool log) override;
   Tensor softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim, bool log) override;
   CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& target,
@@ -38,15 +39,46 @@ class CudaKernels final : public DeviceKernels {
                               bool need_input, bool need_weight, bool need_bias) override;
 
   // --- convolution: ops/cuda/conv.cpp ----------------------------------------------------------
+  Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                const Conv2dOptions& options) override;
+  Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
+                              const Conv2dOptions& options, bool need_input, bool need_weight,
+                              bool need_bias) override;
 
   // --- pooling, batch norm, dropout: ops/cuda/pool.cpp, batch_norm.cpp, dropout.cpp -------------
+  MaxPool2dResult max_pool2d_with_indices(const Tensor& input,
+                                          const Pool2dOptions& options) override;
+  Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
+                             const Shape& input_shape, const Pool2dOptions& options) override;
+  Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options) override;
+  Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
+                             const Pool2dOptions& options) override;
+  Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size) override;
+  Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape) override;
+  BatchNormForward batch_norm_forward(const Tensor& input, const Tensor& running_mean,
+                                      const Tensor& running_var, const Tensor& weight,
+                                      const Tensor& bias, const BatchNormOptions& options) override;
+  BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& input,
+                                     const Tensor& weight, const Tensor& save_mean,
+                                     const Tensor& save_invstd, bool training,
+                                     std::array<bool, 3> output_mask) override;
+  DropoutResult dropout_with_mask(const Tensor& input, double p, GeneratorState state) override;
+  Tensor dropout_backward(const Tensor& grad_output, const Tensor& mask, double p) override;
 
   // --- comparisons, selection, elementwise backward: ops/cuda/elementwise.cpp ------------------
 
   // --- more reductions, indexing, other losses: ops/cuda/reduce.cpp, index.cpp, loss.cpp -------
 
-  // --- data: ops/cuda/normalize.cpp ---------------------------------------------------------------
+  // --- data: ops/cuda/normalize.cpp
+  // ---------------------------------------------------------------
 };
+
+// Which convolution kernels conv2d uses on cuda: cuDNN (the default where it is built in) or
+// stoke's own (implicit-GEMM forward; im2col + SGEMM + col2im backward), for comparison and for
+// the emulated build, which has only stoke's. STOKE_CUDA_CONV=stoke|cudnn sets the start value.
+enum class ConvImpl { cudnn, stoke };
+void set_conv_impl(ConvImpl impl);
+ConvImpl conv_impl();
 
 // Checks that t's dtype is one the CUDA float kernels take (f32, f16, bf16).
 void check_float_dtype(const char* op, const Tensor& t);
@@ -59,5 +91,10 @@ Split split_at(const Tensor& t, int64_t dim);
 cudaStream_t launch_stream();
 // An uninitialized tensor on `device`.
 Tensor empty_on(const Shape& shape, DType dtype, Device device);
+// t's data as T* (the caller has checked the dtype).
+template <class T>
+T* typed(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
 
 }  // namespace stoke::ops::cuda_glue

@@ -266,19 +266,32 @@ Tensor CudaKernels::mean(const Tensor& x, const std::vector<int64_t>& dims, bool
   return reduce_dims("mean", x, dims, keepdim, cuda::ReduceOp::mean);
 }
 
-ValuesIndices CudaKernels::max_with_indices(const Tensor& x_in, int64_t dim, bool keepdim) {
-  check_float_dtype("max", x_in);
-  const Tensor x = x_in.detach().contiguous();
-  STOKE_CHECK(x.dim() > 0 && x.numel() > 0, "max",
-              "expected a non-empty tensor with at least one dim, got shape ", x.shape());
-  const int64_t d = wrap_dim(dim, x.dim(), "max");
+// max/min over one dim with the positions of the first extremum (a 0-dim x is its own extremum,
+// at position 0, as on the CPU).
+ValuesIndices extremum(const char* op, const Tensor& x_in, int64_t dim, bool keepdim,
+                       cuda::ReduceOp kind) {
+  check_float_dtype(op, x_in);
+  const int64_t d = wrap_dim(dim, x_in.dim(), op);
+  const bool scalar = x_in.dim() == 0;
+  const Tensor x = scalar ? x_in.detach().reshape({1}) : x_in.detach().contiguous();
+  STOKE_CHECK(x.size(d) > 0, op, "cannot reduce over dim ", dim, " of size 0 (input shape ",
+              x.shape(), ")");
   Tensor indices;
-  Tensor values = reduce_dim(x, d, cuda::ReduceOp::max, &indices);
+  Tensor values = reduce_dim(x, d, kind, &indices);
+  if (scalar) return {values.reshape({}), indices.reshape({})};
   if (!keepdim) {
     values = values.squeeze(d);
     indices = indices.squeeze(d);
   }
   return {values, indices};
+}
+
+ValuesIndices CudaKernels::max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
+  return extremum("max", x, dim, keepdim, cuda::ReduceOp::max);
+}
+
+ValuesIndices CudaKernels::min_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
+  return extremum("min", x, dim, keepdim, cuda::ReduceOp::min);
 }
 
 Tensor CudaKernels::softmax(const Tensor& x_in, int64_t dim, bool log) {

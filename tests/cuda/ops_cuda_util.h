@@ -2,8 +2,8 @@
 // on the CPU, moved with to(Device::cuda()), and results are compared with the CPU op.
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "stoke/stoke.h"

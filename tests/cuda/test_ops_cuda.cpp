@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/allocator.h"
+#include "ops/device_kernels.h"
 #include "ops_cuda_util.h"
 
 using namespace stoke;
@@ -100,9 +101,34 @@ TEST_CASE("cuda tensors: matmul and linear through the device GEMM", "[ops_cuda]
   CHECK(max_diff(gd.grad_bias, gc.grad_bias) < 1e-5);
 }
 
-TEST_CASE("cuda tensors: an op without a CUDA kernel yet says so", "[ops_cuda]") {
+TEST_CASE("cuda tensors: an op a backend does not implement says so", "[ops_cuda]") {
+  // A backend that overrides nothing: every method reports the op and the device.
+  struct Bare final : ops::DeviceKernels {
+    Device::Type type() const override { return Device::Type::cuda; }
+  } bare;
   const Tensor d = rand_cpu({2, 3}, 12).to(kCuda);
-  CHECK_THROWS_WITH(ops::var(d), Catch::Contains("cpu"));
+  CHECK_THROWS_WITH(
+      bare.unary(ops::UnaryOp::exp, d),
+      Catch::Contains("stoke::exp") && Catch::Contains("not implemented on cuda yet"));
+  CHECK_THROWS_WITH(bare.conv2d(d, d, Tensor(), {}), Catch::Contains("stoke::conv2d"));
+}
+
+TEST_CASE("cuda tensors: var, min, argmin and argmax match the CPU", "[ops_cuda]") {
+  const Tensor x = rand_cpu({4, 5, 6}, 19);
+  const Tensor d = x.to(kCuda);
+  CHECK(max_diff(ops::var(d), ops::var(x)) < 1e-5);
+  CHECK(max_diff(ops::var(d, {0, 2}, 0, true), ops::var(x, {0, 2}, 0, true)) < 1e-5);
+  CHECK(max_diff(ops::min(d, 1), ops::min(x, 1)) == 0);
+  CHECK(max_diff(ops::argmin(d, 2, true), ops::argmin(x, 2, true)) == 0);
+  CHECK(max_diff(ops::argmax(d, 0), ops::argmax(x, 0)) == 0);
+  CHECK(max_diff(ops::argmax(d), ops::argmax(x)) == 0);
+  CHECK(max_diff(ops::min(d), ops::min(x)) == 0);
+  const Tensor g = rand_cpu({4, 6}, 20);
+  CHECK(max_diff(ops::var_backward(g.to(kCuda), d, {1}), ops::var_backward(g, x, {1})) < 1e-5);
+  CHECK(max_diff(ops::mean_backward(g.to(kCuda), x.shape(), {1}),
+                 ops::mean_backward(g, x.shape(), {1})) < 1e-7);
+  CHECK_THROWS_WITH(ops::min(rand_cpu({0, 3}, 1).to(kCuda), 0),
+                    Catch::Contains("stoke::min") && Catch::Contains("size 0"));
 }
 
 TEST_CASE("cuda tensors: in-place updates, as optimizers use them", "[ops_cuda]") {

@@ -1,0 +1,147 @@
+// Batch norm on cuda tensors: ops/norm.h translated to cuda/kernels/batch_norm.h (our kernels in
+// both builds; cuDNN's batch norm in cuda/vendor is exercised by stoke-gpu-selftest, and which one
+// the dispatch uses is to be chosen by measurement on a GPU).
+//
+// Dtypes: an f32 input takes f32 per-channel tensors, as on the CPU. An f16 or bf16 input takes
+// f32 per-channel tensors (weight, bias, running and saved statistics), as cuDNN's and PyTorch's
+// mixed-precision batch norm do: the statistics of half values need f32 to stay accurate.
+#include "cuda/kernels/batch_norm.h"
+#include "cuda/kernels/elementwise_util.h"
+#include "ops/check.h"
+#include "ops/creation.h"
+#include "ops/cuda/backend.h"
+#include "ops/norm.h"
+
+namespace stoke::ops::cuda_glue {
+namespace {
+
+cuda::BatchNormLayout layout_of(const Tensor& x) {
+  cuda::BatchNormLayout l;
+  l.batch = x.size(0);
+  l.channels = x.size(1);
+  for (int64_t d = 2; d < x.dim(); ++d) l.spatial *= x.size(d);
+  return l;
+}
+
+// A per-channel tensor: (C), f32 for every input dtype on cuda (see the file comment).
+void check_channel(const char* op, const Tensor& t, const char* name, const Tensor& x) {
+  if (!t.defined()) return;
+  if (x.dtype() == DType::f32)
+    check_same_dtype(op, x, "input", t, name);
+  else
+    STOKE_CHECK(t.dtype() == DType::f32, op, "expected ", name, " of dtype f32 for an ", x.dtype(),
+                " input on cuda (per-channel statistics stay f32), got ", t.dtype());
+  check_shape(op, t, name, {x.size(1)});
+}
+
+// The f32 per-channel tensors the kernels update in place must be contiguous: a strided one is
+// worked on through a contiguous copy that is written back.
+struct ContiguousInOut {
+  Tensor original, work;
+  explicit ContiguousInOut(const Tensor& t)
+      : original(t), work(t.defined() && !t.is_contiguous() ? t.contiguous() : t) {}
+  float* data() const { return work.defined() ? typed<float>(work) : nullptr; }
+  void write_back() const {
+    if (work.defined() && work.data_ptr() != original.data_ptr()) Tensor(original).copy_(work);
+  }
+};
+
+const float* f32_or_null(const Tensor& t) {
+  return t.defined() ? typed<float>(t) : nullptr;
+}
+
+}  // namespace
+
+BatchNormForward CudaKernels::batch_norm_forward(const Tensor& input, const Tensor& running_mean,
+                                                 const Tensor& running_var, const Tensor& weight,
+                                                 const Tensor& bias,
+                                                 const BatchNormOptions& options) {
+  const char* op = "batch_norm";
+  check_float_dtype(op, input);
+  check_channel(op, running_mean, "running_mean", input);
+  check_channel(op, running_var, "running_var", input);
+  check_channel(op, weight, "weight", input);
+  check_channel(op, bias, "bias", input);
+  STOKE_CHECK(running_mean.defined() == running_var.defined(), op,
+              "expected running_mean and running_var both defined or both undefined");
+  STOKE_CHECK(options.eps >= 0, op, "expected eps >= 0, got ", options.eps);
+  const bool use_batch = options.training || !running_mean.defined();
+  const Tensor x = input.contiguous();
+  const cuda::BatchNormLayout l = layout_of(x);
+  STOKE_CHECK(
+      !use_batch || l.batch * l.spatial > 1, op,
+      "expected more than 1 value per channel when using batch statistics, got input shape ",
+      input.shape());
+  const Device dev = x.device();
+  BatchNormForward r{empty_on(x.shape(), x.dtype(), dev), empty_on({l.channels}, DType::f32, dev),
+                     empty_on({l.channels}, DType::f32, dev)};
+  const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
+  if (x.numel() == 0) return r;
+  cuda::ew::dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    if (use_batch) {
+      // Running statistics are buffers updated in place (only in training with them defined).
+      const bool update = options.training && running_mean.defined();
+      const ContiguousInOut rm(update ? running_mean : Tensor()),
+          rv(update ? running_var : Tensor());
+      cuda::batch_norm_forward_training(
+          l, typed<T>(x), typed<T>(r.output), f32_or_null(w), f32_or_null(b), rm.data(), rv.data(),
+          static_cast<float>(options.momentum), static_cast<float>(options.eps),
+          typed<float>(r.save_mean), typed<float>(r.save_invstd), launch_stream());
+      rm.write_back();
+      rv.write_back();
+    } else {
+      const Tensor rm = running_mean.contiguous(), rv = running_var.contiguous();
+      cuda::batch_norm_forward_eval(l, typed<T>(x), typed<T>(r.output), f32_or_null(w),
+                                    f32_or_null(b), typed<float>(rm), typed<float>(rv),
+                                    static_cast<float>(options.eps), typed<float>(r.save_mean),
+                                    typed<float>(r.save_invstd), launch_stream());
+    }
+  });
+  return r;
+}
+
+BatchNormGrads CudaKernels::batch_norm_backward(const Tensor& grad_output, const Tensor& input,
+                                                const Tensor& weight, const Tensor& save_mean,
+                                                const Tensor& save_invstd, bool training,
+                                                std::array<bool, 3> output_mask) {
+  const char* op = "batch_norm_backward";
+  check_float_dtype(op, input);
+  check_same_dtype(op, input, "input", grad_output, "grad_output");
+  check_shape(op, grad_output, "grad_output", input.shape());
+  check_channel(op, weight, "weight", input);
+  check_channel(op, save_mean, "save_mean", input);
+  check_channel(op, save_invstd, "save_invstd", input);
+  const Tensor x = input.contiguous(), dy = grad_output.contiguous();
+  const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
+  const Tensor mean = save_mean.contiguous(), invstd = save_invstd.contiguous();
+  const cuda::BatchNormLayout l = layout_of(x);
+  const Device dev = x.device();
+  const DType channel_dtype = DType::f32;
+  BatchNormGrads g;
+  if (output_mask[0]) g.grad_input = empty_on(x.shape(), x.dtype(), dev);
+  if (output_mask[1]) g.grad_weight = empty_on({l.channels}, channel_dtype, dev);
+  if (output_mask[2]) g.grad_bias = empty_on({l.channels}, channel_dtype, dev);
+  if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return g;
+  if (x.numel() == 0) {
+    // No values: zero parameter gradients, an empty input gradient (as the CPU's sums give).
+    if (g.grad_weight.defined()) fill_(g.grad_weight, 0);
+    if (g.grad_bias.defined()) fill_(g.grad_bias, 0);
+    return g;
+  }
+  const Tensor workspace =
+      empty_on({cuda::batch_norm_backward_workspace_floats(l.channels)}, DType::f32, dev);
+  cuda::ew::dispatch_floating(x.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    cuda::batch_norm_backward(l, typed<T>(dy), typed<T>(x), f32_or_null(w), typed<float>(mean),
+                              typed<float>(invstd), training,
+                              g.grad_input.defined() ? typed<T>(g.grad_input) : nullptr,
+                              g.grad_weight.defined() ? typed<float>(g.grad_weight) : nullptr,
+                              g.grad_bias.defined() ? typed<float>(g.grad_bias) : nullptr,
+                              typed<float>(workspace), launch_stream());
+  });
+  return g;
+}
+
+}  // namespace stoke::ops::cuda_glue

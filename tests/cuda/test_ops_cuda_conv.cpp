@@ -1,0 +1,104 @@
+// conv2d on "cuda" tensors (emulated: stoke's implicit-GEMM forward, im2col/col2im + SGEMM
+// backward) against the CPU op: geometries with stride, padding, dilation, groups, depthwise,
+// rectangular kernels and no bias; f32 and f16; autograd through stoke::conv2d; the CPU's errors.
+#include <catch2/catch.hpp>
+
+#include "ops/cuda/backend.h"
+#include "ops_cuda_util.h"
+
+using namespace stoke;
+using namespace stoke::test;
+
+namespace {
+
+struct ConvCase {
+  Shape x, w;
+  Conv2dOptions o;
+  bool bias;
+};
+
+const std::vector<ConvCase>& cases() {
+  static const std::vector<ConvCase> c = {
+      {{2, 3, 6, 6}, {4, 3, 1, 1}, {}, true},                                          // 1x1
+      {{3, 4, 9, 7}, {5, 4, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}, true},       // strided
+      {{1, 2, 11, 12}, {3, 2, 5, 5}, {.padding = {2, 1}, .dilation = {2, 2}}, false},  // dilated
+      {{2, 4, 8, 8}, {6, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}, true},            // groups
+      {{2, 6, 7, 7}, {6, 1, 3, 3}, {.padding = {1, 1}, .groups = 6}, true},            // depthwise
+      {{4, 3, 10, 5}, {2, 3, 3, 2}, {.stride = {1, 2}}, false},  // rectangular
+  };
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("cuda ops: conv2d forward and all three gradients match the CPU", "[ops_cuda_conv]") {
+  CHECK(ops::cuda_glue::conv_impl() == ops::cuda_glue::ConvImpl::stoke);  // emu: stoke's kernels
+  for (DType dtype : {DType::f32, DType::f16}) {
+    const double tol = dtype == DType::f32 ? 2e-5 : 2e-2;
+    for (size_t i = 0; i < cases().size(); ++i) {
+      const ConvCase& c = cases()[i];
+      INFO("case " << i << " " << dtype);
+      // Inputs representable in the dtype, so both sides see the same values.
+      const Tensor x = rand_cpu(c.x, 10 + i).to(dtype).to(DType::f32);
+      const Tensor w = rand_cpu(c.w, 20 + i).to(dtype).to(DType::f32);
+      const Tensor b = c.bias ? rand_cpu({c.w[0]}, 30 + i).to(dtype).to(DType::f32) : Tensor();
+      const auto on_cuda = [&](const Tensor& t) { return t.defined() ? t.to(kCuda).to(dtype) : t; };
+      const Tensor y = ops::conv2d(x, w, b, c.o);
+      const Tensor yd = ops::conv2d(on_cuda(x), on_cuda(w), on_cuda(b), c.o);
+      CHECK(yd.dtype() == dtype);
+      CHECK(yd.device() == kCuda);
+      CHECK(max_diff(yd, y) < tol * 4);
+      const Tensor gy = rand_cpu(y.shape(), 40 + i).to(dtype).to(DType::f32);
+      const auto want = ops::conv2d_backward(gy, x, w, c.o, true, true, true);
+      const auto got =
+          ops::conv2d_backward(on_cuda(gy), on_cuda(x), on_cuda(w), c.o, true, true, true);
+      CHECK(max_diff(got.grad_input, want.grad_input) < tol * 4);
+      CHECK(max_diff(got.grad_weight, want.grad_weight) < tol * 16);
+      CHECK(max_diff(got.grad_bias, want.grad_bias) < tol * 16);
+      // One gradient at a time leaves the others undefined.
+      const auto only_w =
+          ops::conv2d_backward(on_cuda(gy), on_cuda(x), on_cuda(w), c.o, false, true, false);
+      CHECK_FALSE(only_w.grad_input.defined());
+      CHECK(max_diff(only_w.grad_weight, want.grad_weight) < tol * 16);
+    }
+  }
+}
+
+TEST_CASE("cuda ops: autograd through conv2d on cuda gives the CPU's gradients",
+          "[ops_cuda_conv]") {
+  const Tensor x0 = rand_cpu({2, 3, 8, 8}, 1), w0 = rand_cpu({4, 3, 3, 3}, 2);
+  const Tensor b0 = rand_cpu({4}, 3);
+  auto run = [&](Device dev) {
+    Tensor x = x0.to(dev).detach(), w = w0.to(dev).detach(), b = b0.to(dev).detach();
+    for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+    Tensor y = conv2d(x, w, b, {.stride = {2, 2}, .padding = {1, 1}});
+    stoke::sum(stoke::mul(y, y)).backward();
+    return std::vector<Tensor>{x.grad(), w.grad(), b.grad()};
+  };
+  const auto want = run(Device::cpu());
+  const auto got = run(kCuda);
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("grad " << i);
+    CHECK(got[i].device() == kCuda);
+    CHECK(max_diff(got[i], want[i]) < 1e-3);
+  }
+}
+
+TEST_CASE("cuda ops: conv2d refuses bad input with the CPU's messages", "[ops_cuda_conv]") {
+  const Tensor x = rand_cpu({1, 4, 5, 5}, 1), w = rand_cpu({2, 3, 3, 3}, 2);
+  for (Device dev : {Device::cpu(), kCuda}) {
+    INFO(dev);
+    CHECK_THROWS_WITH(ops::conv2d(x.to(dev), w.to(dev), Tensor(), {}),
+                      Catch::Contains("stoke::conv2d") &&
+                          Catch::Contains("expected weight of shape [2, 4, kh, kw]"));
+    CHECK_THROWS_WITH(
+        ops::conv2d(x.to(dev), rand_cpu({2, 4, 3, 3}, 3).to(dev).to(DType::f16), Tensor(), {}),
+        Catch::Contains("same dtype"));
+    CHECK_THROWS_WITH(ops::conv2d(x.to(dev), rand_cpu({2, 4, 7, 7}, 3).to(dev), Tensor(), {}),
+                      Catch::Contains("output size would be"));
+  }
+  CHECK_THROWS_WITH(ops::conv2d(x.to(kCuda), rand_cpu({2, 4, 3, 3}, 4), Tensor(), {}),
+                    Catch::Contains("same device"));
+  CHECK_THROWS_WITH(ops::cuda_glue::set_conv_impl(ops::cuda_glue::ConvImpl::cudnn),
+                    Catch::Contains("no cuDNN"));
+}

@@ -1,0 +1,187 @@
+// Pooling, batch norm and dropout on "cuda" tensors (emulated here) against the CPU ops on the
+// same inputs: values, gradients through autograd, running statistics, dropout masks bit for bit,
+// and the error messages.
+#include <catch2/catch.hpp>
+
+#include "ops_cuda_util.h"
+
+using namespace stoke;
+using namespace stoke::test;
+
+namespace {
+
+// Tolerance for a result of `dtype` computed from the same f32 inputs on both devices.
+double tol(DType dtype) {
+  return dtype == DType::f32 ? 2e-5 : dtype == DType::f16 ? 4e-3 : 3e-2;
+}
+
+}  // namespace
+
+TEST_CASE("cuda ops: max/avg pooling forward and backward match the CPU", "[ops_cuda_nn]") {
+  struct Case {
+    Shape shape;
+    Pool2dOptions options;
+  };
+  const std::vector<Case> cases = {
+      {{2, 3, 8, 8}, {.kernel_size = {2, 2}}},
+      {{1, 2, 7, 9}, {.kernel_size = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}},
+      {{2, 1, 5, 6}, {.kernel_size = {2, 3}, .stride = {2, 2}, .ceil_mode = true}},
+      {{3, 10, 11}, {.kernel_size = {3, 3}, .stride = {1, 2}, .padding = {1, 0}}},
+      {{1, 2, 6, 6},
+       {.kernel_size = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false}},
+  };
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const auto& [shape, options] = cases[i];
+      INFO("case " << i << " " << dtype);
+      const Tensor x = rand_cpu(shape, 10 + i).to(dtype).to(DType::f32);  // representable
+      const Tensor d = x.to(kCuda).to(dtype);
+      const auto want = ops::max_pool2d_with_indices(x, options);
+      const auto got = ops::max_pool2d_with_indices(d, options);
+      CHECK(max_diff(got.output, want.output) == 0);  // max of representable values is exact
+      CHECK(max_diff(got.indices, want.indices) == 0);
+      CHECK(got.output.dtype() == dtype);
+      const Tensor gy = rand_cpu(want.output.shape(), 50 + i);
+      const Tensor gx = ops::max_pool2d_backward(gy.to(dtype).to(DType::f32), want.indices, shape);
+      // With the forward's window (a local gather) and without it (every output scanned).
+      CHECK(max_diff(ops::max_pool2d_backward(gy.to(kCuda).to(dtype), got.indices, shape, options),
+                     gx) < tol(dtype));
+      CHECK(max_diff(ops::max_pool2d_backward(gy.to(kCuda).to(dtype), got.indices, shape), gx) <
+            tol(dtype));
+      CHECK(max_diff(ops::avg_pool2d(d, options), ops::avg_pool2d(x, options)) < tol(dtype));
+      const Tensor ga = rand_cpu(ops::avg_pool2d(x, options).shape(), 70 + i);
+      CHECK(max_diff(ops::avg_pool2d_backward(ga.to(kCuda).to(dtype), shape, options),
+                     ops::avg_pool2d_backward(ga, shape, options)) < tol(dtype));
+    }
+  }
+}
+
+TEST_CASE("cuda ops: adaptive average pooling matches the CPU", "[ops_cuda_nn]") {
+  for (auto [shape, out] : std::vector<std::pair<Shape, std::array<int64_t, 2>>>{
+           {{2, 3, 7, 7}, {1, 1}}, {{1, 2, 10, 9}, {3, 4}}, {{4, 5, 6}, {6, 2}}}) {
+    const Tensor x = rand_cpu(shape, 3);
+    const Tensor y = ops::adaptive_avg_pool2d(x, out);
+    CHECK(max_diff(ops::adaptive_avg_pool2d(x.to(kCuda), out), y) < 1e-5);
+    const Tensor gy = rand_cpu(y.shape(), 4);
+    CHECK(max_diff(ops::adaptive_avg_pool2d_backward(gy.to(kCuda), shape),
+                   ops::adaptive_avg_pool2d_backward(gy, shape)) < 1e-5);
+  }
+}
+
+TEST_CASE("cuda ops: batch norm training, evaluation and backward match the CPU", "[ops_cuda_nn]") {
+  for (const Shape& shape : {Shape{4, 3, 5, 6}, Shape{7, 5}, Shape{2, 4, 9}}) {
+    INFO(shape);
+    const int64_t C = shape[1];
+    const Tensor x = ops::add(ops::mul(rand_cpu(shape, 1), 2.0), 0.5);
+    const Tensor w = rand_cpu({C}, 2), b = rand_cpu({C}, 3);
+    Tensor rm = rand_cpu({C}, 4), rv = ops::add(ops::abs(rand_cpu({C}, 5)), 0.5);
+    Tensor drm = rm.to(kCuda), drv = rv.to(kCuda);
+    const BatchNormOptions train{.training = true, .momentum = 0.2, .eps = 1e-3};
+    const auto want = ops::batch_norm_forward(x, rm, rv, w, b, train);
+    const auto got =
+        ops::batch_norm_forward(x.to(kCuda), drm, drv, w.to(kCuda), b.to(kCuda), train);
+    CHECK(max_diff(got.output, want.output) < 1e-4);
+    CHECK(max_diff(got.save_mean, want.save_mean) < 1e-5);
+    CHECK(max_diff(got.save_invstd, want.save_invstd) < 1e-4);
+    CHECK(max_diff(drm, rm) < 1e-5);  // running statistics updated in place alike
+    CHECK(max_diff(drv, rv) < 1e-4);
+    const Tensor gy = rand_cpu(shape, 6);
+    for (bool training : {true, false}) {
+      const auto gw =
+          ops::batch_norm_backward(gy, x, w, want.save_mean, want.save_invstd, training);
+      const auto gg = ops::batch_norm_backward(gy.to(kCuda), x.to(kCuda), w.to(kCuda),
+                                               got.save_mean, got.save_invstd, training);
+      CHECK(max_diff(gg.grad_input, gw.grad_input) < 1e-4);
+      CHECK(max_diff(gg.grad_weight, gw.grad_weight) < 1e-3);
+      CHECK(max_diff(gg.grad_bias, gw.grad_bias) < 1e-4);
+    }
+    // Only the input gradient asked for: the others stay undefined.
+    const auto only = ops::batch_norm_backward(gy.to(kCuda), x.to(kCuda), Tensor(), got.save_mean,
+                                               got.save_invstd, true, {true, false, false});
+    CHECK_FALSE(only.grad_weight.defined());
+    CHECK(max_diff(only.grad_input,
+                   ops::batch_norm_backward(gy, x, Tensor(), want.save_mean, want.save_invstd, true,
+                                            {true, false, false})
+                       .grad_input) < 1e-4);
+    const BatchNormOptions eval{.training = false, .eps = 1e-3};
+    CHECK(max_diff(ops::batch_norm(x.to(kCuda), drm, drv, w.to(kCuda), b.to(kCuda), eval),
+                   ops::batch_norm(x, rm, rv, w, b, eval)) < 1e-4);
+    // No running statistics, no affine parameters: batch statistics in both modes.
+    CHECK(max_diff(ops::batch_norm(x.to(kCuda), Tensor(), Tensor(), Tensor(), Tensor(), eval),
+                   ops::batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), eval)) < 1e-4);
+  }
+}
+
+TEST_CASE("cuda ops: half batch norm keeps f32 statistics", "[ops_cuda_nn]") {
+  const Tensor x = rand_cpu({8, 4, 3, 3}, 7);
+  const Tensor w = rand_cpu({4}, 8), b = rand_cpu({4}, 9);
+  Tensor rm = zeros({4}), rv = ones({4});
+  Tensor drm = rm.to(kCuda), drv = rv.to(kCuda);
+  const auto want = ops::batch_norm_forward(x.to(DType::f16).to(DType::f32), rm, rv, w, b, {});
+  const auto got =
+      ops::batch_norm_forward(x.to(kCuda).to(DType::f16), drm, drv, w.to(kCuda), b.to(kCuda), {});
+  CHECK(got.output.dtype() == DType::f16);
+  CHECK(got.save_mean.dtype() == DType::f32);
+  CHECK(max_diff(got.output, want.output) < 1e-2);
+  CHECK(max_diff(drm, rm) < 1e-5);
+  CHECK_THROWS_WITH(ops::batch_norm(x.to(kCuda).to(DType::f16), Tensor(), Tensor(),
+                                    w.to(kCuda).to(DType::f16), Tensor(), {}),
+                    Catch::Contains("stoke::batch_norm") && Catch::Contains("weight of dtype f32"));
+}
+
+TEST_CASE("cuda ops: dropout draws the CPU's mask from the same generator state", "[ops_cuda_nn]") {
+  for (int64_t n : {1, 7, 64, 1001}) {
+    const Tensor x = rand_cpu({n}, 11);
+    Generator g1(42), g2(42);
+    const auto want = ops::dropout_with_mask(x, 0.3, &g1);
+    const auto got = ops::dropout_with_mask(x.to(kCuda), 0.3, &g2);
+    CHECK(max_diff(got.mask, want.mask) == 0);
+    CHECK(max_diff(got.output, want.output) < 1e-6);
+    CHECK(g1.state().offset == g2.state().offset);  // both advanced alike
+    const Tensor gy = rand_cpu({n}, 12);
+    CHECK(max_diff(ops::dropout_backward(gy.to(kCuda), got.mask, 0.3),
+                   ops::dropout_backward(gy, want.mask, 0.3)) < 1e-6);
+  }
+  const Tensor d = rand_cpu({5}, 1).to(kCuda);
+  CHECK(ops::dropout(d, 1.0, true).device() == kCuda);
+  CHECK(max_diff(ops::dropout(d, 1.0, true), zeros({5})) == 0);
+  CHECK_THROWS_WITH(ops::dropout(d, 1.5, true), Catch::Contains("probability p in [0, 1]"));
+}
+
+TEST_CASE("cuda ops: autograd through pooling, batch norm and dropout matches the CPU",
+          "[ops_cuda_nn]") {
+  const Tensor x0 = rand_cpu({2, 3, 6, 6}, 21), w0 = rand_cpu({3}, 22), b0 = rand_cpu({3}, 23);
+  auto run = [&](Device dev) {
+    Tensor x = x0.to(dev).detach(), w = w0.to(dev).detach(), b = b0.to(dev).detach();
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    b.set_requires_grad(true);
+    Generator g(5);
+    Tensor h = batch_norm(x, Tensor(), Tensor(), w, b, {});
+    h = max_pool2d(h, {.kernel_size = {2, 2}});
+    h = avg_pool2d(h, {.kernel_size = {3, 3}, .padding = {1, 1}});
+    h = dropout(h, 0.25, true, &g);
+    h = adaptive_avg_pool2d(h, {1, 1});
+    stoke::sum(stoke::mul(h, h)).backward();
+    return std::vector<Tensor>{x.grad(), w.grad(), b.grad()};
+  };
+  const auto want = run(Device::cpu());
+  const auto got = run(kCuda);
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("grad " << i);
+    CHECK(got[i].device() == kCuda);
+    CHECK(max_diff(got[i], want[i]) < 1e-4);
+  }
+}
+
+TEST_CASE("cuda ops: pooling refuses bad input with the CPU's messages", "[ops_cuda_nn]") {
+  const Tensor x = rand_cpu({1, 1, 3, 3}, 1);
+  for (const Tensor& t : {x, x.to(kCuda)}) {
+    CHECK_THROWS_WITH(ops::max_pool2d(t, {.kernel_size = {5, 5}}),
+                      Catch::Contains("stoke::max_pool2d") && Catch::Contains("too small"));
+    CHECK_THROWS_WITH(ops::avg_pool2d(t, {.kernel_size = {2, 2}, .padding = {2, 2}}),
+                      Catch::Contains("at most half the kernel size"));
+  }
+  CHECK_THROWS_WITH(ops::max_pool2d(x.to(kCuda).to(DType::f64), {.kernel_size = {2, 2}}),
+                    Catch::Contains("stoke::max_pool2d") && Catch::Contains("f64"));
+}
