@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/parallel.h"
+#include "ops/check.h"
+#include "ops/device_kernels.h"
 
 #if defined(__F16C__)
 #include <immintrin.h>
@@ -69,9 +71,9 @@ void run(const uint8_t* in, void* out, bool half, int64_t n, int64_t c, int64_t 
 
 void normalize_into(const Tensor& images, const Tensor& out, const NormalizeOptions& options) {
   STOKE_CHECK(images.defined() && out.defined(), kOp, "expected defined tensors");
-  STOKE_CHECK(images.device().is_cpu() && out.device().is_cpu(), kOp,
-              "expected CPU tensors, got images on ", images.device(), " and out on ",
-              out.device());
+  STOKE_CHECK(images.device() == out.device(), kOp,
+              "expected images and out on the same device, got images on ", images.device(),
+              " and out on ", out.device());
   STOKE_CHECK(images.dtype() == DType::u8, kOp, "expected u8 images, got ", images.dtype());
   STOKE_CHECK(images.dim() == 4, kOp, "expected images of shape (N, H, W, C), got ",
               images.shape());
@@ -96,6 +98,16 @@ void normalize_into(const Tensor& images, const Tensor& out, const NormalizeOpti
     bias[static_cast<size_t>(ch)] = -m / s;
   }
   if (n == 0 || h == 0 || w == 0 || c == 0) return;
+  if (auto* k = ops::device_dispatch(kOp, {&images, &out})) {
+    // The device kernel takes mean/std per channel (it folds them into scale and bias itself).
+    std::vector<float> mean(static_cast<size_t>(c)), std(static_cast<size_t>(c));
+    for (size_t ch = 0; ch < static_cast<size_t>(c); ++ch) {
+      mean[ch] = options.mean[options.mean.size() == 1 ? 0 : ch];
+      std[ch] = options.std[options.std.size() == 1 ? 0 : ch];
+    }
+    k->normalize_u8_nhwc(images, out, mean, std);
+    return;
+  }
   const auto* in = images.data<uint8_t>();
   void* o = out.data_ptr();
   const bool half = out.dtype() == DType::f16;
@@ -115,7 +127,7 @@ Tensor normalize(const Tensor& images, const NormalizeOptions& options) {
   STOKE_CHECK(options.dtype == DType::f32 || options.dtype == DType::f16, kOp,
               "expected dtype f32 or f16, got ", options.dtype);
   Tensor out = empty({images.size(0), images.size(3), images.size(1), images.size(2)},
-                     {.dtype = options.dtype});
+                     {.dtype = options.dtype, .device = images.device()});
   normalize_into(images, out, options);
   return out;
 }

@@ -11,6 +11,7 @@
 #include "core/grad_mode.h"
 #include "nn/init.h"
 #include "ops/creation.h"
+#include "ops/elementwise.h"
 
 namespace stoke::nn {
 
@@ -71,8 +72,16 @@ BatchNorm::BatchNorm(int64_t num_features, BatchNormLayerOptions options) : opti
 Tensor BatchNorm::forward(const Tensor& x) {
   const bool use_batch_stats = is_training() || !options.track_running_stats;
   if (is_training() && options.track_running_stats) {
-    int64_t* n = num_batches_tracked.data<int64_t>();
-    ++*n;
+    if (num_batches_tracked.device().is_cpu()) {
+      ++*num_batches_tracked.data<int64_t>();
+    } else {
+      // On a device without a host round trip: through f32 (exact to 2^24 batches), as the
+      // device elementwise kernels are floating point.
+      NoGradGuard no_grad;
+      Tensor n = num_batches_tracked.to(DType::f32);
+      ops::add_(n, 1.0);
+      num_batches_tracked.copy_(n);
+    }
   }
   // Without running statistics (track_running_stats=false) both modes normalize with the batch's.
   return batch_norm(

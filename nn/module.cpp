@@ -96,7 +96,7 @@ void Module::load_state_dict(const NamedTensors& state, bool strict) {
   }
   NoGradGuard no_grad;
   for (const auto& [n, t] : mine)
-    if (auto it = given.find(n); it != given.end()) copy_strided(t, *it->second);
+    if (auto it = given.find(n); it != given.end()) Tensor(t).copy_(*it->second);  // any devices
 }
 
 void Module::train(bool on) {

@@ -186,6 +186,10 @@ Tensor DeviceKernels::dropout_backward(const Tensor&, const Tensor&, double) {
 // --- more reductions, indexing, other losses -----------------------------------------------------
 
 // --- data: uint8 batches normalized on the device ------------------------------------------------
+void DeviceKernels::normalize_u8_nhwc(const Tensor&, const Tensor&, const std::vector<float>&,
+                                      const std::vector<float>&) {
+  not_implemented("data::normalize");
+}
 
 void register_device_kernels(Device::Type type, DeviceKernels* kernels) {
   registry()[static_cast<size_t>(type)] = kernels;

@@ -115,6 +115,10 @@ class DeviceKernels {
   // --- more reductions, indexing, other losses (ops/reduce.h, ops/index.h, ops/loss.h) ----------
 
   // --- data: uint8 batches normalized on the device (data/normalize.h) --------------------------
+  // out (N, C, H, W) = (images (N, H, W, C) u8 / 255 - mean[c]) / std[c]; C values in each vector,
+  // both tensors contiguous on this device (checked by data::normalize_into).
+  virtual void normalize_u8_nhwc(const Tensor& images, const Tensor& out,
+                                 const std::vector<float>& mean, const std::vector<float>& std);
 
  protected:
   // Throws "stoke::OP: not implemented on DEVICE yet".

@@ -21,6 +21,7 @@
 #include "nn/models/models.h"
 #include "nn/optim/optimizer.h"
 #include "nn/optim/scheduler.h"
+#include "ops/device_kernels.h"
 #include "ops/reduce.h"
 #include "progress.h"
 #include "stoke/stoke.h"
@@ -90,21 +91,39 @@ std::unique_ptr<data::DataLoader> make_loader(const Flags& f,
                           .transform = transform});
 }
 
+// Checkpoints are written from the CPU: device tensors are copied back first.
+nn::NamedTensors on_cpu(nn::NamedTensors tensors) {
+  for (auto& [name, t] : tensors)
+    if (!t.device().is_cpu()) t = t.to(Device::cpu());
+  return tensors;
+}
+
+// A batch on the training device: the u8 images cross the bus as bytes (non-blocking) and are
+// normalized there; labels likewise.
+struct DeviceBatch {
+  Tensor images, labels;
+};
+DeviceBatch to_device(const data::Batch& batch, Device device) {
+  if (device.is_cpu()) return {data::normalize(batch.images, kNormalize), batch.labels};
+  return {data::normalize(batch.images.to(device, /*non_blocking=*/true), kNormalize),
+          batch.labels.to(device, /*non_blocking=*/true)};
+}
+
 struct EvalResult {
   double loss = 0, acc = 0;
 };
 
-EvalResult evaluate(nn::Module& model, data::DataLoader& test) {
+EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device) {
   NoGradGuard no_grad;
   model.eval();
   double loss_sum = 0;
   int64_t correct = 0;
   test.set_epoch(0);
   while (auto batch = test.next()) {
-    const Tensor logits = model(data::normalize(batch->images, kNormalize));
-    loss_sum +=
-        ops::cross_entropy(logits, batch->labels, {.reduction = ops::Reduction::sum}).item();
-    const auto pred = ops::argmax(logits, 1).to_vector<int64_t>();
+    const DeviceBatch b = to_device(*batch, device);
+    const Tensor logits = model(b.images);
+    loss_sum += ops::cross_entropy(logits, b.labels, {.reduction = ops::Reduction::sum}).item();
+    const auto pred = ops::argmax(logits, 1).to(Device::cpu()).to_vector<int64_t>();
     const auto labels = batch->labels.to_vector<int64_t>();
     for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == labels[i];
   }
@@ -189,8 +208,8 @@ std::string meta(const std::map<std::string, std::string>& m, const std::string&
 
 void save_last(const std::string& path, const nn::Module& model, const nn::optim::Optimizer& opt,
                const Position& p, const Flags& f) {
-  nn::NamedTensors all = model.state_dict();
-  for (auto& [k, t] : opt.state_dict()) all.emplace_back("optimizer." + k, t);
+  nn::NamedTensors all = on_cpu(model.state_dict());
+  for (auto& [k, t] : on_cpu(opt.state_dict())) all.emplace_back("optimizer." + k, t);
   nn::save_safetensors(path, all, to_metadata(p, f));
 }
 
@@ -228,17 +247,24 @@ Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimi
 
 int run(Flags f) {
   if (f.recipe == "fast") apply_fast_recipe(f);
+  Device device = Device::cpu();
   if (f.device != "cpu") {
     STOKE_CHECK(f.device == "cuda" || f.device.rfind("cuda:", 0) == 0, "stoke-train",
                 "unknown device '", f.device, "' (cpu or cuda[:i])");
-    if (!f.allow_cpu_fallback) {
-      std::fprintf(stderr,
-                   "stoke-train: --device %s: this build has no CUDA backend (or no GPU is "
-                   "present); stopping. Use --device cpu, or --allow-cpu-fallback.\n",
-                   f.device.c_str());
-      return 2;
+    const Device want = Device::cuda(f.device == "cuda" ? 0 : std::stoi(f.device.substr(5)));
+    try {
+      ops::device_kernels("stoke-train", want);  // throws naming the reason when unusable
+      device = want;
+    } catch (const Error& e) {
+      if (!f.allow_cpu_fallback) {
+        std::fprintf(stderr,
+                     "stoke-train: --device %s: this build has no CUDA backend (or no GPU is "
+                     "present); stopping. Use --device cpu, or --allow-cpu-fallback.\n  (%s)\n",
+                     f.device.c_str(), e.what());
+        return 2;
+      }
+      std::fprintf(stderr, "stoke-train: no CUDA device available; falling back to the CPU.\n");
     }
-    std::fprintf(stderr, "stoke-train: no CUDA device available; falling back to the CPU.\n");
   }
   if (f.threads > 0) set_num_threads(f.threads);
   manual_seed(f.seed);
@@ -263,12 +289,15 @@ int run(Flags f) {
                                                 .num_classes = train_set->num_classes(),
                                                 .input_size = first.height,
                                                 .generator = &init_gen});
+  model->to(device);  // before the optimizer: its state is made on the parameters' device
   auto opt = make_optimizer(f, model->parameters());
   const int64_t steps_per_epoch = (loader->num_batches() + f.accum - 1) / f.accum;
   auto sched = make_scheduler(f, *opt, steps_per_epoch);
   std::printf(
-      "model: %s, %lld parameters | %s lr %g, batch %lld x %lld accum, %lld epochs, %d threads\n",
-      f.model.c_str(), static_cast<long long>(model->num_parameters()), f.optimizer.c_str(), f.lr,
+      "model: %s, %lld parameters on %s | %s lr %g, batch %lld x %lld accum, %lld epochs, %d "
+      "threads\n",
+      f.model.c_str(), static_cast<long long>(model->num_parameters()),
+      device.is_cpu() ? "cpu" : f.device.c_str(), f.optimizer.c_str(), f.lr,
       static_cast<long long>(f.batch), static_cast<long long>(f.accum),
       static_cast<long long>(f.epochs), num_threads());
 
@@ -309,11 +338,11 @@ int run(Flags f) {
       STOKE_CHECK(batch.has_value(), "stoke-train", "the loader ended after ", pos.batch, " of ",
                   nb, " batches");
       data_wait += batch->wait_seconds;
-      const Tensor images = data::normalize(batch->images, kNormalize);
+      const DeviceBatch b = to_device(*batch, device);
       const int64_t group_begin = pos.batch / f.accum * f.accum;
       const int64_t group_size = std::min(f.accum, nb - group_begin);
-      Tensor logits = (*model)(images);
-      Tensor loss = cross_entropy(logits, batch->labels, {.label_smoothing = f.label_smoothing});
+      Tensor logits = (*model)(b.images);
+      Tensor loss = cross_entropy(logits, b.labels, {.label_smoothing = f.label_smoothing});
       const double loss_value = loss.item();
       // Each micro-batch's mean loss is scaled so that k micro-batches of b give the gradient of
       // one batch of k*b (when the micro-batches have equal size).
@@ -321,7 +350,8 @@ int run(Flags f) {
       loss.backward();
       {
         NoGradGuard no_grad;
-        const auto pred = ops::argmax(logits, 1).to_vector<int64_t>();
+        // B predictions come back to the host (the loss value already synchronized the step).
+        const auto pred = ops::argmax(logits, 1).to(Device::cpu()).to_vector<int64_t>();
         const auto labels = batch->labels.to_vector<int64_t>();
         for (size_t i = 0; i < pred.size(); ++i) pos.epoch_correct += pred[i] == labels[i];
       }
@@ -347,7 +377,7 @@ int run(Flags f) {
           save_last(last_path, *model, *opt, next, f);
         }
         if (f.eval_every > 0 && pos.global_step % f.eval_every == 0) {
-          const EvalResult r = evaluate(*model, *test_loader);
+          const EvalResult r = evaluate(*model, *test_loader, device);
           if (metrics.is_open())
             metrics << "{\"type\":\"eval\",\"step\":" << pos.global_step
                     << ",\"test_loss\":" << r.loss << ",\"test_acc\":" << r.acc << "}\n";
@@ -375,7 +405,7 @@ int run(Flags f) {
     const double train_acc = 100.0 * static_cast<double>(pos.epoch_correct) /
                              static_cast<double>(std::max<int64_t>(pos.epoch_seen, 1));
     const auto t_eval = Clock::now();
-    const EvalResult r = evaluate(*model, *test_loader);
+    const EvalResult r = evaluate(*model, *test_loader, device);
     const double eval_time = seconds_since(t_eval);
     const double ips = static_cast<double>(epoch_images) / std::max(epoch_time, 1e-9);
     std::printf(
@@ -399,7 +429,7 @@ int run(Flags f) {
     if (r.acc > pos.best_acc) {
       pos.best_acc = r.acc;
       if (!best_path.empty())
-        nn::save_safetensors(best_path, model->state_dict(),
+        nn::save_safetensors(best_path, on_cpu(model->state_dict()),
                              {{"epoch", std::to_string(pos.epoch + 1)},
                               {"test_acc", std::to_string(r.acc)},
                               {"model", f.model}});

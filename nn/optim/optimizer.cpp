@@ -6,6 +6,9 @@
 
 #include "core/grad_mode.h"
 #include "core/parallel.h"
+#include "ops/creation.h"
+#include "ops/elementwise.h"
+#include "ops/reduce.h"
 
 namespace stoke::nn::optim {
 
@@ -29,9 +32,40 @@ Tensor contiguous_grad(const Tensor& p) {
 }
 
 Tensor zeros_like_param(const Tensor& p) {
-  Tensor z = empty(p.shape(), {.dtype = p.dtype(), .device = p.device()});
-  std::memset(z.data_ptr(), 0, z.numel() * z.element_size());
-  return z;
+  return zeros(p.shape(), {.dtype = p.dtype(), .device = p.device()});
+}
+
+// On a device the updates are composed from ops:: in-place kernels (the same formulas, a few
+// launches per parameter instead of one fused loop); the CPU keeps its fused loops below.
+void sgd_step_on_device(const Tensor& p, const Tensor& g, Tensor& buf, bool first, double lr,
+                        double mom, double damp, double wd, bool nesterov) {
+  Tensor d = wd != 0 ? ops::add(g, ops::mul(p, wd)) : g;
+  if (mom != 0) {
+    if (first) {
+      buf = d.clone();
+    } else {
+      ops::mul_(buf, mom);
+      ops::add_(buf, d, 1 - damp);
+    }
+    d = nesterov ? ops::add(d, ops::mul(buf, mom)) : buf;
+  }
+  ops::add_(p, d, -lr);
+}
+
+void adam_step_on_device(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
+                         bool decoupled, double b1, double b2, double lr, double wd,
+                         double step_size, double bias2_sqrt, double eps) {
+  Tensor d = g;
+  if (decoupled)
+    ops::mul_(p, 1 - lr * wd);
+  else if (wd != 0)
+    d = ops::add(g, ops::mul(p, wd));
+  ops::mul_(m, b1);
+  ops::add_(m, d, 1 - b1);
+  ops::mul_(v, b2);
+  ops::addcmul_(v, d, d, 1 - b2);
+  const Tensor denom = ops::add(ops::div(ops::sqrt(v), bias2_sqrt), eps);
+  ops::addcdiv_(p, m, denom, -step_size);
 }
 
 std::map<std::string, Tensor> by_name(const NamedTensors& state) {
@@ -47,7 +81,9 @@ Tensor take(std::map<std::string, Tensor>& m, const std::string& key, const Tens
   STOKE_CHECK(it->second.shape() == like.shape() && it->second.dtype() == like.dtype(), op,
               "optimizer state '", key, "': expected ", like.dtype(), " ", like.shape(), ", got ",
               it->second.dtype(), " ", it->second.shape());
-  Tensor t = it->second.contiguous().clone();
+  // A copy on `like`'s device (state loaded from a file lives on the CPU).
+  Tensor t = it->second.device() == like.device() ? it->second.contiguous().clone()
+                                                  : it->second.to(like.device()).contiguous();
   m.erase(it);
   return t;
 }
@@ -95,6 +131,10 @@ void SGD::step() {
     if (!p.grad().defined()) continue;
     const Tensor g = contiguous_grad(p);
     const bool first = !momentum_buffers_[i].defined();
+    if (!p.device().is_cpu()) {
+      sgd_step_on_device(p, g, momentum_buffers_[i], first, lr, mom, damp, wd, nesterov);
+      continue;
+    }
     if (mom != 0 && first) momentum_buffers_[i] = zeros_like_param(p);
     dispatch_float(p.dtype(), "SGD", [&](auto tag) {
       using T = typename decltype(tag)::type;
@@ -162,6 +202,11 @@ void Adam::step() {
     const double bias1 = 1 - std::pow(b1, static_cast<double>(step));
     const double bias2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(step)));
     const double step_size = lr / bias1;
+    if (!p.device().is_cpu()) {
+      adam_step_on_device(p, g, exp_avg_[i], exp_avg_sq_[i], decoupled_, b1, b2, lr, wd, step_size,
+                          bias2_sqrt, options.eps);
+      continue;
+    }
     dispatch_float(p.dtype(), "Adam", [&](auto tag) {
       using T = typename decltype(tag)::type;
       T* w = p.data<T>();
@@ -227,6 +272,11 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   for (const auto& p : params) {
     if (!p.grad().defined()) continue;
     const Tensor g = contiguous_grad(p);
+    if (!g.device().is_cpu()) {
+      // One read-back per parameter: the norm decides the scale (as torch's .item() does).
+      total += ops::sum(ops::mul(g, g)).to(Device::cpu()).to(DType::f64).item();
+      continue;
+    }
     dispatch_float(g.dtype(), "clip_grad_norm_", [&](auto tag) {
       using T = typename decltype(tag)::type;
       const T* gp = g.data<T>();
@@ -241,6 +291,10 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
     for (const auto& p : params) {
       if (!p.grad().defined()) continue;
       Tensor g = contiguous_grad(p);
+      if (!g.device().is_cpu()) {
+        p.set_grad(ops::mul(g, coef));
+        continue;
+      }
       dispatch_float(g.dtype(), "clip_grad_norm_", [&](auto tag) {
         using T = typename decltype(tag)::type;
         T* gp = g.data<T>();

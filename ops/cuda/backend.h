@@ -70,6 +70,8 @@ class CudaKernels final : public DeviceKernels {
   // --- more reductions, indexing, other losses: ops/cuda/reduce.cpp, index.cpp, loss.cpp -------
 
   // --- data: ops/cuda/normalize.cpp
+  void normalize_u8_nhwc(const Tensor& images, const Tensor& out, const std::vector<float>& mean,
+                         const std::vector<float>& std) override;
   // ---------------------------------------------------------------
 };
 

@@ -1,0 +1,144 @@
+// Training on "cuda" (emulated here) end to end, as stoke-train does it: a model moved with
+// Module::to, u8 NHWC batches copied to the device and normalized there, forward, cross entropy,
+// backward, optimizer steps, BN running statistics, a checkpoint round trip, and the same losses
+// and weights as the same steps on the CPU.
+#include <catch2/catch.hpp>
+
+#include "autograd/loss.h"
+#include "data/normalize.h"
+#include "nn/models/models.h"
+#include "nn/optim/optimizer.h"
+#include "ops_cuda_util.h"
+
+using namespace stoke;
+using namespace stoke::test;
+
+namespace {
+
+// A small CNN with every layer kind the reference models use.
+struct SmallNet : nn::Module {
+  std::shared_ptr<nn::Conv2d> conv;
+  std::shared_ptr<nn::BatchNorm> bn;
+  std::shared_ptr<nn::Linear> fc;
+  explicit SmallNet(Generator* g) {
+    conv = register_module(
+        "conv", std::make_shared<nn::Conv2d>(
+                    1, 4, 3,
+                    // No bias before batch norm (as ResNet): its gradient is
+                    // zero up to rounding, which Adam would amplify.
+                    nn::Conv2dLayerOptions{.padding = {1, 1}, .bias = false, .generator = g}));
+    bn = register_module("bn", std::make_shared<nn::BatchNorm>(4));
+    fc = register_module(
+        "fc", std::make_shared<nn::Linear>(4 * 4 * 4, 10, nn::LinearOptions{.generator = g}));
+  }
+  Tensor forward(const Tensor& x) override {
+    Tensor h = relu(bn->forward(conv->forward(x)));
+    h = max_pool2d(h, {.kernel_size = {2, 2}});
+    h = dropout(h, 0.2, is_training());
+    return fc->forward(h.flatten(1));
+  }
+};
+
+struct Batch {
+  Tensor images, labels;  // u8 (N, 8, 8, 1), i64 (N)
+};
+
+std::vector<Batch> batches() {
+  std::vector<Batch> out;
+  Generator g(7);
+  for (int i = 0; i < 3; ++i)
+    out.push_back({randint(0, 256, {6, 8, 8, 1}, {.dtype = DType::u8}, &g),
+                   randint(0, 10, {6}, {.dtype = DType::i64}, &g)});
+  return out;
+}
+
+// Runs `steps` training steps of `model` on `device`; returns the losses.
+template <class MakeOpt>
+std::vector<double> train(nn::Module& model, Device device, MakeOpt make_opt) {
+  model.to(device);
+  auto opt = make_opt(model.parameters());
+  std::vector<double> losses;
+  manual_seed(3);  // the dropout masks: the same Philox draws on both devices
+  for (const Batch& b : batches()) {
+    const Tensor x = data::normalize(b.images.to(device, true), {.mean = {0.5f}, .std = {0.25f}});
+    const Tensor y = b.labels.to(device, true);
+    Tensor loss = cross_entropy(model(x), y, {.label_smoothing = 0.1});
+    opt->zero_grad();
+    loss.backward();
+    nn::optim::clip_grad_norm_(model.parameters(), 5.0);
+    opt->step();
+    losses.push_back(loss.item());
+  }
+  return losses;
+}
+
+void check_same_state(nn::Module& on_cuda, nn::Module& on_cpu, double tol) {
+  const auto a = on_cuda.state_dict(), b = on_cpu.state_dict();
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    INFO(a[i].first);
+    CHECK(a[i].second.device() == kCuda);
+    CHECK(max_diff(a[i].second, b[i].second) <= tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("training on cuda: SGD steps of a CNN match the CPU", "[train_cuda]") {
+  Generator g1(11), g2(11);
+  SmallNet cpu_net(&g1), cuda_net(&g2);
+  auto sgd = [](std::vector<Tensor> p) {
+    return std::make_unique<nn::optim::SGD>(
+        std::move(p),
+        nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4, .nesterov = true});
+  };
+  const auto want = train(cpu_net, Device::cpu(), sgd);
+  const auto got = train(cuda_net, kCuda, sgd);
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-4));
+  check_same_state(cuda_net, cpu_net, 1e-4);  // weights, BN statistics, num_batches_tracked
+  // Evaluation mode on the device uses the running statistics, as on the CPU.
+  cpu_net.eval();
+  cuda_net.eval();
+  const Tensor x = rand_cpu({2, 1, 8, 8}, 5);
+  CHECK(max_diff(cuda_net(x.to(kCuda)), cpu_net(x)) < 1e-4);
+}
+
+TEST_CASE("training on cuda: AdamW steps match the CPU and the state round-trips", "[train_cuda]") {
+  Generator g1(12), g2(12);
+  SmallNet cpu_net(&g1), cuda_net(&g2);
+  auto adamw = [](std::vector<Tensor> p) {
+    return std::make_unique<nn::optim::AdamW>(
+        std::move(p), nn::optim::AdamOptions{.lr = 1e-2, .weight_decay = 1e-2});
+  };
+  const auto want = train(cpu_net, Device::cpu(), adamw);
+  const auto got = train(cuda_net, kCuda, adamw);
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-4));
+  check_same_state(cuda_net, cpu_net, 1e-4);
+  // A CPU state dict (as read from a checkpoint) loads into the cuda model and optimizer.
+  Generator g3(99);
+  SmallNet fresh(&g3);
+  fresh.to(kCuda);
+  nn::NamedTensors cpu_state;
+  for (auto& [k, t] : cpu_net.state_dict()) cpu_state.emplace_back(k, t.to(Device::cpu()));
+  fresh.load_state_dict(cpu_state);
+  check_same_state(fresh, cpu_net, 0);
+  nn::optim::AdamW opt(fresh.parameters(), {.lr = 1e-2});
+  nn::optim::AdamW cpu_opt(cpu_net.parameters(), {.lr = 1e-2});
+  for (auto& p : cpu_net.parameters()) p.set_grad(full_like(p, 0.5));
+  cpu_opt.step();
+  opt.load_state_dict(cpu_opt.state_dict());
+  for (const auto& [k, t] : opt.state_dict())
+    if (t.dim() > 0) CHECK(t.device() == kCuda);
+}
+
+TEST_CASE("training on cuda: normalize runs on the device and matches the CPU", "[train_cuda]") {
+  Generator g(1);
+  const Tensor images = randint(0, 256, {3, 5, 7, 3}, {.dtype = DType::u8}, &g);
+  const data::NormalizeOptions o{.mean = {0.4f, 0.5f, 0.6f}, .std = {0.2f, 0.25f, 0.3f}};
+  const Tensor d = data::normalize(images.to(kCuda), o);
+  CHECK(d.device() == kCuda);
+  CHECK(d.shape() == Shape{3, 3, 5, 7});
+  CHECK(max_diff(d, data::normalize(images, o)) < 1e-6);
+  CHECK_THROWS_WITH(data::normalize_into(images.to(kCuda), empty({3, 3, 5, 7}), o),
+                    Catch::Contains("same device"));
+}
