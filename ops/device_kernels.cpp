@@ -182,6 +182,19 @@ Tensor DeviceKernels::dropout_backward(const Tensor&, const Tensor&, double) {
 }
 
 // --- comparisons, selection, elementwise backward ------------------------------------------------
+Tensor DeviceKernels::unary_backward(UnaryGradOp, const Tensor&, const Tensor&,
+                                     const UnaryGradParams&) {
+  not_implemented("backward of a unary op");
+}
+Tensor DeviceKernels::compare(CompareOp, const Tensor&, const Tensor&) {
+  not_implemented("compare");
+}
+Tensor DeviceKernels::compare_scalar(CompareOp, const Tensor&, double) {
+  not_implemented("compare");
+}
+Tensor DeviceKernels::where(const Tensor&, const Tensor&, const Tensor&) {
+  not_implemented("where");
+}
 
 // --- more reductions, indexing, other losses -----------------------------------------------------
 

@@ -9,6 +9,7 @@
 // the link goes the other way, through this registry, like core's allocator registry.
 #pragma once
 
+#include <cmath>
 #include <optional>
 #include <vector>
 
@@ -28,6 +29,16 @@ namespace stoke::ops {
 
 enum class BinaryOp { add, sub, mul, div, maximum, minimum };
 enum class UnaryOp { neg, exp, log, sqrt, rsqrt, abs, relu, sigmoid, tanh, gelu, gelu_tanh, sign };
+// Backward maps out = f(grad, saved), saved being the forward's input or output as
+// ops::NAME_backward takes it.
+enum class UnaryGradOp { leaky_relu, sigmoid, tanh, gelu, gelu_tanh, clamp, abs, sqrt, rsqrt };
+struct UnaryGradParams {
+  double negative_slope = 0.01;  // leaky_relu
+  double min = -INFINITY;        // clamp (missing bounds are infinite)
+  double max = INFINITY;
+};
+// a (op) b -> bool, as ops::eq ... ops::ge.
+enum class CompareOp { eq, ne, lt, le, gt, ge };
 
 const char* binary_op_name(BinaryOp op);
 const char* unary_op_name(UnaryOp op);
@@ -111,6 +122,14 @@ class DeviceKernels {
   virtual Tensor dropout_backward(const Tensor& grad_output, const Tensor& mask, double p);
 
   // --- comparisons, selection, elementwise backward (ops/elementwise.h) -------------------------
+  // grad and saved broadcast against each other (as the CPU's backward maps do).
+  virtual Tensor unary_backward(UnaryGradOp op, const Tensor& grad, const Tensor& saved,
+                                const UnaryGradParams& params);
+  // Comparisons with broadcasting, any dtype (both operands the same); a bool result.
+  virtual Tensor compare(CompareOp op, const Tensor& a, const Tensor& b);
+  virtual Tensor compare_scalar(CompareOp op, const Tensor& a, double s);
+  // cond (bool) ? a : b with broadcasting; a and b of one dtype.
+  virtual Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
   // --- more reductions, indexing, other losses (ops/reduce.h, ops/index.h, ops/loss.h) ----------
 

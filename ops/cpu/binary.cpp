@@ -1,9 +1,11 @@
 // Binary elementwise CPU kernels: arithmetic, comparisons and where with NumPy broadcasting, the
 // in-place updates optimizers use, and the backward kernels of binary ops.
 #include <cstring>
+#include <string_view>
 
 #include "ops/check.h"
 #include "ops/cpu/elementwise_kernels.h"
+#include "ops/creation.h"
 #include "ops/device_kernels.h"
 #include "ops/elementwise.h"
 
@@ -65,7 +67,11 @@ decltype(auto) dispatch_compare(DType t, const char* op, F&& f) {
 }
 
 template <class F>
-Tensor compare(const char* op, const Tensor& a, const Tensor& b, F f) {
+Tensor compare(const char* op, CompareOp kind, const Tensor& a, const Tensor& b, F f) {
+  if (auto* k = device_dispatch(op, {&a, &b})) {
+    check_same_dtype(op, a, "a", b, "b");
+    return k->compare(kind, a, b);
+  }
   const Shape shape = binary_shape(op, a, b);
   Tensor out = empty(shape, {.dtype = DType::boolean});
   dispatch_compare(a.dtype(), op, [&](auto tag) {
@@ -78,7 +84,8 @@ Tensor compare(const char* op, const Tensor& a, const Tensor& b, F f) {
 // Floating tensors compare with the scalar rounded to their dtype (as torch does); integer
 // tensors compare exactly in double, so lt(i, 0.5) means i < 0.5.
 template <class F>
-Tensor compare_scalar(const char* op, const Tensor& a, double s, F f) {
+Tensor compare_scalar(const char* op, CompareOp kind, const Tensor& a, double s, F f) {
+  if (auto* k = device_dispatch(op, {&a})) return k->compare_scalar(kind, a, s);
   check_cpu(op, {&a});
   Tensor out = empty(a.shape(), {.dtype = DType::boolean});
   dispatch_compare(a.dtype(), op, [&](auto tag) {
@@ -170,51 +177,52 @@ Tensor minimum(const Tensor& a, const Tensor& b) {
 // --- comparisons ------------------------------------------------------------------------------
 
 Tensor eq(const Tensor& a, const Tensor& b) {
-  return compare("eq", a, b, [](auto x, auto y) { return x == y; });
+  return compare("eq", CompareOp::eq, a, b, [](auto x, auto y) { return x == y; });
 }
 Tensor ne(const Tensor& a, const Tensor& b) {
-  return compare("ne", a, b, [](auto x, auto y) { return x != y; });
+  return compare("ne", CompareOp::ne, a, b, [](auto x, auto y) { return x != y; });
 }
 Tensor lt(const Tensor& a, const Tensor& b) {
-  return compare("lt", a, b, [](auto x, auto y) { return x < y; });
+  return compare("lt", CompareOp::lt, a, b, [](auto x, auto y) { return x < y; });
 }
 Tensor le(const Tensor& a, const Tensor& b) {
-  return compare("le", a, b, [](auto x, auto y) { return x <= y; });
+  return compare("le", CompareOp::le, a, b, [](auto x, auto y) { return x <= y; });
 }
 Tensor gt(const Tensor& a, const Tensor& b) {
-  return compare("gt", a, b, [](auto x, auto y) { return x > y; });
+  return compare("gt", CompareOp::gt, a, b, [](auto x, auto y) { return x > y; });
 }
 Tensor ge(const Tensor& a, const Tensor& b) {
-  return compare("ge", a, b, [](auto x, auto y) { return x >= y; });
+  return compare("ge", CompareOp::ge, a, b, [](auto x, auto y) { return x >= y; });
 }
 Tensor eq(const Tensor& a, double s) {
-  return compare_scalar("eq", a, s, [](auto x, auto y) { return x == y; });
+  return compare_scalar("eq", CompareOp::eq, a, s, [](auto x, auto y) { return x == y; });
 }
 Tensor ne(const Tensor& a, double s) {
-  return compare_scalar("ne", a, s, [](auto x, auto y) { return x != y; });
+  return compare_scalar("ne", CompareOp::ne, a, s, [](auto x, auto y) { return x != y; });
 }
 Tensor lt(const Tensor& a, double s) {
-  return compare_scalar("lt", a, s, [](auto x, auto y) { return x < y; });
+  return compare_scalar("lt", CompareOp::lt, a, s, [](auto x, auto y) { return x < y; });
 }
 Tensor le(const Tensor& a, double s) {
-  return compare_scalar("le", a, s, [](auto x, auto y) { return x <= y; });
+  return compare_scalar("le", CompareOp::le, a, s, [](auto x, auto y) { return x <= y; });
 }
 Tensor gt(const Tensor& a, double s) {
-  return compare_scalar("gt", a, s, [](auto x, auto y) { return x > y; });
+  return compare_scalar("gt", CompareOp::gt, a, s, [](auto x, auto y) { return x > y; });
 }
 Tensor ge(const Tensor& a, double s) {
-  return compare_scalar("ge", a, s, [](auto x, auto y) { return x >= y; });
+  return compare_scalar("ge", CompareOp::ge, a, s, [](auto x, auto y) { return x >= y; });
 }
 
 // --- where ------------------------------------------------------------------------------------
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
-  check_same_device("where", {&cond, &a, &b});
   STOKE_CHECK(cond.dtype() == DType::boolean, "where", "expected cond of dtype bool, got ",
               cond.dtype());
   check_same_dtype("where", a, "a", b, "b");
   const Shape shape =
       broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  if (auto* k = device_dispatch("where", {&cond, &a, &b})) return k->where(cond, a, b);
+  check_same_device("where", {&cond, &a, &b});
   Tensor out = empty(shape, {.dtype = a.dtype()});
   dispatch_all(a.dtype(), "where", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -404,6 +412,7 @@ Tensor zero_(const Tensor& t) {
 }
 
 Tensor lerp_(const Tensor& t, const Tensor& end, double weight) {
+  if (device_dispatch("lerp_", {&t, &end})) return add_(t, sub(end, t), weight);  // t += w (e - t)
   check_inplace_operands("lerp_", t, {&end});
   dispatch_float(t.dtype(), "lerp_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -416,6 +425,8 @@ Tensor lerp_(const Tensor& t, const Tensor& end, double weight) {
 // --- backward kernels of binary ops -----------------------------------------------------------
 
 Tensor div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b) {
+  if (device_dispatch("div_backward", {&grad, &a, &b}))
+    return neg(div(mul(grad, a), mul(b, b)));  // -g a / b^2, from the device's kernels
   check_same_device("div_backward", {&grad, &a, &b});
   check_same_dtype("div_backward", grad, "grad", a, "a");
   check_same_dtype("div_backward", grad, "grad", b, "b");
@@ -434,6 +445,13 @@ namespace {
 template <class Win>
 Tensor minmax_backward(const char* op, const Tensor& grad, const Tensor& a, const Tensor& b,
                        Win win) {
+  if (device_dispatch(op, {&grad, &a, &b})) {
+    // g * (win + 0.5 * tie), from the device's comparison and elementwise kernels.
+    const bool is_max = std::string_view(op) == "maximum_backward";
+    const Tensor wins = is_max ? gt(a, b) : lt(a, b);
+    const Tensor share = add(wins.to(grad.dtype()), mul(eq(a, b).to(grad.dtype()), 0.5));
+    return mul(grad, share);
+  }
   check_same_device(op, {&grad, &a, &b});
   check_same_dtype(op, grad, "grad", a, "a");
   check_same_dtype(op, grad, "grad", b, "b");
@@ -458,9 +476,13 @@ Tensor minimum_backward(const Tensor& grad, const Tensor& a, const Tensor& b) {
 }
 
 Tensor where_backward(const Tensor& grad, const Tensor& cond, bool for_a) {
-  check_same_device("where_backward", {&grad, &cond});
   STOKE_CHECK(cond.dtype() == DType::boolean, "where_backward", "expected cond of dtype bool, got ",
               cond.dtype());
+  if (device_dispatch("where_backward", {&grad, &cond})) {
+    const Tensor zero = zeros({}, {.dtype = grad.dtype(), .device = grad.device()});
+    return for_a ? where(cond, grad, zero) : where(cond, zero, grad);
+  }
+  check_same_device("where_backward", {&grad, &cond});
   const Shape shape = broadcast_shapes(grad.shape(), cond.shape(), "where_backward");
   Tensor out = empty(shape, {.dtype = grad.dtype()});
   dispatch_float(grad.dtype(), "where_backward", [&](auto tag) {

@@ -9,6 +9,7 @@
 #include "ops/check.h"
 #include "ops/cpu/elementwise_kernels.h"
 #include "ops/elementwise.h"
+#include "ops/reduce.h"
 
 namespace stoke::ops {
 
@@ -143,7 +144,6 @@ void sum_to_kernel(const Tensor& grad, const Tensor& out) {
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
   if (grad.shape() == shape) return grad;
-  check_cpu("sum_to", {&grad});
   const Shape& gs = grad.shape();
   bool ok = shape.size() <= gs.size();
   for (size_t i = 0; ok && i < shape.size(); ++i) {
@@ -152,6 +152,15 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   }
   STOKE_CHECK(ok, "sum_to", "cannot sum a tensor of shape ", gs, " to shape ", shape,
               " (expected a shape that broadcasts to ", gs, ")");
+  if (!grad.device().is_cpu()) {
+    // Other devices: sum the broadcast dims with their reduction kernel, then drop the leading.
+    const size_t lead = gs.size() - shape.size();
+    std::vector<int64_t> dims;
+    for (size_t i = 0; i < gs.size(); ++i)
+      if (i < lead || shape[i - lead] == 1) dims.push_back(static_cast<int64_t>(i));
+    return sum(grad, dims, true).reshape(shape);
+  }
+  check_cpu("sum_to", {&grad});
   Tensor out = empty(shape, {.dtype = grad.dtype()});
   if (grad.numel() == 0 || out.numel() == 0) {
     std::memset(out.data_ptr(), 0, out.numel() * out.element_size());

@@ -5,6 +5,7 @@
 
 #include "ops/check.h"
 #include "ops/cpu/elementwise_kernels.h"
+#include "ops/creation.h"
 #include "ops/device_kernels.h"
 #include "ops/elementwise.h"
 
@@ -236,7 +237,21 @@ Tensor sign(const Tensor& x) {
   if (auto* k = device_dispatch("sign", {&x})) return k->unary(UnaryOp::sign, x);
   return unary<false>("sign", x, [](auto v) { return sign_value(v); });
 }
+// x^e on a device, from its kernels: exact products for small integer exponents (so negative bases
+// work), exp(e * log(x)) otherwise (NaN for x < 0, as pow gives for a non-integer exponent).
+Tensor pow_on_device(const Tensor& x, double e) {
+  if (e == 0) return full_like(x, 1.0);
+  if (e == 0.5) return sqrt(x);
+  if (e == std::floor(e) && std::abs(e) <= 8) {
+    Tensor r = x.clone();
+    for (int i = 1; i < static_cast<int>(std::abs(e)); ++i) r = mul(r, x);
+    return e < 0 ? div(1.0, r) : r;
+  }
+  return exp(mul(log(x), e));
+}
+
 Tensor pow(const Tensor& x, double exponent) {
+  if (device_dispatch("pow", {&x})) return pow_on_device(x, exponent);
   // Common exponents get exact, vectorizable forms.
   if (exponent == 2) return unary<true>("pow", x, [](auto v) { return v * v; });
   if (exponent == 1) return unary<true>("pow", x, [](auto v) { return v; });
@@ -247,6 +262,7 @@ Tensor pow(const Tensor& x, double exponent) {
 // --- in place ---------------------------------------------------------------------------------
 
 Tensor sqrt_(const Tensor& t) {
+  if (device_dispatch("sqrt_", {&t})) return Tensor(t).copy_(sqrt(t));
   cpu::check_inplace("sqrt_", t);
   dispatch_float(t.dtype(), "sqrt_", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -256,6 +272,7 @@ Tensor sqrt_(const Tensor& t) {
 }
 
 Tensor clamp_(const Tensor& t, std::optional<double> min, std::optional<double> max) {
+  if (device_dispatch("clamp_", {&t})) return Tensor(t).copy_(clamp(t, min, max));
   cpu::check_inplace("clamp_", t);
   clamp_into("clamp_", t, t, min, max);
   return t;
@@ -270,6 +287,8 @@ Tensor relu_backward(const Tensor& grad, const Tensor& out) {
 }
 
 Tensor leaky_relu_backward(const Tensor& grad, const Tensor& x, double negative_slope) {
+  if (auto* k = device_dispatch("leaky_relu_backward", {&grad, &x}))
+    return k->unary_backward(UnaryGradOp::leaky_relu, grad, x, {.negative_slope = negative_slope});
   return backward_map("leaky_relu_backward", grad, x, [negative_slope](auto g, auto v) {
     using T = decltype(g);
     return v > 0 ? g : T(g * T(negative_slope));
@@ -277,6 +296,8 @@ Tensor leaky_relu_backward(const Tensor& grad, const Tensor& x, double negative_
 }
 
 Tensor sigmoid_backward(const Tensor& grad, const Tensor& out) {
+  if (auto* k = device_dispatch("sigmoid_backward", {&grad, &out}))
+    return k->unary_backward(UnaryGradOp::sigmoid, grad, out, {});
   return backward_map("sigmoid_backward", grad, out, [](auto g, auto y) {
     using T = decltype(g);
     return g * y * (T(1) - y);
@@ -284,6 +305,8 @@ Tensor sigmoid_backward(const Tensor& grad, const Tensor& out) {
 }
 
 Tensor tanh_backward(const Tensor& grad, const Tensor& out) {
+  if (auto* k = device_dispatch("tanh_backward", {&grad, &out}))
+    return k->unary_backward(UnaryGradOp::tanh, grad, out, {});
   return backward_map("tanh_backward", grad, out, [](auto g, auto y) {
     using T = decltype(g);
     return g * (T(1) - y * y);
@@ -291,6 +314,10 @@ Tensor tanh_backward(const Tensor& grad, const Tensor& out) {
 }
 
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApproximate approximate) {
+  if (auto* k = device_dispatch("gelu_backward", {&grad, &x}))
+    return k->unary_backward(
+        approximate == GeluApproximate::tanh ? UnaryGradOp::gelu_tanh : UnaryGradOp::gelu, grad, x,
+        {});
   if (approximate == GeluApproximate::tanh)
     return backward_map("gelu_backward", grad, x, [](auto g, auto v) {
       using T = decltype(g);
@@ -310,6 +337,8 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApproximate approx
 Tensor clamp_backward(const Tensor& grad, const Tensor& x, std::optional<double> min,
                       std::optional<double> max) {
   const double lo = min ? *min : -INFINITY, hi = max ? *max : INFINITY;
+  if (auto* k = device_dispatch("clamp_backward", {&grad, &x}))
+    return k->unary_backward(UnaryGradOp::clamp, grad, x, {.min = lo, .max = hi});
   return backward_map("clamp_backward", grad, x, [lo, hi](auto g, auto v) {
     using T = decltype(g);
     return (v >= T(lo) && v <= T(hi)) ? g : T(0);
@@ -317,10 +346,15 @@ Tensor clamp_backward(const Tensor& grad, const Tensor& x, std::optional<double>
 }
 
 Tensor abs_backward(const Tensor& grad, const Tensor& x) {
+  if (auto* k = device_dispatch("abs_backward", {&grad, &x}))
+    return k->unary_backward(UnaryGradOp::abs, grad, x, {});
   return backward_map("abs_backward", grad, x, [](auto g, auto v) { return g * sign_value(v); });
 }
 
 Tensor pow_backward(const Tensor& grad, const Tensor& x, double exponent) {
+  if (device_dispatch("pow_backward", {&grad, &x}))
+    return exponent == 0 ? zeros_like(grad)
+                         : mul(grad, mul(pow_on_device(x, exponent - 1), exponent));
   if (exponent == 0)
     return backward_map("pow_backward", grad, x, [](auto g, auto) { return decltype(g)(0); });
   if (exponent == 2)
@@ -333,10 +367,14 @@ Tensor pow_backward(const Tensor& grad, const Tensor& x, double exponent) {
 }
 
 Tensor sqrt_backward(const Tensor& grad, const Tensor& out) {
+  if (auto* k = device_dispatch("sqrt_backward", {&grad, &out}))
+    return k->unary_backward(UnaryGradOp::sqrt, grad, out, {});
   return backward_map("sqrt_backward", grad, out, [](auto g, auto y) { return g / (y + y); });
 }
 
 Tensor rsqrt_backward(const Tensor& grad, const Tensor& out) {
+  if (auto* k = device_dispatch("rsqrt_backward", {&grad, &out}))
+    return k->unary_backward(UnaryGradOp::rsqrt, grad, out, {});
   return backward_map("rsqrt_backward", grad, out, [](auto g, auto y) {
     using T = decltype(g);
     return T(-0.5) * g * y * y * y;

@@ -66,6 +66,11 @@ class CudaKernels final : public DeviceKernels {
   Tensor dropout_backward(const Tensor& grad_output, const Tensor& mask, double p) override;
 
   // --- comparisons, selection, elementwise backward: ops/cuda/elementwise.cpp ------------------
+  Tensor unary_backward(UnaryGradOp op, const Tensor& grad, const Tensor& saved,
+                        const UnaryGradParams& params) override;
+  Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) override;
+  Tensor compare_scalar(CompareOp op, const Tensor& a, double s) override;
+  Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) override;
 
   // --- more reductions, indexing, other losses: ops/cuda/reduce.cpp, index.cpp, loss.cpp -------
 

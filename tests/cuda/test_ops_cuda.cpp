@@ -183,3 +183,66 @@ TEST_CASE("cuda tensors: an MLP trains on the device like on the CPU", "[ops_cud
   CHECK(cpu_losses.back() < cpu_losses.front());
   CHECK(max_diff(dev_w, cpu_w) < 1e-5);
 }
+
+TEST_CASE("cuda tensors: comparisons, where and their backward match the CPU", "[ops_cuda]") {
+  const Tensor a = rand_cpu({3, 1, 5}, 30), b = rand_cpu({4, 5}, 31);
+  const Tensor da = a.to(kCuda), db = b.to(kCuda);
+  CHECK(ops::lt(da, db).dtype() == DType::boolean);
+  CHECK(max_diff(ops::lt(da, db), ops::lt(a, b)) == 0);
+  CHECK(max_diff(ops::ge(da, 0.25), ops::ge(a, 0.25)) == 0);
+  CHECK(max_diff(ops::ne(da.to(DType::f16), 0.1),
+                 ops::ne(a.to(DType::f16).to(DType::f32),
+                         double(Tensor(scalar_tensor(0.1, {.dtype = DType::f16})).item()))) == 0);
+  // Accuracy as stoke-train counts it: argmax against i64 labels.
+  const Tensor logits = rand_cpu({8, 10}, 32);
+  Generator g(3);
+  const Tensor labels = randint(0, 10, {8}, {.dtype = DType::i64}, &g);
+  CHECK(max_diff(ops::eq(ops::argmax(logits.to(kCuda), 1), labels.to(kCuda)),
+                 ops::eq(ops::argmax(logits, 1), labels)) == 0);
+  const Tensor cond = ops::gt(a, 0.0);
+  CHECK(max_diff(ops::where(cond.to(kCuda), da, db), ops::where(cond, a, b)) == 0);
+  const Tensor gr = rand_cpu({3, 4, 5}, 33);
+  CHECK(max_diff(ops::where_backward(gr.to(kCuda), cond.to(kCuda), true),
+                 ops::where_backward(gr, cond, true)) == 0);
+  CHECK(max_diff(ops::maximum_backward(gr.to(kCuda), da, db), ops::maximum_backward(gr, a, b)) ==
+        0);
+  CHECK(max_diff(ops::div_backward_other(gr.to(kCuda), da, db), ops::div_backward_other(gr, a, b)) <
+        1e-3);
+  CHECK(max_diff(ops::sum_to(gr.to(kCuda), {4, 1}), ops::sum_to(gr, {4, 1})) < 1e-5);
+  CHECK_THROWS_WITH(ops::where(da, da, db), Catch::Contains("expected cond of dtype bool"));
+}
+
+TEST_CASE("cuda tensors: unary backward maps, pow and in-place sqrt/clamp/lerp match the CPU",
+          "[ops_cuda]") {
+  const Tensor x = rand_cpu({6, 7}, 40), g = rand_cpu({6, 7}, 41);
+  const Tensor dx = x.to(kCuda), dg = g.to(kCuda);
+  const Tensor y = ops::sigmoid(x), t = ops::tanh(x), sq = ops::sqrt(ops::abs(x));
+  CHECK(max_diff(ops::sigmoid_backward(dg, y.to(kCuda)), ops::sigmoid_backward(g, y)) < 1e-6);
+  CHECK(max_diff(ops::tanh_backward(dg, t.to(kCuda)), ops::tanh_backward(g, t)) < 1e-6);
+  CHECK(max_diff(ops::leaky_relu_backward(dg, dx, 0.1), ops::leaky_relu_backward(g, x, 0.1)) == 0);
+  CHECK(max_diff(ops::gelu_backward(dg, dx, GeluApproximate::none),
+                 ops::gelu_backward(g, x, GeluApproximate::none)) < 1e-5);
+  CHECK(max_diff(ops::gelu_backward(dg, dx, GeluApproximate::tanh),
+                 ops::gelu_backward(g, x, GeluApproximate::tanh)) < 1e-5);
+  CHECK(max_diff(ops::clamp_backward(dg, dx, -0.5, 0.5), ops::clamp_backward(g, x, -0.5, 0.5)) ==
+        0);
+  CHECK(max_diff(ops::abs_backward(dg, dx), ops::abs_backward(g, x)) == 0);
+  CHECK(max_diff(ops::sqrt_backward(dg, sq.to(kCuda)), ops::sqrt_backward(g, sq)) < 1e-4);
+  CHECK(max_diff(ops::rsqrt_backward(dg, sq.to(kCuda)), ops::rsqrt_backward(g, sq)) < 1e-3);
+  for (double e : {2.0, 3.0, -1.0, 0.5, 1.5, 0.0}) {
+    INFO("exponent " << e);
+    const Tensor base = e == 0.5 || e == 1.5 ? ops::abs(x) : x;
+    CHECK(max_diff(ops::pow(base.to(kCuda), e), ops::pow(base, e)) < 1e-4);
+    CHECK(max_diff(ops::pow_backward(dg, base.to(kCuda), e), ops::pow_backward(g, base, e)) < 1e-3);
+  }
+  Tensor c1 = ops::abs(x), c2 = ops::abs(x).to(kCuda);
+  ops::sqrt_(c1);
+  ops::sqrt_(c2);
+  CHECK(max_diff(c2, c1) < 1e-6);
+  ops::clamp_(c1, 0.2, 0.9);
+  ops::clamp_(c2, 0.2, 0.9);
+  CHECK(max_diff(c2, c1) == 0);
+  ops::lerp_(c1, x, 0.3);
+  ops::lerp_(c2, dx, 0.3);
+  CHECK(max_diff(c2, c1) < 1e-6);
+}
