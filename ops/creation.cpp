@@ -16,9 +16,13 @@ Tensor finish(Tensor t, const TensorOptions& options) {
   return t;
 }
 
-void check_cpu(Device d, const char* op) {
-  STOKE_CHECK(d.is_cpu(), op, "creating tensors on ", d,
-              " needs the device backend, which this build does not have");
+// Tensors of values made on the host (arange, random draws) go to their device afterwards: the
+// same generator state then gives the same values on every device, and the copy is one transfer.
+// The device must exist (its kernels are looked up, which names a missing device or backend).
+Tensor on_device(Tensor t, Device d, const char* op) {
+  if (d.is_cpu()) return t;
+  ops::device_kernels(op, d);
+  return t.to(d);
 }
 
 }  // namespace
@@ -56,16 +60,15 @@ Tensor scalar_tensor(double value, TensorOptions options) {
 }
 
 Tensor arange(double start, double end, double step, TensorOptions options) {
-  check_cpu(options.device, "arange");
   STOKE_CHECK(step != 0, "arange", "step must be nonzero");
   const double span = (end - start) / step;
   const int64_t n = span > 0 ? static_cast<int64_t>(std::ceil(span)) : 0;
   Tensor src = empty({n}, {.dtype = DType::f64});
   double* p = src.data<double>();
   for (int64_t i = 0; i < n; ++i) p[i] = start + static_cast<double>(i) * step;
-  Tensor out = empty({n}, {.dtype = options.dtype, .device = options.device});
+  Tensor out = empty({n}, {.dtype = options.dtype});
   copy_strided(out, src);
-  return finish(out, options);
+  return finish(on_device(out, options.device, "arange"), options);
 }
 
 namespace ops::cpu {
@@ -103,7 +106,6 @@ namespace {
 
 Tensor random_tensor(const Shape& shape, bool normal, const TensorOptions& options,
                      Generator* generator, const char* op) {
-  check_cpu(options.device, op);
   Generator& g = generator ? *generator : default_generator();
   const int64_t n = shape.numel();
   const GeneratorState state = g.reserve(static_cast<uint64_t>((n + 3) / 4));
@@ -111,7 +113,7 @@ Tensor random_tensor(const Shape& shape, bool normal, const TensorOptions& optio
   STOKE_CHECK(is_floating(options.dtype), op, "expected a floating dtype, got ", options.dtype);
   Tensor t = empty(shape, {.dtype = compute});
   ops::cpu::fill_random(t, normal, state);
-  return t.to(options.dtype);
+  return on_device(t.to(options.dtype), options.device, op);
 }
 
 }  // namespace
@@ -130,7 +132,7 @@ Tensor uniform(const Shape& shape, double low, double high, TensorOptions option
   Tensor t = random_tensor(shape, false, {.dtype = DType::f64}, generator, "uniform");
   double* p = t.data<double>();
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = low + (high - low) * p[i];
-  return finish(t.to(options.dtype), options);
+  return finish(on_device(t.to(options.dtype), options.device, "uniform"), options);
 }
 
 Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions options,
@@ -142,7 +144,7 @@ Tensor randint(int64_t low, int64_t high, const Shape& shape, TensorOptions opti
   for (int64_t i = 0; i < t.numel(); ++i)
     p[i] = static_cast<double>(
         low + std::min<int64_t>(static_cast<int64_t>(p[i] * range), high - low - 1));
-  return finish(t.to(options.dtype), options);
+  return finish(on_device(t.to(options.dtype), options.device, "randint"), options);
 }
 
 }  // namespace stoke

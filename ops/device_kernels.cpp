@@ -197,6 +197,21 @@ Tensor DeviceKernels::where(const Tensor&, const Tensor&, const Tensor&) {
 }
 
 // --- more reductions, indexing, other losses -----------------------------------------------------
+int64_t DeviceKernels::first_out_of_range(const Tensor&, int64_t) {
+  not_implemented("index check");
+}
+Tensor DeviceKernels::index_select(const Tensor&, int64_t, const Tensor&, const Shape&) {
+  not_implemented("index_select");
+}
+Tensor DeviceKernels::index_select_backward(const Tensor&, int64_t, const Tensor&, const Shape&) {
+  not_implemented("index_select_backward");
+}
+Tensor DeviceKernels::gather(const Tensor&, int64_t, const Tensor&) {
+  not_implemented("gather");
+}
+Tensor DeviceKernels::gather_backward(const Tensor&, int64_t, const Tensor&, const Shape&) {
+  not_implemented("gather_backward");
+}
 
 // --- data: uint8 batches normalized on the device ------------------------------------------------
 void DeviceKernels::normalize_u8_nhwc(const Tensor&, const Tensor&, const std::vector<float>&,

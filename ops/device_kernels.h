@@ -132,6 +132,19 @@ class DeviceKernels {
   virtual Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
   // --- more reductions, indexing, other losses (ops/reduce.h, ops/index.h, ops/loss.h) ----------
+  // The position of the first value of `index` (contiguous i64 on this device) outside [0, bound),
+  // or -1: the one read-back an index op makes, so that a bad index fails like the CPU's.
+  virtual int64_t first_out_of_range(const Tensor& index, int64_t bound);
+  // x viewed as (outer, x.size(dim), inner) -> out (outer, index.numel(), inner) reshaped to
+  // out_shape; index checked, contiguous i64.
+  virtual Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index,
+                              const Shape& out_shape);
+  // zeros(input_shape), then grad's rows added at index along dim.
+  virtual Tensor index_select_backward(const Tensor& grad, int64_t dim, const Tensor& index,
+                                       const Shape& input_shape);
+  virtual Tensor gather(const Tensor& x, int64_t dim, const Tensor& index);
+  virtual Tensor gather_backward(const Tensor& grad, int64_t dim, const Tensor& index,
+                                 const Shape& input_shape);
 
   // --- data: uint8 batches normalized on the device (data/normalize.h) --------------------------
   // out (N, C, H, W) = (images (N, H, W, C) u8 / 255 - mean[c]) / std[c]; C values in each vector,

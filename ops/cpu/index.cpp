@@ -6,7 +6,11 @@
 
 #include "core/strided.h"
 #include "ops/check.h"
+#include "ops/creation.h"
+#include "ops/device_kernels.h"
+#include "ops/elementwise.h"
 #include "ops/index.h"
+#include "ops/reduce.h"
 
 namespace stoke::ops {
 
@@ -25,9 +29,8 @@ Shape unravel(int64_t p, const Shape& shape) {
   return idx;
 }
 
-// Checks that `index` is an i64 cpu tensor and returns it contiguous and detached.
+// Checks that `index` is an i64 tensor and returns it contiguous and detached.
 Tensor index_tensor(const char* op, const Tensor& index, const char* name) {
-  check_cpu(op, {&index});
   STOKE_CHECK(index.dtype() == DType::i64, op, "expected ", name, " of dtype i64, got ",
               index.dtype());
   return index.detach().contiguous();
@@ -35,6 +38,15 @@ Tensor index_tensor(const char* op, const Tensor& index, const char* name) {
 
 // Every value of `index` (contiguous i64) in [0, size); names the first offender.
 void check_range(const char* op, const Tensor& index, int64_t size, const char* what) {
+  if (auto* k = device_dispatch(op, {&index})) {
+    // One read-back on a device: the first bad position, then its value, for the CPU's message.
+    const int64_t i = k->first_out_of_range(index, size);
+    if (i < 0) return;
+    const int64_t v =
+        index.reshape({index.numel()}).narrow(0, i, 1).to(Device::cpu()).item<int64_t>();
+    STOKE_FAIL(op, "index ", v, " at position ", unravel(i, index.shape()), " is out of range for ",
+               what, " of size ", size);
+  }
   const int64_t* p = index.data<int64_t>();
   const int64_t n = index.numel();
   bool ok = true;
@@ -55,6 +67,8 @@ Tensor index_select_impl(const char* op, const Tensor& x, int64_t dim, const Ten
                          Shape out_shape) {
   const int64_t size = x.size(dim);
   check_range(op, index, size, "the indexed dim");
+  if (auto* k = device_dispatch(op, {&x, &index})) return k->index_select(x, dim, index, out_shape);
+  check_cpu(op, {&x, &index});
   const Tensor xc = x.detach().contiguous();
   Tensor out = empty(out_shape, {.dtype = x.dtype()});
   const int64_t n = index.numel();
@@ -100,7 +114,9 @@ void index_add_rows(T* out, const T* grad, const int64_t* idx, int64_t outer, in
 
 Tensor index_select_backward_impl(const char* op, const Tensor& grad, int64_t dim,
                                   const Tensor& index, const Shape& input_shape) {
-  check_cpu(op, {&grad});
+  if (auto* k = device_dispatch(op, {&grad, &index}))
+    return k->index_select_backward(grad, dim, index, input_shape);
+  check_cpu(op, {&grad, &index});
   Tensor out = empty(input_shape, {.dtype = grad.dtype()});
   std::memset(out.data_ptr(), 0, out.numel() * out.element_size());
   const Tensor gc = grad.detach().contiguous();
@@ -159,7 +175,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
   shape[dim] = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const Tensor& t = tensors[i];
-    check_same_device("cat", {&first, &t});
+    device_dispatch("cat", {&first, &t});  // same device (any); every device copies
     check_same_dtype("cat", first, "tensor 0", t, "another tensor");
     bool match = t.dim() == first.dim();
     for (int64_t d = 0; match && d < t.dim(); ++d) match = d == dim || t.size(d) == first.size(d);
@@ -167,7 +183,7 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
                 ", got tensor ", i, " of shape ", t.shape());
     shape[dim] += t.size(dim);
   }
-  Tensor out = empty(shape, {.dtype = first.dtype()});
+  Tensor out = empty(shape, {.dtype = first.dtype(), .device = first.device()});
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
     copy_strided(out.narrow(dim, offset, t.size(dim)), t.detach());
@@ -191,7 +207,6 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
 }
 
 Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  check_cpu("index_select", {&x});
   STOKE_CHECK(x.dim() > 0, "index_select", "expected an input with at least 1 dim, got a scalar");
   dim = wrap_dim(dim, x.dim(), "index_select");
   STOKE_CHECK(index.dim() <= 1, "index_select", "expected a 1-D index, got shape ", index.shape());
@@ -209,7 +224,6 @@ Tensor index_select_backward(const Tensor& grad, int64_t dim, const Tensor& inde
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
-  check_cpu("embedding", {&weight});
   check_dim("embedding", weight, "weight", 2, "(num_embeddings, embedding_dim)");
   const Tensor idx = index_tensor("embedding", indices, "indices");
   Shape out_shape = indices.shape();
@@ -228,12 +242,13 @@ Tensor embedding_backward(const Tensor& grad, const Tensor& indices, int64_t num
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  check_cpu("gather", {&x});
   STOKE_CHECK(x.dim() > 0, "gather", "expected an input with at least 1 dim, got a scalar");
   dim = wrap_dim(dim, x.dim(), "gather");
   const Tensor idx = index_tensor("gather", index, "index");
   check_gather_args("gather", x.shape(), dim, idx);
   check_range("gather", idx, x.size(dim), "the gathered dim");
+  if (auto* k = device_dispatch("gather", {&x, &idx})) return k->gather(x, dim, idx);
+  check_cpu("gather", {&x, &idx});
   Tensor out = empty(idx.shape(), {.dtype = x.dtype()});
   if (out.numel() == 0) return out;
   const auto geo = gather_geometry(idx.shape(), x.strides(), dim);
@@ -255,13 +270,15 @@ Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
 
 Tensor gather_backward(const Tensor& grad, int64_t dim, const Tensor& index,
                        const Shape& input_shape) {
-  check_cpu("gather_backward", {&grad});
   STOKE_CHECK(!input_shape.empty(), "gather_backward", "expected an input with at least 1 dim");
   dim = wrap_dim(dim, static_cast<int64_t>(input_shape.size()), "gather_backward");
   const Tensor idx = index_tensor("gather_backward", index, "index");
   check_gather_args("gather_backward", input_shape, dim, idx);
   check_shape("gather_backward", grad, "grad", idx.shape());
   check_range("gather_backward", idx, input_shape[dim], "the gathered dim");
+  if (auto* k = device_dispatch("gather_backward", {&grad, &idx}))
+    return k->gather_backward(grad, dim, idx, input_shape);
+  check_cpu("gather_backward", {&grad, &idx});
   Tensor out = empty(input_shape, {.dtype = grad.dtype()});
   std::memset(out.data_ptr(), 0, out.numel() * out.element_size());
   if (idx.numel() == 0) return out;
@@ -284,6 +301,18 @@ Tensor gather_backward(const Tensor& grad, int64_t dim, const Tensor& index,
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
+  if (device_dispatch("one_hot", {&indices})) {
+    // On a device: compare the indices with 0..C-1 (num_classes inferred with one read-back).
+    if (num_classes < 0) {
+      STOKE_CHECK(indices.numel() > 0, "one_hot",
+                  "cannot infer num_classes from an empty tensor; pass it");
+      num_classes = max(indices.to(Device::cpu())).item<int64_t>() + 1;
+    }
+    check_range("one_hot", index_tensor("one_hot", indices, "indices"), num_classes, "the classes");
+    const Tensor classes =
+        arange(0, static_cast<double>(num_classes), 1, {.dtype = DType::i64}).to(indices.device());
+    return eq(indices.unsqueeze(-1), classes).to(DType::i64);
+  }
   const Tensor idx = index_tensor("one_hot", indices, "indices");
   const int64_t n = idx.numel();
   const int64_t* ip = idx.data<int64_t>();

@@ -8,6 +8,8 @@
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/device_kernels.h"
+#include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/loss.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"
@@ -175,8 +177,70 @@ Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Te
   return gx;
 }
 
+// --- nll and mse on other devices: composed from their kernels (gather, where, reductions) ----
+
+namespace {
+
+// target with ignored rows set to class 0, after checking the others like the CPU does (one
+// read-back of the first bad row).
+Tensor device_targets(const char* op, DeviceKernels& k, const Tensor& target, int64_t classes,
+                      int64_t ignore_index) {
+  STOKE_CHECK(target.dtype() == DType::i64, op,
+              "expected target of dtype i64 (class indices), got ", target.dtype());
+  const Tensor zero = zeros({}, {.dtype = DType::i64, .device = target.device()});
+  const Tensor t = where(eq(target, static_cast<double>(ignore_index)), zero, target).contiguous();
+  const int64_t i = k.first_out_of_range(t, classes);
+  if (i >= 0)
+    STOKE_FAIL(op, "target ", target.narrow(0, i, 1).to(Device::cpu()).item<int64_t>(),
+               " out of range for ", classes, " classes at row ", i);
+  return t;
+}
+
+// Per-row weights of the loss: 1 for counted rows, 0 for ignored ones, divided by the count for
+// mean (on the device, no read-back).
+Tensor device_row_weights(const Tensor& target, int64_t ignore_index, Reduction reduction,
+                          DType dtype) {
+  Tensor w = ne(target, static_cast<double>(ignore_index)).to(dtype);
+  if (reduction == Reduction::mean) w = div(w, sum(w));
+  return w;
+}
+
+Tensor device_nll_loss(DeviceKernels& k, const Tensor& log_probs, const Tensor& target,
+                       const NllLossOptions& o) {
+  const char* op = "nll_loss";
+  check_dim(op, log_probs, "log_probs", 2, "(N, C)");
+  STOKE_CHECK(target.dim() == 1 && target.size(0) == log_probs.size(0), op,
+              "expected target of shape [", log_probs.size(0), "] for log_probs of shape ",
+              log_probs.shape(), ", got target of shape ", target.shape());
+  const Tensor t = device_targets(op, k, target, log_probs.size(1), o.ignore_index);
+  const Tensor picked = gather(log_probs.detach(), 1, t.unsqueeze(1)).squeeze(1);
+  const Tensor rows = mul(
+      neg(picked), device_row_weights(target, o.ignore_index, Reduction::none, log_probs.dtype()));
+  if (o.reduction == Reduction::none) return rows;
+  const Tensor total = sum(rows);
+  if (o.reduction == Reduction::sum) return total;
+  return div(total, sum(ne(target, static_cast<double>(o.ignore_index)).to(rows.dtype())));
+}
+
+Tensor device_nll_loss_backward(DeviceKernels& k, const Tensor& grad, const Shape& input_shape,
+                                const Tensor& target, const NllLossOptions& o) {
+  const char* op = "nll_loss_backward";
+  STOKE_CHECK(input_shape.size() == 2 && target.numel() == input_shape[0], op,
+              "expected input shape (N, C) with N = ", target.numel(), ", got ", input_shape);
+  const Tensor t = device_targets(op, k, target, input_shape[1], o.ignore_index);
+  // -grad * weight of each row, scattered into its target column.
+  const Tensor rows = mul(neg(grad.detach()),
+                          device_row_weights(target, o.ignore_index, o.reduction, grad.dtype()));
+  const Tensor g = rows.dim() == 0 ? rows.expand({input_shape[0]}) : rows;
+  return gather_backward(g.contiguous().unsqueeze(1), 1, t.unsqueeze(1), input_shape);
+}
+
+}  // namespace
+
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options) {
   const char* op = "nll_loss";
+  if (auto* k = device_dispatch(op, {&log_probs, &target}))
+    return device_nll_loss(*k, log_probs, target, options);
   check_classification(op, log_probs, "log_probs", target, options.ignore_index);
   const int64_t n = log_probs.size(0);
   const Tensor t = target.contiguous();
@@ -197,6 +261,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOpti
 Tensor nll_loss_backward(const Tensor& grad, const Shape& input_shape, const Tensor& target,
                          const NllLossOptions& options) {
   const char* op = "nll_loss_backward";
+  if (auto* k = device_dispatch(op, {&grad, &target}))
+    return device_nll_loss_backward(*k, grad, input_shape, target, options);
   check_cpu(op, {&grad, &target});
   check_float(op, grad, "grad");
   STOKE_CHECK(input_shape.size() == 2 && target.numel() == input_shape[0], op,
@@ -222,12 +288,17 @@ Tensor nll_loss_backward(const Tensor& grad, const Shape& input_shape, const Ten
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   const char* op = "mse_loss";
-  check_cpu(op, {&input, &target});
   check_same_dtype(op, input, "input", target, "target");
-  check_float(op, input, "input");
   STOKE_CHECK(input.shape() == target.shape(), op,
               "expected input and target of the same shape, got input ", input.shape(),
               " and target ", target.shape());
+  if (device_dispatch(op, {&input, &target})) {
+    const Tensor d = sub(input.detach(), target.detach());
+    const Tensor sq = mul(d, d);
+    return reduction == Reduction::none ? sq : reduction == Reduction::sum ? sum(sq) : mean(sq);
+  }
+  check_cpu(op, {&input, &target});
+  check_float(op, input, "input");
   const Tensor x = input.detach().contiguous(), y = target.detach().contiguous();
   Tensor sq = empty(x.shape(), {.dtype = x.dtype()});
   dispatch_float(x.dtype(), op, [&](auto tag) {
@@ -252,15 +323,21 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
 Tensor mse_loss_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
                          Reduction reduction) {
   const char* op = "mse_loss_backward";
-  check_cpu(op, {&grad, &input, &target});
   check_same_dtype(op, input, "input", target, "target");
   check_same_dtype(op, grad, "grad", input, "input");
-  check_float(op, input, "input");
   check_shape(op, target, "target", input.shape());
   if (reduction == Reduction::none)
     check_shape(op, grad, "grad", input.shape());
   else
     STOKE_CHECK(grad.numel() == 1, op, "expected a one-element grad, got shape ", grad.shape());
+  if (device_dispatch(op, {&grad, &input, &target})) {
+    // 2 (x - y) g, g a one-element tensor (broadcast) unless reduction is none; / N for mean.
+    Tensor g = reduction == Reduction::none ? grad.detach() : grad.detach().reshape({});
+    if (reduction == Reduction::mean) g = div(g, static_cast<double>(input.numel()));
+    return mul(mul(sub(input.detach(), target.detach()), 2.0), g);
+  }
+  check_cpu(op, {&grad, &input, &target});
+  check_float(op, input, "input");
   const Tensor x = input.contiguous(), y = target.contiguous(), g = grad.contiguous();
   Tensor gx = empty(x.shape(), {.dtype = x.dtype()});
   dispatch_float(x.dtype(), op, [&](auto tag) {

@@ -15,6 +15,7 @@
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/device_kernels.h"
+#include "ops/index.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"
 
@@ -605,8 +606,19 @@ Tensor var_backward(const Tensor& grad, const Tensor& x, const std::vector<int64
 Tensor index_reduce_backward(const Tensor& grad, const Tensor& indices, const Shape& input_shape,
                              int64_t dim, bool keepdim) {
   const char* op = "index_reduce_backward";
-  check_cpu(op, {&grad, &indices});
   STOKE_CHECK(indices.dtype() == DType::i64, op, "expected i64 indices, got ", indices.dtype());
+  if (device_dispatch(op, {&grad, &indices})) {
+    // On a device: the positions are unique along dim, so the scatter-add of gather's backward
+    // places each gradient exactly.
+    const int64_t nd = static_cast<int64_t>(input_shape.size());
+    if (nd == 0) return reshaped(grad, {}).clone();
+    const int64_t d = wrap_dim(dim, nd, op);
+    std::vector<bool> mask(nd, false);
+    mask[d] = true;
+    const Tensor g = grad_keepdim(grad, input_shape, mask, keepdim, op).contiguous();
+    return gather_backward(g, d, reshaped(indices, g.shape()).contiguous(), input_shape);
+  }
+  check_cpu(op, {&grad, &indices});
   Tensor out = zeros(input_shape, {.dtype = grad.dtype()});
   const int64_t ndim = static_cast<int64_t>(input_shape.size());
   if (ndim == 0) {
@@ -639,10 +651,10 @@ Tensor index_reduce_backward(const Tensor& grad, const Tensor& indices, const Sh
 
 Tensor flat_index_backward(const Tensor& grad, const Tensor& index, const Shape& input_shape) {
   const char* op = "flat_index_backward";
-  check_cpu(op, {&grad, &index});
+  device_dispatch(op, {&grad, &index});  // one device, any
   STOKE_CHECK(grad.numel() == 1, op, "expected a one-element grad, got shape ", grad.shape());
-  Tensor out = zeros(input_shape, {.dtype = grad.dtype()});
-  const int64_t i = index.item<int64_t>();
+  Tensor out = zeros(input_shape, {.dtype = grad.dtype(), .device = grad.device()});
+  const int64_t i = index.to(Device::cpu()).item<int64_t>();
   STOKE_CHECK(i >= 0 && i < out.numel(), op, "index ", i, " out of range for shape ", input_shape);
   copy_strided(reshaped(out, {out.numel()}).narrow(0, i, 1), reshaped(grad, {1}));
   return out;

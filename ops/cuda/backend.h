@@ -73,6 +73,14 @@ class CudaKernels final : public DeviceKernels {
   Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) override;
 
   // --- more reductions, indexing, other losses: ops/cuda/reduce.cpp, index.cpp, loss.cpp -------
+  int64_t first_out_of_range(const Tensor& index, int64_t bound) override;
+  Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index,
+                      const Shape& out_shape) override;
+  Tensor index_select_backward(const Tensor& grad, int64_t dim, const Tensor& index,
+                               const Shape& input_shape) override;
+  Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) override;
+  Tensor gather_backward(const Tensor& grad, int64_t dim, const Tensor& index,
+                         const Shape& input_shape) override;
 
   // --- data: ops/cuda/normalize.cpp
   void normalize_u8_nhwc(const Tensor& images, const Tensor& out, const std::vector<float>& mean,

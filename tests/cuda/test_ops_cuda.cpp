@@ -246,3 +246,18 @@ TEST_CASE("cuda tensors: unary backward maps, pow and in-place sqrt/clamp/lerp m
   ops::lerp_(c2, dx, 0.3);
   CHECK(max_diff(c2, c1) < 1e-6);
 }
+
+TEST_CASE("cuda tensors: arange and random creation on cuda give the CPU's values", "[ops_cuda]") {
+  CHECK(max_diff(arange(0, 10, 3, {.device = kCuda}), arange(0, 10, 3)) == 0);
+  Generator g1(5), g2(5);
+  const Tensor a = randn({3, 7}, {.device = kCuda}, &g1), b = randn({3, 7}, {}, &g2);
+  CHECK(a.device() == kCuda);
+  CHECK(max_diff(a, b) == 0);
+  CHECK(max_diff(randint(0, 9, {11}, {.dtype = DType::i64, .device = kCuda}, &g1),
+                 randint(0, 9, {11}, {.dtype = DType::i64}, &g2)) == 0);
+  const Tensor r = rand({4}, {.device = kCuda, .requires_grad = true});
+  CHECK(r.requires_grad());
+  CHECK(r.is_leaf());
+  CHECK_THROWS_WITH(rand({2}, {.device = Device::cuda(3)}),
+                    Catch::Contains("stoke::rand") && Catch::Contains("cuda:3"));
+}

@@ -1,0 +1,77 @@
+// Index ops on cuda tensors: cuda/kernels/index.h. The entry points (ops/cpu/index.cpp) have
+// checked shapes and index ranges (first_out_of_range below is that check's one read-back).
+#include "cuda/kernels/index.h"
+#include "cuda/runtime/copy.h"
+#include "ops/cuda/backend.h"
+
+namespace stoke::ops::cuda_glue {
+namespace {
+
+// (outer, inner) around dim of `shape`.
+std::pair<int64_t, int64_t> outer_inner(const Shape& shape, int64_t dim) {
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < dim; ++d) outer *= shape[d];
+  for (int64_t d = dim + 1; d < static_cast<int64_t>(shape.size()); ++d) inner *= shape[d];
+  return {outer, inner};
+}
+
+}  // namespace
+
+int64_t CudaKernels::first_out_of_range(const Tensor& index_in, int64_t bound) {
+  const Tensor index = index_in.contiguous();
+  if (index.numel() == 0) return -1;
+  Tensor bad = empty_on({1}, DType::i32, index.device());
+  cuda::check_indices(typed<int64_t>(index), index.numel(), bound, typed<int32_t>(bad),
+                      launch_stream());
+  const auto first = bad.to(Device::cpu()).item<int32_t>();
+  return first == cuda::kNoBadIndex ? -1 : first;
+}
+
+Tensor CudaKernels::index_select(const Tensor& x_in, int64_t dim, const Tensor& index,
+                                 const Shape& out_shape) {
+  const Tensor x = x_in.detach().contiguous();
+  Tensor out = empty_on(out_shape, x.dtype(), x.device());
+  if (out.numel() == 0) return out;
+  const auto [outer, inner] = outer_inner(x.shape(), dim);
+  cuda::index_select(x.element_size(), x.data_ptr(), typed<int64_t>(index), out.data_ptr(), outer,
+                     x.size(dim), index.numel(), inner, launch_stream());
+  return out;
+}
+
+Tensor CudaKernels::index_select_backward(const Tensor& grad_in, int64_t dim, const Tensor& index,
+                                          const Shape& input_shape) {
+  check_float_dtype("index_select_backward", grad_in);
+  const Tensor grad = grad_in.detach().contiguous(), idx = index.contiguous();
+  Tensor out = empty_on(input_shape, grad.dtype(), grad.device());
+  if (out.numel() == 0) return out;
+  const auto [outer, inner] = outer_inner(input_shape, dim);
+  cuda::index_select_backward(grad.dtype(), grad.data_ptr(), typed<int64_t>(idx), out.data_ptr(),
+                              outer, input_shape[dim], idx.numel(), inner, launch_stream());
+  return out;
+}
+
+Tensor CudaKernels::gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
+  const Tensor x = x_in.detach().contiguous(), idx = index.contiguous();
+  Tensor out = empty_on(idx.shape(), x.dtype(), x.device());
+  if (out.numel() == 0) return out;
+  const cuda::GatherShape g =
+      cuda::make_gather_shape(x.shape().data(), idx.shape().data(), static_cast<int>(x.dim()), dim);
+  cuda::gather(x.element_size(), x.data_ptr(), typed<int64_t>(idx), out.data_ptr(), g, idx.numel(),
+               launch_stream());
+  return out;
+}
+
+Tensor CudaKernels::gather_backward(const Tensor& grad_in, int64_t dim, const Tensor& index,
+                                    const Shape& input_shape) {
+  check_float_dtype("gather_backward", grad_in);
+  const Tensor grad = grad_in.detach().contiguous(), idx = index.contiguous();
+  Tensor out = empty_on(input_shape, grad.dtype(), grad.device());
+  if (out.numel() == 0) return out;
+  const cuda::GatherShape g = cuda::make_gather_shape(input_shape.data(), idx.shape().data(),
+                                                      static_cast<int>(input_shape.size()), dim);
+  cuda::gather_backward(grad.dtype(), grad.data_ptr(), typed<int64_t>(idx), out.data_ptr(), g,
+                        idx.numel(), out.numel(), launch_stream());
+  return out;
+}
+
+}  // namespace stoke::ops::cuda_glue

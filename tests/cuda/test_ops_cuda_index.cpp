@@ -1,0 +1,117 @@
+// Index ops and the remaining losses on "cuda" tensors (emulated) against the CPU: cat, stack,
+// index_select, embedding, gather and their backward, one_hot, the backward of max/min, nll and
+// mse losses, out-of-range indices reported with the CPU's message.
+#include <catch2/catch.hpp>
+
+#include "ops_cuda_util.h"
+
+using namespace stoke;
+using namespace stoke::test;
+
+namespace {
+
+Tensor indices(const Shape& shape, int64_t bound, uint64_t seed) {
+  Generator g(seed);
+  return randint(0, bound, shape, {.dtype = DType::i64}, &g);
+}
+
+}  // namespace
+
+TEST_CASE("cuda ops: cat, stack, index_select, embedding and gather match the CPU",
+          "[ops_cuda_index]") {
+  const Tensor a = rand_cpu({2, 3, 4}, 1), b = rand_cpu({2, 5, 4}, 2);
+  CHECK(max_diff(ops::cat({a.to(kCuda), b.to(kCuda)}, 1), ops::cat({a, b}, 1)) == 0);
+  CHECK(ops::cat({a.to(kCuda), b.to(kCuda)}, 1).device() == kCuda);
+  CHECK(max_diff(ops::stack({a.to(kCuda), a.to(kCuda)}, 3), ops::stack({a, a}, 3)) == 0);
+  CHECK_THROWS_WITH(ops::cat({a.to(kCuda), b}, 1), Catch::Contains("same device"));
+
+  const Tensor idx = indices({7}, 5, 3);  // repeated indices: the backward accumulates
+  CHECK(max_diff(ops::index_select(b.to(kCuda), 1, idx.to(kCuda)), ops::index_select(b, 1, idx)) ==
+        0);
+  const Tensor gs = rand_cpu({2, 7, 4}, 4);
+  CHECK(max_diff(ops::index_select_backward(gs.to(kCuda), 1, idx.to(kCuda), b.shape()),
+                 ops::index_select_backward(gs, 1, idx, b.shape())) < 1e-5);
+
+  const Tensor table = rand_cpu({10, 6}, 5), ids = indices({3, 4}, 10, 6);
+  CHECK(max_diff(ops::embedding(table.to(kCuda), ids.to(kCuda)), ops::embedding(table, ids)) == 0);
+  const Tensor ge = rand_cpu({3, 4, 6}, 7);
+  CHECK(max_diff(ops::embedding_backward(ge.to(kCuda), ids.to(kCuda), 10),
+                 ops::embedding_backward(ge, ids, 10)) < 1e-5);
+
+  const Tensor x = rand_cpu({4, 6}, 8), gi = indices({4, 3}, 6, 9);
+  CHECK(max_diff(ops::gather(x.to(kCuda), 1, gi.to(kCuda)), ops::gather(x, 1, gi)) == 0);
+  const Tensor gg = rand_cpu({4, 3}, 10);
+  CHECK(max_diff(ops::gather_backward(gg.to(kCuda), 1, gi.to(kCuda), x.shape()),
+                 ops::gather_backward(gg, 1, gi, x.shape())) < 1e-5);
+
+  const Tensor labels = indices({6}, 4, 11);
+  CHECK(max_diff(ops::one_hot(labels.to(kCuda), 4), ops::one_hot(labels, 4)) == 0);
+  CHECK(max_diff(ops::one_hot(labels.to(kCuda)), ops::one_hot(labels)) == 0);
+}
+
+TEST_CASE("cuda ops: an out-of-range index fails like on the CPU", "[ops_cuda_index]") {
+  const Tensor x = rand_cpu({3, 4}, 1);
+  const Tensor bad = from_vector<int64_t>({0, 2, 7, 1}, {4}, {.dtype = DType::i64});
+  for (Device dev : {Device::cpu(), kCuda}) {
+    INFO(dev);
+    CHECK_THROWS_WITH(ops::index_select(x.to(dev), 1, bad.to(dev)),
+                      Catch::Contains("stoke::index_select: index 7 at position [2]") &&
+                          Catch::Contains("of size 4"));
+    CHECK_THROWS_WITH(ops::embedding(x.to(dev), bad.to(dev)),
+                      Catch::Contains("stoke::embedding: index 7"));
+    CHECK_THROWS_WITH(ops::nll_loss(x.to(dev).narrow(0, 0, 3).t().contiguous(), bad.to(dev)),
+                      Catch::Contains("target 7 out of range for 3 classes at row 2"));
+  }
+}
+
+TEST_CASE("cuda ops: max/min backward, nll and mse losses match the CPU", "[ops_cuda_index]") {
+  const Tensor x = rand_cpu({5, 7}, 20);
+  const Tensor dx = x.to(kCuda);
+  const auto want = ops::max_with_indices(x, 1, false);
+  const auto got = ops::max_with_indices(dx, 1, false);
+  const Tensor g = rand_cpu({5}, 21);
+  CHECK(max_diff(ops::index_reduce_backward(g.to(kCuda), got.indices, x.shape(), 1, false),
+                 ops::index_reduce_backward(g, want.indices, x.shape(), 1, false)) == 0);
+  const auto all = ops::max_all_with_index(dx);
+  CHECK(max_diff(ops::flat_index_backward(rand_cpu({}, 22).to(kCuda), all.indices, x.shape()),
+                 ops::flat_index_backward(rand_cpu({}, 22), ops::max_all_with_index(x).indices,
+                                          x.shape())) == 0);
+
+  const Tensor logp = ops::log_softmax(x, 1);
+  Tensor target = indices({5}, 7, 23);
+  target.narrow(0, 1, 1).copy_(
+      from_vector<int64_t>({-100}, {1}, {.dtype = DType::i64}));  // an ignored row
+  for (Reduction r : {Reduction::none, Reduction::sum, Reduction::mean}) {
+    INFO(static_cast<int>(r));
+    const NllLossOptions o{.reduction = r};
+    const Tensor lw = ops::nll_loss(logp, target, o);
+    CHECK(max_diff(ops::nll_loss(logp.to(kCuda), target.to(kCuda), o), lw) < 1e-5);
+    const Tensor gl = r == Reduction::none ? rand_cpu({5}, 24) : rand_cpu({}, 24);
+    CHECK(max_diff(ops::nll_loss_backward(gl.to(kCuda), x.shape(), target.to(kCuda), o),
+                   ops::nll_loss_backward(gl, x.shape(), target, o)) < 1e-6);
+    const Tensor y = rand_cpu({5, 7}, 25);
+    CHECK(max_diff(ops::mse_loss(dx, y.to(kCuda), r), ops::mse_loss(x, y, r)) < 1e-5);
+    const Tensor gm = r == Reduction::none ? rand_cpu({5, 7}, 26) : rand_cpu({}, 26);
+    CHECK(max_diff(ops::mse_loss_backward(gm.to(kCuda), dx, y.to(kCuda), r),
+                   ops::mse_loss_backward(gm, x, y, r)) < 1e-6);
+  }
+}
+
+TEST_CASE("cuda ops: autograd through max, gather, index_select and the losses matches the CPU",
+          "[ops_cuda_index]") {
+  const Tensor x0 = rand_cpu({4, 6}, 30), y0 = rand_cpu({4, 6}, 31);
+  const Tensor idx = indices({5}, 6, 32), gi = indices({4, 2}, 6, 33), t = indices({4}, 6, 34);
+  auto run = [&](Device dev) {
+    Tensor x = x0.to(dev).detach();
+    x.set_requires_grad(true);
+    const Tensor h = stoke::mul(x, 2.0);
+    Tensor loss =
+        stoke::add(stoke::sum(stoke::max(h, 1)), stoke::sum(stoke::gather(h, 1, gi.to(dev))));
+    loss = stoke::add(loss, stoke::sum(stoke::index_select(h, 1, idx.to(dev))));
+    loss = stoke::add(loss, nll_loss(log_softmax(h, 1), t.to(dev)));
+    loss = stoke::add(loss, mse_loss(h, y0.to(dev)));
+    loss.backward();
+    return x.grad();
+  };
+  CHECK(max_diff(run(kCuda), run(Device::cpu())) < 1e-5);
+}
