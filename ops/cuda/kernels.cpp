@@ -12,6 +12,9 @@
 #include "cuda/kernels/sgemm.h"
 #include "cuda/kernels/softmax.h"
 #include "cuda/runtime/stream.h"
+#ifndef STOKE_CUDA_EMU
+#include "cuda/vendor/cublas_gemm.h"
+#endif
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
@@ -161,9 +164,14 @@ Tensor run_cross_entropy(const char* op, const Tensor& logits_in, const Tensor& 
 // C (m, n) = op(A) · op(B) for f32 2-D operands on the device, row-major with leading dims.
 void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  // In both builds the GEMM is our SGEMM for now; cuBLAS (cuda/vendor) takes over in the real
-  // build once measured against it on a GPU.
+#ifdef STOKE_CUDA_EMU
+  // The emulated build has no cuBLAS: our SGEMM (cuda/kernels/sgemm.h) runs everywhere.
   cuda::sgemm(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc, stream());
+#else
+  // Real builds: cuBLAS (TF32 stays off: f32 results match the CPU's to f32 rounding).
+  cuda::gemm(DType::f32, m, n, k, a, lda, b, ldb, c, ldc,
+             {.trans_a = ta, .trans_b = tb, .beta = beta}, stream());
+#endif
 }
 
 void check_f32(const char* op, const Tensor& t) {
