@@ -161,21 +161,40 @@ Tensor run_cross_entropy(const char* op, const Tensor& logits_in, const Tensor& 
   return result.dtype() == logits.dtype() ? result : result.to(logits.dtype());
 }
 
-// C (m, n) = op(A) · op(B) for f32 2-D operands on the device, row-major with leading dims.
-void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+// C (m, n) = op(A) · op(B) (+ beta C) for 2-D operands of `dtype` on the device, row-major with
+// leading dims. Real builds: cuBLAS, f32 (TF32 off: results match the CPU's to f32 rounding), f16
+// and bf16 with f32 accumulation. The emulated build has no cuBLAS: our SGEMM, f32 only (the
+// callers cast half operands to f32 there, see half_via_f32).
+void gemm(DType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a,
+          int64_t lda, const void* b, int64_t ldb, float beta, void* c, int64_t ldc) {
 #ifdef STOKE_CUDA_EMU
-  // The emulated build has no cuBLAS: our SGEMM (cuda/kernels/sgemm.h) runs everywhere.
-  cuda::sgemm(ta, tb, m, n, k, 1.f, a, lda, b, ldb, beta, c, ldc, stream());
+  STOKE_CHECK(dtype == DType::f32, "gemm", "the emulated SGEMM takes f32, got ", dtype);
+  cuda::sgemm(ta, tb, m, n, k, 1.f, static_cast<const float*>(a), lda, static_cast<const float*>(b),
+              ldb, beta, static_cast<float*>(c), ldc, stream());
 #else
-  // Real builds: cuBLAS (TF32 stays off: f32 results match the CPU's to f32 rounding).
-  cuda::gemm(DType::f32, m, n, k, a, lda, b, ldb, c, ldc,
-             {.trans_a = ta, .trans_b = tb, .beta = beta}, stream());
+  cuda::gemm(dtype, m, n, k, a, lda, b, ldb, c, ldc, {.trans_a = ta, .trans_b = tb, .beta = beta},
+             stream());
 #endif
 }
 
-void check_f32(const char* op, const Tensor& t) {
-  STOKE_CHECK(t.dtype() == DType::f32, op, "expected f32 operands on cuda, got ", t.dtype());
+// Whether a GEMM op on `dtype` runs through f32 copies (half types in the emulated build).
+bool half_via_f32(DType dtype) {
+#ifdef STOKE_CUDA_EMU
+  return dtype != DType::f32;
+#else
+  (void)dtype;
+  return false;
+#endif
+}
+
+Tensor as_f32(const Tensor& t) {
+  return t.defined() ? t.detach().to(DType::f32) : t;
+}
+
+void check_gemm_operands(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
+                         const char* b_name) {
+  check_float_dtype(op, a);
+  check_same_dtype(op, a, a_name, b, b_name);
 }
 
 }  // namespace
@@ -344,36 +363,37 @@ Tensor CudaKernels::cross_entropy_backward(const Tensor& grad, const Tensor& log
 }
 
 Tensor CudaKernels::matmul(const Tensor& a_in, const Tensor& b_in) {
-  check_f32("matmul", a_in);
-  check_f32("matmul", b_in);
+  check_gemm_operands("matmul", a_in, "a", b_in, "b");
   STOKE_CHECK(a_in.dim() == 2 && b_in.dim() == 2 && a_in.size(1) == b_in.size(0), "matmul",
               "on cuda, expected 2-D operands (m, k) and (k, n), got shapes ", a_in.shape(),
               " and ", b_in.shape());
+  if (half_via_f32(a_in.dtype())) return matmul(as_f32(a_in), as_f32(b_in)).to(a_in.dtype());
   const Tensor a = a_in.detach().contiguous(), b = b_in.detach().contiguous();
   const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  Tensor c = empty_on({m, n}, DType::f32, a.device());
+  Tensor c = empty_on({m, n}, a.dtype(), a.device());
   if (c.numel() == 0) return c;
   if (k == 0) {
     fill_(c, 0.0);
     return c;
   }
-  gemm(false, false, m, n, k, a.data<float>(), k, b.data<float>(), n, 0.f, c.data<float>(), n);
+  gemm(a.dtype(), false, false, m, n, k, a.data_ptr(), k, b.data_ptr(), n, 0.f, c.data_ptr(), n);
   return c;
 }
 
 Tensor CudaKernels::linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
-  check_f32("linear", x_in);
-  check_f32("linear", w_in);
+  check_gemm_operands("linear", x_in, "input", w_in, "weight");
   STOKE_CHECK(x_in.dim() >= 1 && w_in.dim() == 2 && x_in.size(-1) == w_in.size(1), "linear",
               "expected input (..., in_features) and weight (out_features, in_features), got ",
               x_in.shape(), " and ", w_in.shape());
+  if (half_via_f32(x_in.dtype()))
+    return linear(as_f32(x_in), as_f32(w_in), as_f32(bias)).to(x_in.dtype());
   const int64_t in = w_in.size(1), out_f = w_in.size(0);
   Shape out_shape(x_in.shape().begin(), x_in.shape().end() - 1);
   out_shape.push_back(out_f);
   const Tensor x = x_in.detach().contiguous().reshape({-1, in});
   const Tensor w = w_in.detach().contiguous();
   const int64_t m = x.size(0);
-  Tensor y = empty_on({m, out_f}, DType::f32, x.device());
+  Tensor y = empty_on({m, out_f}, x.dtype(), x.device());
   float beta = 0.f;
   if (bias.defined()) {
     check_shape("linear", bias, "bias", {out_f});
@@ -381,17 +401,23 @@ Tensor CudaKernels::linear(const Tensor& x_in, const Tensor& w_in, const Tensor&
     beta = 1.f;
   }
   if (y.numel() > 0)
-    gemm(false, true, m, out_f, in, x.data<float>(), in, w.data<float>(), in, beta, y.data<float>(),
-         out_f);
+    gemm(x.dtype(), false, true, m, out_f, in, x.data_ptr(), in, w.data_ptr(), in, beta,
+         y.data_ptr(), out_f);
   return y.view(out_shape);
 }
 
 LinearGrads CudaKernels::linear_backward(const Tensor& grad_out, const Tensor& x_in,
                                          const Tensor& w_in, bool need_input, bool need_weight,
                                          bool need_bias) {
-  check_f32("linear_backward", grad_out);
-  check_f32("linear_backward", x_in);
-  check_f32("linear_backward", w_in);
+  check_gemm_operands("linear_backward", x_in, "input", w_in, "weight");
+  check_same_dtype("linear_backward", grad_out, "grad_out", x_in, "input");
+  if (half_via_f32(x_in.dtype())) {
+    LinearGrads r = linear_backward(as_f32(grad_out), as_f32(x_in), as_f32(w_in), need_input,
+                                    need_weight, need_bias);
+    for (Tensor* t : {&r.grad_input, &r.grad_weight, &r.grad_bias})
+      if (t->defined()) *t = t->to(x_in.dtype());
+    return r;
+  }
   const int64_t in = w_in.size(1), out_f = w_in.size(0);
   Shape out_shape(x_in.shape().begin(), x_in.shape().end() - 1);
   out_shape.push_back(out_f);
@@ -401,20 +427,20 @@ LinearGrads CudaKernels::linear_backward(const Tensor& grad_out, const Tensor& x
   LinearGrads r;
   if (need_input) {
     const Tensor w = w_in.detach().contiguous();
-    Tensor gx = empty_on({rows, in}, DType::f32, g.device());
+    Tensor gx = empty_on({rows, in}, g.dtype(), g.device());
     if (gx.numel() > 0)  // gx (rows, in) = g (rows, out) · W (out, in)
-      gemm(false, false, rows, in, out_f, g.data<float>(), out_f, w.data<float>(), in, 0.f,
-           gx.data<float>(), in);
+      gemm(g.dtype(), false, false, rows, in, out_f, g.data_ptr(), out_f, w.data_ptr(), in, 0.f,
+           gx.data_ptr(), in);
     r.grad_input = gx.view(x_in.shape());
   }
   if (need_weight) {
     const Tensor x = x_in.detach().contiguous().reshape({-1, in});
-    Tensor gw = empty_on({out_f, in}, DType::f32, g.device());
+    Tensor gw = empty_on({out_f, in}, g.dtype(), g.device());
     if (rows == 0)
       fill_(gw, 0.0);
     else if (gw.numel() > 0)  // gW (out, in) = gᵀ (out, rows) · x (rows, in)
-      gemm(true, false, out_f, in, rows, g.data<float>(), out_f, x.data<float>(), in, 0.f,
-           gw.data<float>(), in);
+      gemm(g.dtype(), true, false, out_f, in, rows, g.data_ptr(), out_f, x.data_ptr(), in, 0.f,
+           gw.data_ptr(), in);
     r.grad_weight = gw;
   }
   if (need_bias) r.grad_bias = sum_leading_dims(grad_out);

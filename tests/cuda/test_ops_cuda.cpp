@@ -261,3 +261,32 @@ TEST_CASE("cuda tensors: arange and random creation on cuda give the CPU's value
   CHECK_THROWS_WITH(rand({2}, {.device = Device::cuda(3)}),
                     Catch::Contains("stoke::rand") && Catch::Contains("cuda:3"));
 }
+
+TEST_CASE("cuda tensors: f16 and bf16 matmul and linear (+ backward) match the CPU in f32",
+          "[ops_cuda]") {
+  for (DType dtype : {DType::f16, DType::bf16}) {
+    INFO(dtype);
+    const double tol = dtype == DType::f16 ? 2e-2 : 1.5e-1;
+    // Operands representable in the dtype: the two sides multiply the same numbers.
+    const Tensor a = rand_cpu({5, 9}, 50).to(dtype).to(DType::f32);
+    const Tensor b = rand_cpu({9, 4}, 51).to(dtype).to(DType::f32);
+    const Tensor h = [&](const Tensor& t) { return t.to(kCuda).to(dtype); }(a);
+    const Tensor got = ops::matmul(h, b.to(kCuda).to(dtype));
+    CHECK(got.dtype() == dtype);
+    CHECK(max_diff(got, ops::matmul(a, b)) < tol);
+    const Tensor w = rand_cpu({4, 9}, 52).to(dtype).to(DType::f32);
+    const Tensor bias = rand_cpu({4}, 53).to(dtype).to(DType::f32);
+    const auto dev = [&](const Tensor& t) { return t.to(kCuda).to(dtype); };
+    CHECK(max_diff(ops::linear(dev(a), dev(w), dev(bias)), ops::linear(a, w, bias)) < tol);
+    const Tensor go = rand_cpu({5, 4}, 54).to(dtype).to(DType::f32);
+    const auto gw = ops::linear_backward(go, a, w, true, true, true);
+    const auto gd = ops::linear_backward(dev(go), dev(a), dev(w), true, true, true);
+    CHECK(gd.grad_weight.dtype() == dtype);
+    CHECK(max_diff(gd.grad_input, gw.grad_input) < tol);
+    CHECK(max_diff(gd.grad_weight, gw.grad_weight) < tol);
+    CHECK(max_diff(gd.grad_bias, gw.grad_bias) < tol);
+  }
+  CHECK_THROWS_WITH(
+      ops::matmul(rand_cpu({2, 2}, 1).to(kCuda), rand_cpu({2, 2}, 2).to(kCuda).to(DType::f16)),
+      Catch::Contains("same dtype"));
+}
