@@ -75,12 +75,8 @@ Tensor BatchNorm::forward(const Tensor& x) {
     if (num_batches_tracked.device().is_cpu()) {
       ++*num_batches_tracked.data<int64_t>();
     } else {
-      // On a device without a host round trip: through f32 (exact to 2^24 batches), as the
-      // device elementwise kernels are floating point.
       NoGradGuard no_grad;
-      Tensor n = num_batches_tracked.to(DType::f32);
-      ops::add_(n, 1.0);
-      num_batches_tracked.copy_(n);
+      ops::add_(num_batches_tracked, 1.0);  // an i64 kernel on the device, no host round trip
     }
   }
   // Without running statistics (track_running_stats=false) both modes normalize with the batch's.

@@ -8,6 +8,7 @@
 #include "core/grad_mode.h"
 #include "cuda/kernels/cross_entropy.h"
 #include "cuda/kernels/elementwise.h"
+#include "cuda/kernels/integer.h"
 #include "cuda/kernels/reduce.h"
 #include "cuda/kernels/sgemm.h"
 #include "cuda/kernels/softmax.h"
@@ -199,10 +200,34 @@ void check_gemm_operands(const char* op, const Tensor& a, const char* a_name, co
 
 }  // namespace
 
+namespace {
+
+// Integer tensors (i32, i64, u8) take cuda/kernels/integer.h; the floating ones elementwise.h.
+bool is_integer(DType d) {
+  return d == DType::i32 || d == DType::i64 || d == DType::u8;
+}
+
+// A scalar applied to an integer tensor must be integral and in range, as on the CPU.
+int64_t integral_scalar(double v, DType dtype, const char* op) {
+  const double lo = dtype == DType::u8    ? 0
+                    : dtype == DType::i32 ? -2147483648.0
+                                          : -9.2233720368547758e18;
+  const double hi = dtype == DType::u8    ? 255
+                    : dtype == DType::i32 ? 2147483647.0
+                                          : 9.2233720368547758e18;
+  STOKE_CHECK(std::trunc(v) == v && v >= lo && v <= hi, op,
+              "expected an integral scalar in the range of dtype ", dtype, ", got ", v,
+              " (cast the tensor to a floating dtype first)");
+  return static_cast<int64_t>(v);
+}
+
+}  // namespace
+
 Tensor CudaKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_op_name(op);
   check_same_dtype(name, a, "a", b, "b");
-  check_float_dtype(name, a);
+  const bool integer = is_integer(a.dtype());
+  if (!integer) check_float_dtype(name, a);
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
   Tensor out = empty_on(shape, a.dtype(), a.device());
   if (out.numel() == 0) return out;
@@ -210,15 +235,20 @@ Tensor CudaKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const Shape bs = broadcast_strides(b.shape(), b.strides(), shape);
   const auto offsets = cuda::make_binary_offsets(shape.data(), static_cast<int>(shape.size()),
                                                  out.strides().data(), as.data(), bs.data());
-  cuda::binary(to_cuda(op), a.dtype(), a.data_ptr(), b.data_ptr(), out.data_ptr(), offsets,
-               out.numel(), stream());
+  if (integer)
+    cuda::int_binary(to_cuda(op), a.dtype(), a.data_ptr(), b.data_ptr(), out.data_ptr(), offsets,
+                     out.numel(), 1, stream());
+  else
+    cuda::binary(to_cuda(op), a.dtype(), a.data_ptr(), b.data_ptr(), out.data_ptr(), offsets,
+                 out.numel(), stream());
   return out;
 }
 
 void CudaKernels::binary_(BinaryOp op, const Tensor& t, const Tensor& other, double alpha) {
   const char* name = binary_op_name(op);
   check_same_dtype(name, t, "self", other, "other");
-  check_float_dtype(name, t);
+  const bool integer = is_integer(t.dtype());
+  if (!integer) check_float_dtype(name, t);
   STOKE_CHECK(!t.requires_grad() || !GradMode::is_enabled(), name,
               "in-place update of a tensor that requires grad (wrap it in NoGradGuard)");
   const Shape shape = t.shape();
@@ -229,17 +259,28 @@ void CudaKernels::binary_(BinaryOp op, const Tensor& t, const Tensor& other, dou
   // The output aliases operand a: each element is read and written by the same thread.
   const auto offsets = cuda::make_binary_offsets(shape.data(), static_cast<int>(shape.size()),
                                                  t.strides().data(), t.strides().data(), os.data());
-  cuda::binary(to_cuda(op), t.dtype(), t.data_ptr(), other.data_ptr(), t.data_ptr(), offsets,
-               t.numel(), stream(), static_cast<float>(alpha));
+  if (integer)
+    cuda::int_binary(to_cuda(op), t.dtype(), t.data_ptr(), other.data_ptr(), t.data_ptr(), offsets,
+                     t.numel(), integral_scalar(alpha, t.dtype(), name), stream());
+  else
+    cuda::binary(to_cuda(op), t.dtype(), t.data_ptr(), other.data_ptr(), t.data_ptr(), offsets,
+                 t.numel(), stream(), static_cast<float>(alpha));
 }
 
 void CudaKernels::binary_scalar_(BinaryOp op, const Tensor& t, double s) {
   const char* name = binary_op_name(op);
-  check_float_dtype(name, t);
+  const bool integer = is_integer(t.dtype());
+  if (!integer) check_float_dtype(name, t);
   STOKE_CHECK(!t.requires_grad() || !GradMode::is_enabled(), name,
               "in-place update of a tensor that requires grad (wrap it in NoGradGuard)");
   if (t.is_contiguous()) {
-    cuda::binary_scalar(to_cuda(op), t.dtype(), t.data_ptr(), s, t.data_ptr(), t.numel(), stream());
+    if (integer)
+      cuda::int_binary_scalar(to_cuda(op), t.dtype(), t.data_ptr(),
+                              integral_scalar(s, t.dtype(), name), t.data_ptr(), t.numel(), false,
+                              stream());
+    else
+      cuda::binary_scalar(to_cuda(op), t.dtype(), t.data_ptr(), s, t.data_ptr(), t.numel(),
+                          stream());
     return;
   }
   const Tensor tmp = binary_scalar(op, t, s, false);
@@ -248,9 +289,15 @@ void CudaKernels::binary_scalar_(BinaryOp op, const Tensor& t, double s) {
 
 Tensor CudaKernels::binary_scalar(BinaryOp op, const Tensor& a_in, double s, bool scalar_first) {
   const char* name = binary_op_name(op);
-  check_float_dtype(name, a_in);
   const Tensor a = a_in.detach().contiguous();
   Tensor out = empty_on(a.shape(), a.dtype(), a.device());
+  if (is_integer(a.dtype())) {
+    cuda::int_binary_scalar(to_cuda(op), a.dtype(), a.data_ptr(),
+                            integral_scalar(s, a.dtype(), name), out.data_ptr(), a.numel(),
+                            scalar_first, stream());
+    return out;
+  }
+  check_float_dtype(name, a_in);
   cuda::binary_scalar(to_cuda(op), a.dtype(), a.data_ptr(), s, out.data_ptr(), a.numel(), stream(),
                       scalar_first);
   return out;
@@ -286,6 +333,33 @@ Tensor CudaKernels::relu_backward(const Tensor& grad_in, const Tensor& out_in) {
 }
 
 Tensor CudaKernels::sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  if (is_integer(x.dtype()) || x.dtype() == DType::boolean) {
+    // Integer and bool sums are exact i64 (counting correct predictions), as on the CPU: one
+    // dim at a time into i64, then i64 onwards.
+    const Shape final_shape = reduced_shape(x.shape(), dims, keepdim, "sum");
+    std::vector<int64_t> ds = dims;
+    if (ds.empty())
+      for (int64_t d = 0; d < x.dim(); ++d) ds.push_back(d);
+    for (auto& d : ds) d = wrap_dim(d, std::max<int64_t>(x.dim(), 1), "sum");
+    std::sort(ds.begin(), ds.end());
+    ds.erase(std::unique(ds.begin(), ds.end()), ds.end());
+    Tensor cur = x.detach().contiguous();
+    if (cur.dim() == 0) cur = cur.reshape({1});
+    for (auto it = ds.rbegin(); it != ds.rend(); ++it) {
+      const Split sp = split_at(cur, *it);
+      Shape shape = cur.shape();
+      shape[static_cast<size_t>(*it)] = 1;
+      Tensor out = empty_on(shape, DType::i64, cur.device());
+      if (out.numel() > 0 && sp.n == 0)
+        fill_(out, 0.0);
+      else
+        cuda::int_sum(cur.dtype(), cur.data_ptr(), typed<int64_t>(out), sp.outer, sp.n, sp.inner,
+                      stream());
+      cur = out;
+    }
+    if (cur.dtype() != DType::i64) cur = cur.to(DType::i64);  // no dims reduced
+    return cur.reshape(final_shape);
+  }
   return reduce_dims("sum", x, dims, keepdim, cuda::ReduceOp::sum);
 }
 

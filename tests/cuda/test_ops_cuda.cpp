@@ -290,3 +290,25 @@ TEST_CASE("cuda tensors: f16 and bf16 matmul and linear (+ backward) match the C
       ops::matmul(rand_cpu({2, 2}, 1).to(kCuda), rand_cpu({2, 2}, 2).to(kCuda).to(DType::f16)),
       Catch::Contains("same dtype"));
 }
+
+TEST_CASE("cuda tensors: integer arithmetic and integer/bool sums match the CPU", "[ops_cuda]") {
+  Generator g(8);
+  const Tensor a = randint(-50, 50, {4, 6}, {.dtype = DType::i64}, &g);
+  const Tensor b = randint(-50, 50, {6}, {.dtype = DType::i64}, &g);
+  const Tensor da = a.to(kCuda), db = b.to(kCuda);
+  CHECK(max_diff(ops::add(da, db), ops::add(a, b)) == 0);
+  CHECK(max_diff(ops::mul(da, 3.0), ops::mul(a, 3.0)) == 0);
+  CHECK(max_diff(ops::sub(7.0, da), ops::sub(7.0, a)) == 0);
+  CHECK(max_diff(ops::sum(da), ops::sum(a)) == 0);
+  CHECK(ops::sum(da).dtype() == DType::i64);
+  CHECK(max_diff(ops::sum(da, {0}, true), ops::sum(a, {0}, true)) == 0);
+  // Counting correct predictions: a bool sum on the device.
+  CHECK(max_diff(ops::sum(ops::gt(da, 0.0)), ops::sum(ops::gt(a, 0.0))) == 0);
+  Tensor c = a.clone(), dc = da.clone();
+  ops::add_(c, b, 2);
+  ops::add_(dc, db, 2);
+  ops::add_(c, 1.0);
+  ops::add_(dc, 1.0);
+  CHECK(max_diff(dc, c) == 0);
+  CHECK_THROWS_WITH(ops::add(da, 0.5), Catch::Contains("expected an integral scalar"));
+}
