@@ -7,6 +7,11 @@ Storage::Storage(size_t nbytes, Device device)
   data_ = allocator_->allocate(nbytes);
 }
 
+Storage::Storage(size_t nbytes, Device device, DeviceAllocator& allocator)
+    : nbytes_(nbytes), device_(device), allocator_(&allocator) {
+  data_ = allocator_->allocate(nbytes);
+}
+
 Storage::~Storage() {
   allocator_->deallocate(data_, nbytes_);
 }

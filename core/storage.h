@@ -13,6 +13,10 @@ class Storage {
  public:
   // Allocates `nbytes` on `device` (uninitialized).
   Storage(size_t nbytes, Device device);
+  // Allocates `nbytes` from `allocator` for memory that lives on `device` (for host memory with
+  // other properties than the CPU allocator's: the CUDA backend's pinned batches). The allocator
+  // must outlive the storage.
+  Storage(size_t nbytes, Device device, DeviceAllocator& allocator);
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
   ~Storage();

@@ -33,7 +33,7 @@ size_t round_host_size(size_t nbytes) {
 
 struct PinnedAllocator::Impl {
   mutable std::mutex mutex;
-  std::unordered_map<void*, HostBlock*> live;
+  std::map<void*, HostBlock*> live;  // ordered: block_containing() looks up by address
   std::multimap<size_t, HostBlock*> free_blocks;
   std::deque<std::pair<cudaEvent_t, HostBlock*>> pending;
   PinnedStats stats;
@@ -156,6 +156,21 @@ void PinnedAllocator::record_stream(void* ptr, cudaStream_t stream) {
   if (!b->pinned) return;  // fallback memory: no device work can be using it
   auto& uses = b->stream_uses;
   if (std::find(uses.begin(), uses.end(), stream) == uses.end()) uses.push_back(stream);
+}
+
+std::shared_ptr<Storage> pinned_storage(size_t nbytes) {
+  return std::make_shared<Storage>(nbytes, Device::cpu(), pinned_allocator());
+}
+
+void* PinnedAllocator::pinned_block_containing(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  auto it = impl_->live.upper_bound(const_cast<void*>(ptr));
+  if (it == impl_->live.begin()) return nullptr;
+  --it;
+  const HostBlock* b = it->second;
+  const auto* start = static_cast<const char*>(b->ptr);
+  const auto* p = static_cast<const char*>(ptr);
+  return b->pinned && p >= start && p < start + b->size ? b->ptr : nullptr;
 }
 
 bool PinnedAllocator::is_pinned(const void* ptr) const {

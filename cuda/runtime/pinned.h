@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "core/allocator.h"
+#include "core/storage.h"
 #include "cuda/compat.h"
 
 namespace stoke::cuda {
@@ -42,6 +43,9 @@ class PinnedAllocator final : public DeviceAllocator {
   void record_stream(void* ptr, cudaStream_t stream);
   // True for the start of a live block from this allocator that is really page-locked.
   bool is_pinned(const void* ptr) const;
+  // The start of the live page-locked block that holds `ptr` (a view into a batch buffer), or
+  // nullptr.
+  void* pinned_block_containing(const void* ptr) const;
 
   AllocatorStats stats() const override;
   PinnedStats pinned_stats() const;
@@ -55,5 +59,10 @@ class PinnedAllocator final : public DeviceAllocator {
 
 // The process-wide instance (never destroyed).
 PinnedAllocator& pinned_allocator();
+
+// A CPU Storage of `nbytes` from the pinned allocator: what the data loader's batch allocator
+// returns when batches go to a GPU (LoaderOptions::allocator = cuda::pinned_storage), so that
+// Tensor::to(cuda, non_blocking = true) copies them asynchronously.
+std::shared_ptr<Storage> pinned_storage(size_t nbytes);
 
 }  // namespace stoke::cuda

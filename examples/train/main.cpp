@@ -25,6 +25,9 @@
 #include "ops/reduce.h"
 #include "progress.h"
 #include "stoke/stoke.h"
+#if STOKE_HAS_CUDA
+#include "cuda/runtime/pinned.h"
+#endif
 
 namespace stoke::train {
 namespace {
@@ -66,10 +69,20 @@ std::shared_ptr<const data::Dataset> open_split(const Flags& f, bool train) {
   return data::open_image_folder(dir);
 }
 
+// Batches bound for a GPU are filled in pinned host memory, so that their upload is asynchronous
+// (PyTorch's pin_memory=True); otherwise the CPU allocator's.
+data::BatchAllocator batch_allocator(Device device) {
+#if STOKE_HAS_CUDA
+  if (device.is_cuda()) return [](size_t nbytes) { return cuda::pinned_storage(nbytes); };
+#endif
+  (void)device;
+  return nullptr;
+}
+
 // The training loader (shuffled, augmented with --augment) or the test loader (in order).
 std::unique_ptr<data::DataLoader> make_loader(const Flags& f,
                                               std::shared_ptr<const data::Dataset> ds,
-                                              int64_t limit, bool train) {
+                                              int64_t limit, bool train, Device device) {
   const int64_t n = limit > 0 ? std::min(limit, ds->size()) : ds->size();
   std::shared_ptr<data::Sampler> sampler;
   if (train) {
@@ -88,7 +101,8 @@ std::unique_ptr<data::DataLoader> make_loader(const Flags& f,
                           .seed = f.seed,
                           .workers = f.workers,
                           .prefetch = f.prefetch,
-                          .transform = transform});
+                          .transform = transform,
+                          .allocator = batch_allocator(device)});
 }
 
 // Checkpoints are written from the CPU: device tensors are copied back first.
@@ -272,8 +286,8 @@ int run(Flags f) {
   const auto t_load = Clock::now();
   const auto train_set = open_split(f, true);
   const auto test_set = open_split(f, false);
-  auto loader = make_loader(f, train_set, f.limit_train, true);
-  auto test_loader = make_loader(f, test_set, f.limit_test, false);
+  auto loader = make_loader(f, train_set, f.limit_train, true, device);
+  auto test_loader = make_loader(f, test_set, f.limit_test, false, device);
   data::Example first;  // the model's input shape and classes come from the data
   train_set->get(0, first);
   std::printf(

@@ -7,6 +7,7 @@
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/copy.h"
 #include "cuda/runtime/device.h"
+#include "cuda/runtime/pinned.h"
 #include "cuda/runtime/stream.h"
 #include "ops/check.h"
 #include "ops/creation.h"
@@ -23,7 +24,15 @@ class CudaCopier final : public DeviceCopier {
     const CopyKind kind = dst_device.is_cuda() ? (src_device.is_cuda() ? CopyKind::device_to_device
                                                                        : CopyKind::host_to_device)
                                                : CopyKind::device_to_host;
-    if (non_blocking)
+    // A host source is copied asynchronously only from pinned memory, whose block the pinned
+    // allocator then keeps from reuse until the copy is done (record_stream). Pageable memory is
+    // copied synchronously (CUDA stages it synchronously anyway).
+    void* block = kind == CopyKind::host_to_device && non_blocking
+                      ? cuda::pinned_allocator().pinned_block_containing(src)
+                      : nullptr;
+    const bool async = non_blocking && (kind != CopyKind::host_to_device || block != nullptr);
+    if (block) cuda::pinned_allocator().record_stream(block, cuda::current_stream());
+    if (async)
       cuda::copy_bytes_async(dst, src, nbytes, kind, cuda::current_stream());
     else
       cuda::copy_bytes(dst, src, nbytes, kind);
