@@ -109,8 +109,10 @@ Tensor div(const Tensor& a, double s) {
 
 Tensor div(double s, const Tensor& a) {
   Tensor y = ops::div(s, a);
-  // d(s / a)/da = -s / a^2: the tensor-tensor kernel with s as a 0-dim numerator.
+  // d(s / a)/da = -s / a^2: on the CPU the tensor-tensor kernel with s as a 0-dim numerator; on
+  // a device from its kernels (a 0-dim CPU numerator would be on the wrong device).
   record_unary("RdivBackward", a, y, a, [s](const Tensor& g, const Tensor& x) {
+    if (!x.device().is_cpu()) return ops::div(ops::mul(g, -s), ops::mul(x, x));
     return ops::div_backward_other(g, scalar_tensor(s, {.dtype = x.dtype()}), x);
   });
   return y;

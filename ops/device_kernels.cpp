@@ -195,6 +195,30 @@ Tensor DeviceKernels::compare_scalar(CompareOp, const Tensor&, double) {
 Tensor DeviceKernels::where(const Tensor&, const Tensor&, const Tensor&) {
   not_implemented("where");
 }
+Tensor DeviceKernels::where_backward(const Tensor&, const Tensor&, bool) {
+  not_implemented("where_backward");
+}
+Tensor DeviceKernels::pow(const Tensor&, double) {
+  not_implemented("pow");
+}
+Tensor DeviceKernels::pow_backward(const Tensor&, const Tensor&, double) {
+  not_implemented("pow_backward");
+}
+Tensor DeviceKernels::div_backward_other(const Tensor&, const Tensor&, const Tensor&) {
+  not_implemented("div_backward");
+}
+Tensor DeviceKernels::minmax_backward(bool max, const Tensor&, const Tensor&, const Tensor&) {
+  not_implemented(max ? "maximum_backward" : "minimum_backward");
+}
+void DeviceKernels::sqrt_(const Tensor&) {
+  not_implemented("sqrt_");
+}
+void DeviceKernels::clamp_(const Tensor&, std::optional<double>, std::optional<double>) {
+  not_implemented("clamp_");
+}
+void DeviceKernels::lerp_(const Tensor&, const Tensor&, double) {
+  not_implemented("lerp_");
+}
 
 // --- more reductions, indexing, other losses -----------------------------------------------------
 int64_t DeviceKernels::first_out_of_range(const Tensor&, int64_t) {

@@ -130,6 +130,21 @@ class DeviceKernels {
   virtual Tensor compare_scalar(CompareOp op, const Tensor& a, double s);
   // cond (bool) ? a : b with broadcasting; a and b of one dtype.
   virtual Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+  // grad where cond == for_a, else 0 (ops::where_backward); grad and cond broadcast.
+  virtual Tensor where_backward(const Tensor& grad, const Tensor& cond, bool for_a);
+  // x ** exponent and grad * exponent * x^(exponent - 1), as ops::pow and ops::pow_backward.
+  virtual Tensor pow(const Tensor& x, double exponent);
+  virtual Tensor pow_backward(const Tensor& grad, const Tensor& x, double exponent);
+  // -grad * a / b^2 (ops::div_backward_other), and a's share of the gradient of maximum(a, b)
+  // (max) or minimum(a, b) (!max); the three operands broadcast, of one dtype (checked).
+  virtual Tensor div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b);
+  virtual Tensor minmax_backward(bool max, const Tensor& grad, const Tensor& a, const Tensor& b);
+  // In place, after the entry point's in-place checks (not expanded, no grad; end of t's dtype
+  // broadcasting to t): t = sqrt(t), t = clamp(t, min, max) (one bound at least), and
+  // t += weight * (end - t).
+  virtual void sqrt_(const Tensor& t);
+  virtual void clamp_(const Tensor& t, std::optional<double> min, std::optional<double> max);
+  virtual void lerp_(const Tensor& t, const Tensor& end, double weight);
 
   // --- more reductions, indexing, other losses (ops/reduce.h, ops/index.h, ops/loss.h) ----------
   // The position of the first value of `index` (contiguous i64 on this device) outside [0, bound),

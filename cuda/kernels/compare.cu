@@ -60,6 +60,35 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+template <class E>
+__global__ void __launch_bounds__(kThreads)
+    select_or_zero_kernel(const bool* cond, bool keep, const E* value, E* out,
+                          StridedOffsets<3> offsets, int64_t n) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    int64_t off[3];
+    offsets.get(i, off);
+    out[off[0]] = cond[off[2]] == keep ? value[off[1]] : E(0);
+  }
+}
+
+// Calls fn(E{}) with an unsigned integer type of `element_size` bytes (1, 2, 4 or 8).
+template <class Fn>
+void dispatch_size(const char* op, size_t element_size, Fn&& fn) {
+  switch (element_size) {
+    case 1:
+      return fn(uint8_t{});
+    case 2:
+      return fn(uint16_t{});
+    case 4:
+      return fn(uint32_t{});
+    case 8:
+      return fn(uint64_t{});
+    default:
+      STOKE_FAIL(op, "expected elements of 1, 2, 4 or 8 bytes, got ", element_size);
+  }
+}
+
 // Calls fn(T{}) with the C++ type of every dtype.
 template <class Fn>
 void dispatch_all(DType dtype, Fn&& fn) {
@@ -137,28 +166,25 @@ void where(const bool* cond, const void* a, const void* b, void* out, size_t ele
            const StridedOffsets<4>& offsets, int64_t n, cudaStream_t stream) {
   STOKE_NVTX_RANGE("stoke::cuda::where");
   if (n == 0) return;
-  auto run = [&](auto tag) {
+  dispatch_size("cuda::where", element_size, [&](auto tag) {
     using E = decltype(tag);
     auto* k = &where_kernel<E>;
     STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)
     (cond, static_cast<const E*>(a), static_cast<const E*>(b), static_cast<E*>(out), offsets, n);
-  };
-  switch (element_size) {
-    case 1:
-      run(uint8_t{});
-      break;
-    case 2:
-      run(uint16_t{});
-      break;
-    case 4:
-      run(uint32_t{});
-      break;
-    case 8:
-      run(uint64_t{});
-      break;
-    default:
-      STOKE_FAIL("cuda::where", "expected elements of 1, 2, 4 or 8 bytes, got ", element_size);
-  }
+  });
+  STOKE_CUDA_CHECK(cudaGetLastError());
+}
+
+void select_or_zero(const bool* cond, bool keep, const void* value, void* out, size_t element_size,
+                    const StridedOffsets<3>& offsets, int64_t n, cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::select_or_zero");
+  if (n == 0) return;
+  dispatch_size("cuda::select_or_zero", element_size, [&](auto tag) {
+    using E = decltype(tag);
+    auto* k = &select_or_zero_kernel<E>;
+    STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)
+    (cond, keep, static_cast<const E*>(value), static_cast<E*>(out), offsets, n);
+  });
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
 

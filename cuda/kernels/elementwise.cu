@@ -1,7 +1,8 @@
 // CUDA elementwise kernels (see elementwise.h). Three kernels serve every op: a contiguous unary
 // map, a contiguous binary map (both with a 128-bit path taken when every pointer is 16-byte
-// aligned, and a scalar tail), and a strided binary map for broadcasting. The op is a functor
-// template argument, so each instantiation is a straight-line f32 loop body.
+// aligned, and a scalar tail), and a strided binary map for broadcasting; a strided ternary map
+// serves the three-operand backward kernels. The op is a functor template argument, so each
+// instantiation is a straight-line f32 loop body.
 #include "cuda/kernels/elementwise.h"
 
 #include <cmath>
@@ -226,6 +227,34 @@ void with_binary_functor(BinaryOp op, float alpha, Fn&& fn) {
   STOKE_FAIL("cuda::binary", "unknown binary op ", static_cast<int>(op));
 }
 
+// Calls fn(functor) for a backward map.
+template <class Fn>
+void with_backward_functor(UnaryBackwardOp op, const UnaryParams& params, Fn&& fn) {
+  switch (op) {
+    case UnaryBackwardOp::relu:
+      return fn(BackwardF<UnaryBackwardOp::relu>{params});
+    case UnaryBackwardOp::leaky_relu:
+      return fn(BackwardF<UnaryBackwardOp::leaky_relu>{params});
+    case UnaryBackwardOp::sigmoid:
+      return fn(BackwardF<UnaryBackwardOp::sigmoid>{params});
+    case UnaryBackwardOp::tanh:
+      return fn(BackwardF<UnaryBackwardOp::tanh>{params});
+    case UnaryBackwardOp::gelu:
+      return fn(BackwardF<UnaryBackwardOp::gelu>{params});
+    case UnaryBackwardOp::gelu_tanh:
+      return fn(BackwardF<UnaryBackwardOp::gelu_tanh>{params});
+    case UnaryBackwardOp::clamp:
+      return fn(BackwardF<UnaryBackwardOp::clamp>{params});
+    case UnaryBackwardOp::abs:
+      return fn(BackwardF<UnaryBackwardOp::abs>{params});
+    case UnaryBackwardOp::sqrt:
+      return fn(BackwardF<UnaryBackwardOp::sqrt>{params});
+    case UnaryBackwardOp::rsqrt:
+      return fn(BackwardF<UnaryBackwardOp::rsqrt>{params});
+  }
+  STOKE_FAIL("cuda::unary_backward", "unknown backward op ", static_cast<int>(op));
+}
+
 }  // namespace
 
 BinaryOffsets make_binary_offsets(const int64_t* out_shape, int ndim, const int64_t* out_strides,
@@ -314,30 +343,141 @@ void unary_backward(UnaryBackwardOp op, DType dtype, const void* grad, const voi
   STOKE_NVTX_RANGE("stoke::cuda::unary_backward");
   ew::dispatch_floating(dtype, "cuda::unary_backward", [&](auto tag) {
     using T = decltype(tag);
-    auto run = [&](auto f) { launch_binary<T>(grad, saved, out, n, f, stream); };
+    with_backward_functor(op, params,
+                          [&](auto f) { launch_binary<T>(grad, saved, out, n, f, stream); });
+  });
+}
+
+// --- pow, lerp, strided backward maps, ternary backward kernels ---------------------------------
+
+namespace {
+
+// out[o0] = f(a[o1], b[o2], c[o3]) over a broadcast (or any strided) iteration space.
+template <class T, class F>
+__global__ void __launch_bounds__(kThreads)
+    ew_ternary_strided_kernel(const T* a, const T* b, const T* c, T* out, TernaryOffsets offsets,
+                              int64_t n, F f) {
+  const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = tid; i < n; i += step) {
+    int64_t off[4];
+    offsets.get(i, off);
+    out[off[0]] = from_float<T>(f(to_float(a[off[1]]), to_float(b[off[2]]), to_float(c[off[3]])));
+  }
+}
+
+// ops::pow's forms: exact products for 2 and 1, sqrt for 0.5, powf otherwise (uniform branch).
+struct PowF {
+  float e;
+  __host__ __device__ float operator()(float x) const {
+    if (e == 2.f) return x * x;
+    if (e == 1.f) return x;
+    if (e == 0.5f) return sqrtf(x);
+    return powf(x, e);
+  }
+};
+
+// ops::pow_backward: g * e * x^(e - 1), with ops::pow_backward's exact cases.
+struct PowBackwardF {
+  float e, em1;  // exponent and exponent - 1 (rounded from double separately, as on the CPU)
+  __host__ __device__ float operator()(float g, float x) const {
+    if (e == 0.f) return 0.f;
+    if (e == 2.f) return g * (x + x);
+    if (e == 1.f) return g;
+    return g * e * powf(x, em1);
+  }
+};
+
+struct LerpF {
+  float w;
+  __host__ __device__ float operator()(float a, float b) const { return a + w * (b - a); }
+};
+
+struct DivOtherBackwardF {
+  __host__ __device__ float operator()(float g, float a, float b) const { return -g * a / (b * b); }
+};
+// Gradient share of a in max/min(a, b): all of g where a wins, half on ties, 0 otherwise (NaN
+// operands win nothing).
+template <bool Max>
+struct MinMaxBackwardF {
+  __host__ __device__ float operator()(float g, float a, float b) const {
+    const bool wins = Max ? a > b : a < b;
+    return wins ? g : (a == b ? g * 0.5f : 0.f);
+  }
+};
+
+template <class T, class F>
+void launch_binary_any(const void* a, const void* b, void* out, const BinaryOffsets& offsets,
+                       int64_t n, F f, cudaStream_t stream) {
+  if (offsets.contiguous())
+    launch_binary<T>(a, b, out, n, f, stream);
+  else
+    launch_binary_strided<T>(a, b, out, offsets, n, f, stream);
+}
+
+}  // namespace
+
+void unary_backward(UnaryBackwardOp op, DType dtype, const void* grad, const void* saved, void* out,
+                    const BinaryOffsets& offsets, int64_t n, cudaStream_t stream,
+                    const UnaryParams& params) {
+  STOKE_NVTX_RANGE("stoke::cuda::unary_backward");
+  ew::dispatch_floating(dtype, "cuda::unary_backward", [&](auto tag) {
+    using T = decltype(tag);
+    with_backward_functor(
+        op, params, [&](auto f) { launch_binary_any<T>(grad, saved, out, offsets, n, f, stream); });
+  });
+}
+
+void pow(DType dtype, const void* x, void* out, int64_t n, double exponent, cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::pow");
+  ew::dispatch_floating(dtype, "cuda::pow", [&](auto tag) {
+    using T = decltype(tag);
+    launch_unary<T>(x, out, n, PowF{static_cast<float>(exponent)}, stream);
+  });
+}
+
+void pow_backward(DType dtype, const void* grad, const void* x, void* out,
+                  const BinaryOffsets& offsets, int64_t n, double exponent, cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::pow_backward");
+  ew::dispatch_floating(dtype, "cuda::pow_backward", [&](auto tag) {
+    using T = decltype(tag);
+    const PowBackwardF f{static_cast<float>(exponent), static_cast<float>(exponent - 1)};
+    launch_binary_any<T>(grad, x, out, offsets, n, f, stream);
+  });
+}
+
+void lerp(DType dtype, const void* a, const void* b, void* out, const BinaryOffsets& offsets,
+          int64_t n, float weight, cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::lerp");
+  ew::dispatch_floating(dtype, "cuda::lerp", [&](auto tag) {
+    using T = decltype(tag);
+    launch_binary_any<T>(a, b, out, offsets, n, LerpF{weight}, stream);
+  });
+}
+
+void ternary_backward(TernaryBackwardOp op, DType dtype, const void* grad, const void* a,
+                      const void* b, void* out, const TernaryOffsets& offsets, int64_t n,
+                      cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::ternary_backward");
+  if (n <= 0) return;
+  ew::dispatch_floating(dtype, "cuda::ternary_backward", [&](auto tag) {
+    using T = decltype(tag);
+    auto run = [&](auto f) {
+      auto* k = &ew_ternary_strided_kernel<T, decltype(f)>;
+      STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)
+      (static_cast<const T*>(grad), static_cast<const T*>(a), static_cast<const T*>(b),
+       static_cast<T*>(out), offsets, n, f);
+      STOKE_CUDA_CHECK(cudaGetLastError());
+    };
     switch (op) {
-      case UnaryBackwardOp::relu:
-        return run(BackwardF<UnaryBackwardOp::relu>{params});
-      case UnaryBackwardOp::leaky_relu:
-        return run(BackwardF<UnaryBackwardOp::leaky_relu>{params});
-      case UnaryBackwardOp::sigmoid:
-        return run(BackwardF<UnaryBackwardOp::sigmoid>{params});
-      case UnaryBackwardOp::tanh:
-        return run(BackwardF<UnaryBackwardOp::tanh>{params});
-      case UnaryBackwardOp::gelu:
-        return run(BackwardF<UnaryBackwardOp::gelu>{params});
-      case UnaryBackwardOp::gelu_tanh:
-        return run(BackwardF<UnaryBackwardOp::gelu_tanh>{params});
-      case UnaryBackwardOp::clamp:
-        return run(BackwardF<UnaryBackwardOp::clamp>{params});
-      case UnaryBackwardOp::abs:
-        return run(BackwardF<UnaryBackwardOp::abs>{params});
-      case UnaryBackwardOp::sqrt:
-        return run(BackwardF<UnaryBackwardOp::sqrt>{params});
-      case UnaryBackwardOp::rsqrt:
-        return run(BackwardF<UnaryBackwardOp::rsqrt>{params});
+      case TernaryBackwardOp::div_other:
+        return run(DivOtherBackwardF{});
+      case TernaryBackwardOp::maximum:
+        return run(MinMaxBackwardF<true>{});
+      case TernaryBackwardOp::minimum:
+        return run(MinMaxBackwardF<false>{});
     }
-    STOKE_FAIL("cuda::unary_backward", "unknown backward op ", static_cast<int>(op));
+    STOKE_FAIL("cuda::ternary_backward", "unknown op ", static_cast<int>(op));
   });
 }
 

@@ -89,4 +89,36 @@ void unary(UnaryOp op, DType dtype, const void* x, void* out, int64_t n, cudaStr
 void unary_backward(UnaryBackwardOp op, DType dtype, const void* grad, const void* saved, void* out,
                     int64_t n, cudaStream_t stream, const UnaryParams& params = {});
 
+// --- pow, lerp and the backward maps over broadcast operands -------------------------------------
+
+// The backward maps over broadcast (or any strided) operands: offsets of (out, grad, saved) from
+// make_binary_offsets; contiguous operands take the vectorized path.
+void unary_backward(UnaryBackwardOp op, DType dtype, const void* grad, const void* saved, void* out,
+                    const BinaryOffsets& offsets, int64_t n, cudaStream_t stream,
+                    const UnaryParams& params = {});
+
+// out = x ** exponent (contiguous, n elements) as ops::pow computes it: x * x for 2, x for 1,
+// sqrt(x) for 0.5, powf(x, exponent) otherwise.
+void pow(DType dtype, const void* x, void* out, int64_t n, double exponent, cudaStream_t stream);
+
+// out = grad * exponent * x^(exponent - 1) as ops::pow_backward (0 for exponent 0, grad * 2x for
+// 2, grad for 1); offsets of (out, grad, x).
+void pow_backward(DType dtype, const void* grad, const void* x, void* out,
+                  const BinaryOffsets& offsets, int64_t n, double exponent, cudaStream_t stream);
+
+// out = a + weight * (b - a) (ops::lerp_ with out == a); offsets of (out, a, b).
+void lerp(DType dtype, const void* a, const void* b, void* out, const BinaryOffsets& offsets,
+          int64_t n, float weight, cudaStream_t stream);
+
+// Backward kernels of three broadcast operands (grad, a, b), as the ops:: functions:
+//   div_other  -grad * a / b^2                                         (div_backward_other)
+//   maximum    grad where a > b, grad / 2 where a == b, 0 elsewhere    (maximum_backward)
+//   minimum    the same with a < b                                     (minimum_backward)
+enum class TernaryBackwardOp : uint8_t { div_other, maximum, minimum };
+// Offsets of (out, grad, a, b) over the broadcast shape, from make_strided_offsets<4>.
+using TernaryOffsets = StridedOffsets<4>;
+void ternary_backward(TernaryBackwardOp op, DType dtype, const void* grad, const void* a,
+                      const void* b, void* out, const TernaryOffsets& offsets, int64_t n,
+                      cudaStream_t stream);
+
 }  // namespace stoke::cuda

@@ -2,6 +2,7 @@
 // in-place updates optimizers use, and the backward kernels of binary ops.
 #include <cstring>
 #include <string_view>
+#include <type_traits>
 
 #include "ops/check.h"
 #include "ops/cpu/elementwise_kernels.h"
@@ -114,15 +115,87 @@ T min_nan(T x, T y) {
   return x < y ? x : y;
 }
 
-// Common checks of an in-place op with tensor operands.
+// Integer add/sub/mul wrap around on overflow (two's complement), as in torch and in the CUDA
+// integer kernels (cuda/kernels/integer.cu): computed in the unsigned type, since signed overflow
+// is undefined in C++. Floating types use their own operators.
+template <class T>
+T wrap_add(T x, T y) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(x) + static_cast<U>(y)));
+  } else {
+    return static_cast<T>(x + y);
+  }
+}
+template <class T>
+T wrap_sub(T x, T y) {
+  if constexpr (std::is_integral_v<T>) {
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(x) - static_cast<U>(y)));
+  } else {
+    return static_cast<T>(x - y);
+  }
+}
+template <class T>
+T wrap_mul(T x, T y) {
+  if constexpr (std::is_integral_v<T>) {
+    // u8 * u8 promotes to int and cannot overflow it; wider types multiply as unsigned.
+    using U = std::make_unsigned_t<T>;
+    return static_cast<T>(static_cast<U>(static_cast<U>(x) * static_cast<U>(y)));
+  } else {
+    return static_cast<T>(x * y);
+  }
+}
+
+}  // namespace
+
+namespace detail {
+// The checks of an in-place target that every device shares: cpu::check_inplace's, with its
+// messages, less its CPU check. Entry points run it after device_dispatch (which has checked that
+// the operands share a device) and before sending the op to that device. Also used by
+// ops/cpu/unary.cpp.
+void check_inplace_target(const char* op, const Tensor& t) {
+  STOKE_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op,
+              "a tensor that requires grad is being used in an in-place operation; run it under "
+              "NoGradGuard (optimizer steps) or on t.detach()");
+  for (int64_t d = 0; d < t.dim(); ++d)
+    STOKE_CHECK(!(t.stride(d) == 0 && t.size(d) > 1), op,
+                "cannot write in place to an expanded tensor (shape ", t.shape(), ", strides ",
+                t.strides(), "): more than one element refers to the same memory location");
+}
+}  // namespace detail
+
+namespace {
+using detail::check_inplace_target;
+
+// Device-independent checks of an in-place op with tensor operands (same device: checked by
+// device_dispatch).
 void check_inplace_operands(const char* op, const Tensor& t,
                             std::initializer_list<const Tensor*> others) {
-  cpu::check_inplace(op, t);
+  check_inplace_target(op, t);
   for (const Tensor* o : others) {
-    check_same_device(op, {&t, o});
     check_same_dtype(op, t, "self", *o, "other");
     cpu::check_broadcasts_to(op, *o, t.shape());
   }
+}
+
+// The device's kernels for an in-place op with tensor operands (null on the CPU), after the checks
+// every device shares.
+DeviceKernels* inplace_dispatch(const char* op, const Tensor& t, const Tensor& a,
+                                const Tensor* b = nullptr) {
+  DeviceKernels* k = device_dispatch(op, {&t, &a, b});
+  if (b)
+    check_inplace_operands(op, t, {&a, b});
+  else
+    check_inplace_operands(op, t, {&a});
+  return k;
+}
+
+// The same for an in-place op with a scalar operand.
+DeviceKernels* inplace_dispatch(const char* op, const Tensor& t) {
+  DeviceKernels* k = device_dispatch(op, {&t});
+  check_inplace_target(op, t);
+  return k;
 }
 
 }  // namespace
@@ -130,29 +203,29 @@ void check_inplace_operands(const char* op, const Tensor& t,
 // --- arithmetic -------------------------------------------------------------------------------
 
 Tensor add(const Tensor& a, const Tensor& b) {
-  return binary<false>("add", BinaryOp::add, a, b, [](auto x, auto y) { return x + y; });
+  return binary<false>("add", BinaryOp::add, a, b, [](auto x, auto y) { return wrap_add(x, y); });
 }
 Tensor add(const Tensor& a, double s) {
   return binary_scalar<false>("add", BinaryOp::add, false, a, s,
-                              [](auto x, auto c) { return x + c; });
+                              [](auto x, auto c) { return wrap_add(x, c); });
 }
 Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary<false>("sub", BinaryOp::sub, a, b, [](auto x, auto y) { return x - y; });
+  return binary<false>("sub", BinaryOp::sub, a, b, [](auto x, auto y) { return wrap_sub(x, y); });
 }
 Tensor sub(const Tensor& a, double s) {
   return binary_scalar<false>("sub", BinaryOp::sub, false, a, s,
-                              [](auto x, auto c) { return x - c; });
+                              [](auto x, auto c) { return wrap_sub(x, c); });
 }
 Tensor sub(double s, const Tensor& a) {
   return binary_scalar<false>("sub", BinaryOp::sub, true, a, s,
-                              [](auto x, auto c) { return c - x; });
+                              [](auto x, auto c) { return wrap_sub(c, x); });
 }
 Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary<false>("mul", BinaryOp::mul, a, b, [](auto x, auto y) { return x * y; });
+  return binary<false>("mul", BinaryOp::mul, a, b, [](auto x, auto y) { return wrap_mul(x, y); });
 }
 Tensor mul(const Tensor& a, double s) {
   return binary_scalar<false>("mul", BinaryOp::mul, false, a, s,
-                              [](auto x, auto c) { return x * c; });
+                              [](auto x, auto c) { return wrap_mul(x, c); });
 }
 Tensor div(const Tensor& a, const Tensor& b) {
   return binary<true>("div", BinaryOp::div, a, b, [](auto x, auto y) { return x / y; });
@@ -234,100 +307,93 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 // --- in place ---------------------------------------------------------------------------------
 
 Tensor add_(const Tensor& t, const Tensor& other, double alpha) {
-  if (auto* k = device_dispatch("add_", {&t, &other})) {
+  if (auto* k = inplace_dispatch("add_", t, other)) {
     k->binary_(BinaryOp::add, t, other, alpha);
     return t;
   }
-  check_inplace_operands("add_", t, {&other});
   dispatch_numeric(t.dtype(), "add_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T a = scalar_as<T>(alpha, "add_");
     if (alpha == 1)
-      map<T, T, T>(t, {t, other}, [](T x, T y) { return T(x + y); });
+      map<T, T, T>(t, {t, other}, [](T x, T y) { return wrap_add(x, y); });
     else
-      map<T, T, T>(t, {t, other}, [a](T x, T y) { return T(x + a * y); });
+      map<T, T, T>(t, {t, other}, [a](T x, T y) { return wrap_add(x, wrap_mul(a, y)); });
   });
   return t;
 }
 
 Tensor add_(const Tensor& t, double s) {
-  if (auto* k = device_dispatch("add_", {&t})) {
+  if (auto* k = inplace_dispatch("add_", t)) {
     k->binary_scalar_(BinaryOp::add, t, s);
     return t;
   }
-  cpu::check_inplace("add_", t);
   dispatch_numeric(t.dtype(), "add_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T c = scalar_as<T>(s, "add_");
-    map<T, T>(t, {t}, [c](T x) { return T(x + c); });
+    map<T, T>(t, {t}, [c](T x) { return wrap_add(x, c); });
   });
   return t;
 }
 
 Tensor sub_(const Tensor& t, const Tensor& other, double alpha) {
-  if (auto* k = device_dispatch("sub_", {&t, &other})) {
+  if (auto* k = inplace_dispatch("sub_", t, other)) {
     k->binary_(BinaryOp::sub, t, other, alpha);
     return t;
   }
-  check_inplace_operands("sub_", t, {&other});
   dispatch_numeric(t.dtype(), "sub_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T a = scalar_as<T>(alpha, "sub_");
     if (alpha == 1)
-      map<T, T, T>(t, {t, other}, [](T x, T y) { return T(x - y); });
+      map<T, T, T>(t, {t, other}, [](T x, T y) { return wrap_sub(x, y); });
     else
-      map<T, T, T>(t, {t, other}, [a](T x, T y) { return T(x - a * y); });
+      map<T, T, T>(t, {t, other}, [a](T x, T y) { return wrap_sub(x, wrap_mul(a, y)); });
   });
   return t;
 }
 
 Tensor sub_(const Tensor& t, double s) {
-  if (auto* k = device_dispatch("sub_", {&t})) {
+  if (auto* k = inplace_dispatch("sub_", t)) {
     k->binary_scalar_(BinaryOp::sub, t, s);
     return t;
   }
-  cpu::check_inplace("sub_", t);
   dispatch_numeric(t.dtype(), "sub_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T c = scalar_as<T>(s, "sub_");
-    map<T, T>(t, {t}, [c](T x) { return T(x - c); });
+    map<T, T>(t, {t}, [c](T x) { return wrap_sub(x, c); });
   });
   return t;
 }
 
 Tensor mul_(const Tensor& t, const Tensor& other) {
-  if (auto* k = device_dispatch("mul_", {&t, &other})) {
+  if (auto* k = inplace_dispatch("mul_", t, other)) {
     k->binary_(BinaryOp::mul, t, other, 1.0);
     return t;
   }
-  check_inplace_operands("mul_", t, {&other});
   dispatch_numeric(t.dtype(), "mul_", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    map<T, T, T>(t, {t, other}, [](T x, T y) { return T(x * y); });
+    map<T, T, T>(t, {t, other}, [](T x, T y) { return wrap_mul(x, y); });
   });
   return t;
 }
 
 Tensor mul_(const Tensor& t, double s) {
-  if (auto* k = device_dispatch("mul_", {&t})) {
+  if (auto* k = inplace_dispatch("mul_", t)) {
     k->binary_scalar_(BinaryOp::mul, t, s);
     return t;
   }
-  cpu::check_inplace("mul_", t);
   dispatch_numeric(t.dtype(), "mul_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T c = scalar_as<T>(s, "mul_");
-    map<T, T>(t, {t}, [c](T x) { return T(x * c); });
+    map<T, T>(t, {t}, [c](T x) { return wrap_mul(x, c); });
   });
   return t;
 }
 
 Tensor div_(const Tensor& t, const Tensor& other) {
-  if (auto* k = device_dispatch("div_", {&t, &other})) {
+  if (auto* k = inplace_dispatch("div_", t, other)) {
     k->binary_(BinaryOp::div, t, other, 1.0);
     return t;
   }
-  check_inplace_operands("div_", t, {&other});
   dispatch_float(t.dtype(), "div_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     map<T, T, T>(t, {t, other}, [](T x, T y) { return x / y; });
@@ -336,11 +402,10 @@ Tensor div_(const Tensor& t, const Tensor& other) {
 }
 
 Tensor div_(const Tensor& t, double s) {
-  if (auto* k = device_dispatch("div_", {&t})) {
+  if (auto* k = inplace_dispatch("div_", t)) {
     k->binary_scalar_(BinaryOp::div, t, s);
     return t;
   }
-  cpu::check_inplace("div_", t);
   dispatch_float(t.dtype(), "div_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T c = static_cast<T>(s);
@@ -350,27 +415,26 @@ Tensor div_(const Tensor& t, double s) {
 }
 
 Tensor addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
-  if (auto* k = device_dispatch("addcmul_", {&t, &a, &b})) {
+  if (auto* k = inplace_dispatch("addcmul_", t, a, &b)) {
     // Two launches on the device: the product (quotient), then the scaled in-place add.
     k->binary_(BinaryOp::add, t, k->binary(BinaryOp::mul, a, b), value);
     return t;
   }
-  check_inplace_operands("addcmul_", t, {&a, &b});
   dispatch_numeric(t.dtype(), "addcmul_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = scalar_as<T>(value, "addcmul_");
-    map<T, T, T, T>(t, {t, a, b}, [v](T x, T p, T q) { return T(x + v * p * q); });
+    map<T, T, T, T>(t, {t, a, b},
+                    [v](T x, T p, T q) { return wrap_add(x, wrap_mul(wrap_mul(v, p), q)); });
   });
   return t;
 }
 
 Tensor addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
-  if (auto* k = device_dispatch("addcdiv_", {&t, &a, &b})) {
+  if (auto* k = inplace_dispatch("addcdiv_", t, a, &b)) {
     // Two launches on the device: the product (quotient), then the scaled in-place add.
     k->binary_(BinaryOp::add, t, k->binary(BinaryOp::div, a, b), value);
     return t;
   }
-  check_inplace_operands("addcdiv_", t, {&a, &b});
   dispatch_float(t.dtype(), "addcdiv_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = static_cast<T>(value);
@@ -380,11 +444,10 @@ Tensor addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value)
 }
 
 Tensor zero_(const Tensor& t) {
-  if (auto* k = device_dispatch("zero_", {&t})) {
+  if (auto* k = inplace_dispatch("zero_", t)) {
     k->fill(t, 0.0);
     return t;
   }
-  cpu::check_inplace("zero_", t);
   if (t.is_contiguous()) {
     std::memset(t.data_ptr(), 0, t.numel() * t.element_size());
     return t;
@@ -412,8 +475,10 @@ Tensor zero_(const Tensor& t) {
 }
 
 Tensor lerp_(const Tensor& t, const Tensor& end, double weight) {
-  if (device_dispatch("lerp_", {&t, &end})) return add_(t, sub(end, t), weight);  // t += w (e - t)
-  check_inplace_operands("lerp_", t, {&end});
+  if (auto* k = inplace_dispatch("lerp_", t, end)) {
+    k->lerp_(t, end, weight);
+    return t;
+  }
   dispatch_float(t.dtype(), "lerp_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T w = static_cast<T>(weight);
@@ -425,13 +490,12 @@ Tensor lerp_(const Tensor& t, const Tensor& end, double weight) {
 // --- backward kernels of binary ops -----------------------------------------------------------
 
 Tensor div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b) {
-  if (device_dispatch("div_backward", {&grad, &a, &b}))
-    return neg(div(mul(grad, a), mul(b, b)));  // -g a / b^2, from the device's kernels
-  check_same_device("div_backward", {&grad, &a, &b});
+  DeviceKernels* k = device_dispatch("div_backward", {&grad, &a, &b});
   check_same_dtype("div_backward", grad, "grad", a, "a");
   check_same_dtype("div_backward", grad, "grad", b, "b");
   const Shape shape = broadcast_shapes(broadcast_shapes(grad.shape(), a.shape(), "div_backward"),
                                        b.shape(), "div_backward");
+  if (k) return k->div_backward_other(grad, a, b);
   Tensor out = empty(shape, {.dtype = grad.dtype()});
   dispatch_float(grad.dtype(), "div_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -445,18 +509,12 @@ namespace {
 template <class Win>
 Tensor minmax_backward(const char* op, const Tensor& grad, const Tensor& a, const Tensor& b,
                        Win win) {
-  if (device_dispatch(op, {&grad, &a, &b})) {
-    // g * (win + 0.5 * tie), from the device's comparison and elementwise kernels.
-    const bool is_max = std::string_view(op) == "maximum_backward";
-    const Tensor wins = is_max ? gt(a, b) : lt(a, b);
-    const Tensor share = add(wins.to(grad.dtype()), mul(eq(a, b).to(grad.dtype()), 0.5));
-    return mul(grad, share);
-  }
-  check_same_device(op, {&grad, &a, &b});
+  DeviceKernels* k = device_dispatch(op, {&grad, &a, &b});
   check_same_dtype(op, grad, "grad", a, "a");
   check_same_dtype(op, grad, "grad", b, "b");
   const Shape shape =
       broadcast_shapes(broadcast_shapes(grad.shape(), a.shape(), op), b.shape(), op);
+  if (k) return k->minmax_backward(std::string_view(op) == "maximum_backward", grad, a, b);
   Tensor out = empty(shape, {.dtype = grad.dtype()});
   dispatch_float(grad.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
@@ -478,12 +536,9 @@ Tensor minimum_backward(const Tensor& grad, const Tensor& a, const Tensor& b) {
 Tensor where_backward(const Tensor& grad, const Tensor& cond, bool for_a) {
   STOKE_CHECK(cond.dtype() == DType::boolean, "where_backward", "expected cond of dtype bool, got ",
               cond.dtype());
-  if (device_dispatch("where_backward", {&grad, &cond})) {
-    const Tensor zero = zeros({}, {.dtype = grad.dtype(), .device = grad.device()});
-    return for_a ? where(cond, grad, zero) : where(cond, zero, grad);
-  }
-  check_same_device("where_backward", {&grad, &cond});
+  DeviceKernels* k = device_dispatch("where_backward", {&grad, &cond});
   const Shape shape = broadcast_shapes(grad.shape(), cond.shape(), "where_backward");
+  if (k) return k->where_backward(grad, cond, for_a);
   Tensor out = empty(shape, {.dtype = grad.dtype()});
   dispatch_float(grad.dtype(), "where_backward", [&](auto tag) {
     using T = typename decltype(tag)::type;

@@ -11,6 +11,11 @@
 
 namespace stoke::ops {
 
+namespace detail {
+// The in-place checks every device shares (ops/cpu/binary.cpp).
+void check_inplace_target(const char* op, const Tensor& t);
+}  // namespace detail
+
 namespace {
 
 using cpu::map;
@@ -145,10 +150,25 @@ T gelu_tanh(T x) {
   return T(0.5) * x * (T(1) + std::tanh(inner));
 }
 
+void check_bounds(const char* op, std::optional<double> lo, std::optional<double> hi) {
+  STOKE_CHECK(lo || hi, op, "expected at least one of min and max, got neither");
+}
+
+// The device's kernels for a backward map (null on the CPU), after the checks every device
+// shares, in backward_map's order.
+DeviceKernels* backward_dispatch(const char* op, const Tensor& grad, const Tensor& y) {
+  DeviceKernels* k = device_dispatch(op, {&grad, &y});
+  if (k) {
+    check_same_dtype(op, grad, "grad", y, "saved tensor");
+    broadcast_shapes(grad.shape(), y.shape(), op);
+  }
+  return k;
+}
+
 // Clamps t's values into out (out may be t) with the bounds present.
 void clamp_into(const char* op, const Tensor& out, const Tensor& x, std::optional<double> lo,
                 std::optional<double> hi) {
-  STOKE_CHECK(lo || hi, op, "expected at least one of min and max, got neither");
+  check_bounds(op, lo, hi);
   dispatch_numeric(x.dtype(), op, [&](auto tag) {
     using T = typename decltype(tag)::type;
     // Written as x < lo ? lo : x so that NaN passes through, like torch.clamp.
@@ -227,6 +247,7 @@ Tensor gelu(const Tensor& x, GeluApproximate approximate) {
   return unary<true>("gelu", x, [](auto v) { return gelu_exact(v); });
 }
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+  check_bounds("clamp", min, max);
   if (auto* k = device_dispatch("clamp", {&x})) return k->clamp(x, min, max);
   check_cpu("clamp", {&x});
   Tensor out = empty(x.shape(), {.dtype = x.dtype()});
@@ -237,21 +258,8 @@ Tensor sign(const Tensor& x) {
   if (auto* k = device_dispatch("sign", {&x})) return k->unary(UnaryOp::sign, x);
   return unary<false>("sign", x, [](auto v) { return sign_value(v); });
 }
-// x^e on a device, from its kernels: exact products for small integer exponents (so negative bases
-// work), exp(e * log(x)) otherwise (NaN for x < 0, as pow gives for a non-integer exponent).
-Tensor pow_on_device(const Tensor& x, double e) {
-  if (e == 0) return full_like(x, 1.0);
-  if (e == 0.5) return sqrt(x);
-  if (e == std::floor(e) && std::abs(e) <= 8) {
-    Tensor r = x.clone();
-    for (int i = 1; i < static_cast<int>(std::abs(e)); ++i) r = mul(r, x);
-    return e < 0 ? div(1.0, r) : r;
-  }
-  return exp(mul(log(x), e));
-}
-
 Tensor pow(const Tensor& x, double exponent) {
-  if (device_dispatch("pow", {&x})) return pow_on_device(x, exponent);
+  if (auto* k = device_dispatch("pow", {&x})) return k->pow(x, exponent);
   // Common exponents get exact, vectorizable forms.
   if (exponent == 2) return unary<true>("pow", x, [](auto v) { return v * v; });
   if (exponent == 1) return unary<true>("pow", x, [](auto v) { return v; });
@@ -262,8 +270,12 @@ Tensor pow(const Tensor& x, double exponent) {
 // --- in place ---------------------------------------------------------------------------------
 
 Tensor sqrt_(const Tensor& t) {
-  if (device_dispatch("sqrt_", {&t})) return Tensor(t).copy_(sqrt(t));
-  cpu::check_inplace("sqrt_", t);
+  auto* k = device_dispatch("sqrt_", {&t});
+  detail::check_inplace_target("sqrt_", t);
+  if (k) {
+    k->sqrt_(t);
+    return t;
+  }
   dispatch_float(t.dtype(), "sqrt_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     map<T, T>(t, {t}, [](T v) { return std::sqrt(v); });
@@ -272,8 +284,13 @@ Tensor sqrt_(const Tensor& t) {
 }
 
 Tensor clamp_(const Tensor& t, std::optional<double> min, std::optional<double> max) {
-  if (device_dispatch("clamp_", {&t})) return Tensor(t).copy_(clamp(t, min, max));
-  cpu::check_inplace("clamp_", t);
+  auto* k = device_dispatch("clamp_", {&t});
+  detail::check_inplace_target("clamp_", t);
+  if (k) {
+    check_bounds("clamp_", min, max);
+    k->clamp_(t, min, max);
+    return t;
+  }
   clamp_into("clamp_", t, t, min, max);
   return t;
 }
@@ -281,13 +298,13 @@ Tensor clamp_(const Tensor& t, std::optional<double> min, std::optional<double> 
 // --- backward ---------------------------------------------------------------------------------
 
 Tensor relu_backward(const Tensor& grad, const Tensor& out) {
-  if (auto* k = device_dispatch("relu_backward", {&grad, &out})) return k->relu_backward(grad, out);
+  if (auto* k = backward_dispatch("relu_backward", grad, out)) return k->relu_backward(grad, out);
   return backward_map("relu_backward", grad, out,
                       [](auto g, auto y) { return y > 0 ? g : decltype(g)(0); });
 }
 
 Tensor leaky_relu_backward(const Tensor& grad, const Tensor& x, double negative_slope) {
-  if (auto* k = device_dispatch("leaky_relu_backward", {&grad, &x}))
+  if (auto* k = backward_dispatch("leaky_relu_backward", grad, x))
     return k->unary_backward(UnaryGradOp::leaky_relu, grad, x, {.negative_slope = negative_slope});
   return backward_map("leaky_relu_backward", grad, x, [negative_slope](auto g, auto v) {
     using T = decltype(g);
@@ -296,7 +313,7 @@ Tensor leaky_relu_backward(const Tensor& grad, const Tensor& x, double negative_
 }
 
 Tensor sigmoid_backward(const Tensor& grad, const Tensor& out) {
-  if (auto* k = device_dispatch("sigmoid_backward", {&grad, &out}))
+  if (auto* k = backward_dispatch("sigmoid_backward", grad, out))
     return k->unary_backward(UnaryGradOp::sigmoid, grad, out, {});
   return backward_map("sigmoid_backward", grad, out, [](auto g, auto y) {
     using T = decltype(g);
@@ -305,7 +322,7 @@ Tensor sigmoid_backward(const Tensor& grad, const Tensor& out) {
 }
 
 Tensor tanh_backward(const Tensor& grad, const Tensor& out) {
-  if (auto* k = device_dispatch("tanh_backward", {&grad, &out}))
+  if (auto* k = backward_dispatch("tanh_backward", grad, out))
     return k->unary_backward(UnaryGradOp::tanh, grad, out, {});
   return backward_map("tanh_backward", grad, out, [](auto g, auto y) {
     using T = decltype(g);
@@ -314,7 +331,7 @@ Tensor tanh_backward(const Tensor& grad, const Tensor& out) {
 }
 
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApproximate approximate) {
-  if (auto* k = device_dispatch("gelu_backward", {&grad, &x}))
+  if (auto* k = backward_dispatch("gelu_backward", grad, x))
     return k->unary_backward(
         approximate == GeluApproximate::tanh ? UnaryGradOp::gelu_tanh : UnaryGradOp::gelu, grad, x,
         {});
@@ -337,7 +354,7 @@ Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApproximate approx
 Tensor clamp_backward(const Tensor& grad, const Tensor& x, std::optional<double> min,
                       std::optional<double> max) {
   const double lo = min ? *min : -INFINITY, hi = max ? *max : INFINITY;
-  if (auto* k = device_dispatch("clamp_backward", {&grad, &x}))
+  if (auto* k = backward_dispatch("clamp_backward", grad, x))
     return k->unary_backward(UnaryGradOp::clamp, grad, x, {.min = lo, .max = hi});
   return backward_map("clamp_backward", grad, x, [lo, hi](auto g, auto v) {
     using T = decltype(g);
@@ -346,15 +363,14 @@ Tensor clamp_backward(const Tensor& grad, const Tensor& x, std::optional<double>
 }
 
 Tensor abs_backward(const Tensor& grad, const Tensor& x) {
-  if (auto* k = device_dispatch("abs_backward", {&grad, &x}))
+  if (auto* k = backward_dispatch("abs_backward", grad, x))
     return k->unary_backward(UnaryGradOp::abs, grad, x, {});
   return backward_map("abs_backward", grad, x, [](auto g, auto v) { return g * sign_value(v); });
 }
 
 Tensor pow_backward(const Tensor& grad, const Tensor& x, double exponent) {
-  if (device_dispatch("pow_backward", {&grad, &x}))
-    return exponent == 0 ? zeros_like(grad)
-                         : mul(grad, mul(pow_on_device(x, exponent - 1), exponent));
+  if (auto* k = backward_dispatch("pow_backward", grad, x))
+    return k->pow_backward(grad, x, exponent);
   if (exponent == 0)
     return backward_map("pow_backward", grad, x, [](auto g, auto) { return decltype(g)(0); });
   if (exponent == 2)
@@ -367,13 +383,13 @@ Tensor pow_backward(const Tensor& grad, const Tensor& x, double exponent) {
 }
 
 Tensor sqrt_backward(const Tensor& grad, const Tensor& out) {
-  if (auto* k = device_dispatch("sqrt_backward", {&grad, &out}))
+  if (auto* k = backward_dispatch("sqrt_backward", grad, out))
     return k->unary_backward(UnaryGradOp::sqrt, grad, out, {});
   return backward_map("sqrt_backward", grad, out, [](auto g, auto y) { return g / (y + y); });
 }
 
 Tensor rsqrt_backward(const Tensor& grad, const Tensor& out) {
-  if (auto* k = device_dispatch("rsqrt_backward", {&grad, &out}))
+  if (auto* k = backward_dispatch("rsqrt_backward", grad, out))
     return k->unary_backward(UnaryGradOp::rsqrt, grad, out, {});
   return backward_map("rsqrt_backward", grad, out, [](auto g, auto y) {
     using T = decltype(g);

@@ -71,6 +71,14 @@ class CudaKernels final : public DeviceKernels {
   Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) override;
   Tensor compare_scalar(CompareOp op, const Tensor& a, double s) override;
   Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) override;
+  Tensor where_backward(const Tensor& grad, const Tensor& cond, bool for_a) override;
+  Tensor pow(const Tensor& x, double exponent) override;
+  Tensor pow_backward(const Tensor& grad, const Tensor& x, double exponent) override;
+  Tensor div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b) override;
+  Tensor minmax_backward(bool max, const Tensor& grad, const Tensor& a, const Tensor& b) override;
+  void sqrt_(const Tensor& t) override;
+  void clamp_(const Tensor& t, std::optional<double> min, std::optional<double> max) override;
+  void lerp_(const Tensor& t, const Tensor& end, double weight) override;
 
   // --- more reductions, indexing, other losses: ops/cuda/reduce.cpp, index.cpp, loss.cpp -------
   int64_t first_out_of_range(const Tensor& index, int64_t bound) override;

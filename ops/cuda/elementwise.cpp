@@ -1,7 +1,12 @@
-// Comparisons, where and the unary backward maps on cuda tensors: cuda/kernels/compare.h and
-// cuda::unary_backward (cuda/kernels/elementwise.h).
-#include "cuda/kernels/elementwise.h"
+// Comparisons, where, pow and the elementwise backward kernels on cuda tensors, and the in-place
+// sqrt_/clamp_/lerp_: cuda/kernels/compare.h and cuda/kernels/elementwise.h. The ops:: entry
+// points have already run the checks every device shares (dtypes agree, shapes broadcast, in-place
+// targets writable); what is left here is the device's own dtype rule (f32, f16, bf16 for math)
+// and one launch per op over the operands' own strides (no contiguous copies for broadcasting).
+#include <array>
+
 #include "cuda/kernels/compare.h"
+#include "cuda/kernels/elementwise.h"
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
@@ -33,54 +38,79 @@ cuda::UnaryBackwardOp to_cuda(UnaryGradOp op) {
   return cuda::UnaryBackwardOp::sigmoid;
 }
 
+// The ops:: function a backward map serves, for messages.
+const char* name_of(UnaryGradOp op) {
+  switch (op) {
+    case UnaryGradOp::leaky_relu:
+      return "leaky_relu_backward";
+    case UnaryGradOp::sigmoid:
+      return "sigmoid_backward";
+    case UnaryGradOp::tanh:
+      return "tanh_backward";
+    case UnaryGradOp::gelu:
+    case UnaryGradOp::gelu_tanh:
+      return "gelu_backward";
+    case UnaryGradOp::clamp:
+      return "clamp_backward";
+    case UnaryGradOp::abs:
+      return "abs_backward";
+    case UnaryGradOp::sqrt:
+      return "sqrt_backward";
+    case UnaryGradOp::rsqrt:
+      return "rsqrt_backward";
+  }
+  return "unary_backward";
+}
+
 const char* name_of(CompareOp op) {
   static const char* names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
   return names[static_cast<int>(op)];
 }
 
-// t broadcast to `shape` and made contiguous (a no-op when it already is).
-Tensor dense(const Tensor& t, const Shape& shape) {
-  return t.shape() == shape ? t.contiguous() : t.expand(shape).contiguous();
+// Offsets of N operands broadcast to `shape`; operand 0 is the (contiguous) output.
+template <int N>
+cuda::StridedOffsets<N> offsets_over(const char* op, const Tensor& out,
+                                     const std::array<const Tensor*, N - 1>& inputs) {
+  const Shape& shape = out.shape();
+  std::array<Shape, N - 1> st;
+  const int64_t* strides[N];
+  strides[0] = out.strides().data();
+  for (int k = 0; k < N - 1; ++k) {
+    st[k] = broadcast_strides(inputs[k]->shape(), inputs[k]->strides(), shape);
+    strides[k + 1] = st[k].data();
+  }
+  return cuda::make_strided_offsets<N>(op, shape.data(), static_cast<int>(shape.size()), strides);
+}
+
+// t = f(t) for an in-place unary map: in place when t is contiguous, else through a contiguous
+// copy written back with the strided copy kernel.
+void map_in_place(CudaKernels& k, const Tensor& t, cuda::UnaryOp op, const cuda::UnaryParams& p) {
+  if (t.numel() == 0) return;
+  const Tensor c = t.is_contiguous() ? t : t.contiguous();
+  cuda::unary(op, c.dtype(), c.data_ptr(), c.data_ptr(), c.numel(), launch_stream(), p);
+  if (!t.is_contiguous()) k.copy_strided(t, c);
 }
 
 }  // namespace
 
-Tensor CudaKernels::unary_backward(UnaryGradOp op, const Tensor& grad_in, const Tensor& saved_in,
-                                   const UnaryGradParams& params) {
-  const char* name = "unary_backward";
-  check_same_dtype(name, grad_in, "grad", saved_in, "saved tensor");
-  check_float_dtype(name, grad_in);
-  const Shape shape = broadcast_shapes(grad_in.shape(), saved_in.shape(), name);
-  const Tensor g = dense(grad_in.detach(), shape), s = dense(saved_in.detach(), shape);
-  Tensor out = empty_on(shape, g.dtype(), g.device());
-  cuda::UnaryParams p;
-  p.negative_slope = static_cast<float>(params.negative_slope);
-  p.min = static_cast<float>(params.min);
-  p.max = static_cast<float>(params.max);
-  cuda::unary_backward(to_cuda(op), g.dtype(), g.data_ptr(), s.data_ptr(), out.data_ptr(),
-                       out.numel(), launch_stream(), p);
-  return out;
-}
+// --- comparisons and where ----------------------------------------------------------------------
 
 Tensor CudaKernels::compare(CompareOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name_of(op));
   Tensor out = empty_on(shape, DType::boolean, a.device());
   if (out.numel() == 0) return out;
-  const Shape as = broadcast_strides(a.shape(), a.strides(), shape);
-  const Shape bs = broadcast_strides(b.shape(), b.strides(), shape);
-  const int64_t* strides[3] = {out.strides().data(), as.data(), bs.data()};
-  const auto offsets = cuda::make_strided_offsets<3>(name_of(op), shape.data(),
-                                                     static_cast<int>(shape.size()), strides);
   cuda::compare(static_cast<cuda::CompareOp>(op), a.dtype(), a.data_ptr(), b.data_ptr(),
-                typed<bool>(out), offsets, out.numel(), launch_stream());
+                typed<bool>(out), offsets_over<3>(name_of(op), out, {&a, &b}), out.numel(),
+                launch_stream());
   return out;
 }
 
 Tensor CudaKernels::compare_scalar(CompareOp op, const Tensor& a_in, double s) {
-  const Tensor a = a_in.detach().contiguous();
+  const Tensor a = a_in.contiguous();
   Tensor out = empty_on(a.shape(), DType::boolean, a.device());
   if (out.numel() == 0) return out;
-  // Floating tensors compare with the scalar rounded to their dtype, as on the CPU (and torch).
+  // Floating tensors compare with the scalar rounded to their dtype, as on the CPU (and torch);
+  // the rounding is a host-side scalar conversion (no device access).
   if (is_floating(a.dtype())) s = scalar_tensor(s, {.dtype = a.dtype()}).item();
   cuda::compare_scalar(static_cast<cuda::CompareOp>(op), a.dtype(), a.data_ptr(), s,
                        typed<bool>(out), out.numel(), launch_stream());
@@ -92,15 +122,114 @@ Tensor CudaKernels::where(const Tensor& cond, const Tensor& a, const Tensor& b) 
       broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = empty_on(shape, a.dtype(), a.device());
   if (out.numel() == 0) return out;
-  const Shape cs = broadcast_strides(cond.shape(), cond.strides(), shape);
-  const Shape as = broadcast_strides(a.shape(), a.strides(), shape);
-  const Shape bs = broadcast_strides(b.shape(), b.strides(), shape);
-  const int64_t* strides[4] = {out.strides().data(), cs.data(), as.data(), bs.data()};
-  const auto offsets =
-      cuda::make_strided_offsets<4>("where", shape.data(), static_cast<int>(shape.size()), strides);
   cuda::where(typed<bool>(cond), a.data_ptr(), b.data_ptr(), out.data_ptr(), a.element_size(),
-              offsets, out.numel(), launch_stream());
+              offsets_over<4>("where", out, {&cond, &a, &b}), out.numel(), launch_stream());
   return out;
+}
+
+Tensor CudaKernels::where_backward(const Tensor& grad, const Tensor& cond, bool for_a) {
+  check_float_dtype("where_backward", grad);
+  const Shape shape = broadcast_shapes(grad.shape(), cond.shape(), "where_backward");
+  Tensor out = empty_on(shape, grad.dtype(), grad.device());
+  if (out.numel() == 0) return out;
+  cuda::select_or_zero(typed<bool>(cond), for_a, grad.data_ptr(), out.data_ptr(),
+                       grad.element_size(), offsets_over<3>("where_backward", out, {&grad, &cond}),
+                       out.numel(), launch_stream());
+  return out;
+}
+
+// --- pow and the backward maps -------------------------------------------------------------------
+
+Tensor CudaKernels::pow(const Tensor& x_in, double exponent) {
+  check_float_dtype("pow", x_in);
+  const Tensor x = x_in.contiguous();
+  Tensor out = empty_on(x.shape(), x.dtype(), x.device());
+  cuda::pow(x.dtype(), x.data_ptr(), out.data_ptr(), x.numel(), exponent, launch_stream());
+  return out;
+}
+
+Tensor CudaKernels::pow_backward(const Tensor& grad, const Tensor& x, double exponent) {
+  const char* name = "pow_backward";
+  check_same_dtype(name, grad, "grad", x, "saved tensor");
+  check_float_dtype(name, grad);
+  Tensor out =
+      empty_on(broadcast_shapes(grad.shape(), x.shape(), name), grad.dtype(), grad.device());
+  if (out.numel() == 0) return out;
+  cuda::pow_backward(grad.dtype(), grad.data_ptr(), x.data_ptr(), out.data_ptr(),
+                     offsets_over<3>(name, out, {&grad, &x}), out.numel(), exponent,
+                     launch_stream());
+  return out;
+}
+
+Tensor CudaKernels::unary_backward(UnaryGradOp op, const Tensor& grad, const Tensor& saved,
+                                   const UnaryGradParams& params) {
+  const char* name = name_of(op);
+  check_same_dtype(name, grad, "grad", saved, "saved tensor");
+  check_float_dtype(name, grad);
+  Tensor out =
+      empty_on(broadcast_shapes(grad.shape(), saved.shape(), name), grad.dtype(), grad.device());
+  if (out.numel() == 0) return out;
+  cuda::UnaryParams p;
+  p.negative_slope = static_cast<float>(params.negative_slope);
+  p.min = static_cast<float>(params.min);
+  p.max = static_cast<float>(params.max);
+  cuda::unary_backward(to_cuda(op), grad.dtype(), grad.data_ptr(), saved.data_ptr(), out.data_ptr(),
+                       offsets_over<3>(name, out, {&grad, &saved}), out.numel(), launch_stream(),
+                       p);
+  return out;
+}
+
+namespace {
+Tensor ternary_backward(cuda::TernaryBackwardOp op, const char* name, const Tensor& grad,
+                        const Tensor& a, const Tensor& b) {
+  check_same_dtype(name, grad, "grad", a, "a");
+  check_same_dtype(name, grad, "grad", b, "b");
+  check_float_dtype(name, grad);
+  const Shape shape =
+      broadcast_shapes(broadcast_shapes(grad.shape(), a.shape(), name), b.shape(), name);
+  Tensor out = empty_on(shape, grad.dtype(), grad.device());
+  if (out.numel() == 0) return out;
+  cuda::ternary_backward(op, grad.dtype(), grad.data_ptr(), a.data_ptr(), b.data_ptr(),
+                         out.data_ptr(), offsets_over<4>(name, out, {&grad, &a, &b}), out.numel(),
+                         launch_stream());
+  return out;
+}
+}  // namespace
+
+Tensor CudaKernels::div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b) {
+  return ternary_backward(cuda::TernaryBackwardOp::div_other, "div_backward", grad, a, b);
+}
+
+Tensor CudaKernels::minmax_backward(bool max, const Tensor& grad, const Tensor& a,
+                                    const Tensor& b) {
+  return ternary_backward(max ? cuda::TernaryBackwardOp::maximum : cuda::TernaryBackwardOp::minimum,
+                          max ? "maximum_backward" : "minimum_backward", grad, a, b);
+}
+
+// --- in place
+// -------------------------------------------------------------------------------------
+
+void CudaKernels::sqrt_(const Tensor& t) {
+  check_float_dtype("sqrt_", t);
+  map_in_place(*this, t, cuda::UnaryOp::sqrt, {});
+}
+
+void CudaKernels::clamp_(const Tensor& t, std::optional<double> min, std::optional<double> max) {
+  check_float_dtype("clamp_", t);
+  cuda::UnaryParams p;  // a missing bound is infinite, which clamps nothing (NaN passes)
+  if (min) p.min = static_cast<float>(*min);
+  if (max) p.max = static_cast<float>(*max);
+  map_in_place(*this, t, cuda::UnaryOp::clamp, p);
+}
+
+void CudaKernels::lerp_(const Tensor& t, const Tensor& end, double weight) {
+  check_float_dtype("lerp_", t);
+  if (t.numel() == 0) return;
+  // t is both the first operand and the output: each element is read, then written, by the
+  // same thread.
+  cuda::lerp(t.dtype(), t.data_ptr(), end.data_ptr(), t.data_ptr(),
+             offsets_over<3>("lerp_", t, {&t, &end}), t.numel(), static_cast<float>(weight),
+             launch_stream());
 }
 
 }  // namespace stoke::ops::cuda_glue

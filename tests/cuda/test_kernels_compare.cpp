@@ -1,6 +1,6 @@
-// compare_kernel, compare_scalar_kernel and where_kernel (cuda/kernels/compare.cu) in cuda/emu
-// against the CPU ops: broadcasting, non-contiguous operands, NaN, every dtype, and sizes that are
-// not multiples of the 256-thread block.
+// compare_kernel, compare_scalar_kernel, where_kernel and select_or_zero_kernel
+// (cuda/kernels/compare.cu) in cuda/emu against the CPU ops: broadcasting, non-contiguous
+// operands, NaN, every dtype, and sizes that are not multiples of the 256-thread block.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -103,4 +103,34 @@ TEST_CASE("cuda kernels: where_kernel selects with broadcasting for every elemen
     const Tensor want = ops::where(cond, half ? a.to(DType::f32) : a, half ? b.to(DType::f32) : b);
     CHECK(same_values(out, want));
   }
+}
+
+TEST_CASE("cuda kernels: select_or_zero_kernel (where's backward) matches ops::where_backward",
+          "[kernels][compare]") {
+  for (DType dtype : {DType::f32, DType::f16, DType::bf16, DType::f64}) {
+    for (auto [sg, sc] : std::vector<std::pair<Shape, Shape>>{
+             {{300}, {300}}, {{4, 5, 6}, {4, 1, 6}}, {{5, 1}, {1, 7}}, {{6, 5}, {6, 5}}}) {
+      // values() puts a NaN in float grads: where it is dropped the result is 0, as on the CPU.
+      Tensor grad = values(sg, dtype, 6);
+      if (sg == Shape{6, 5}) grad = values({5, 6}, dtype, 6).t();  // transposed grad
+      const Tensor cond = values(sc, DType::boolean, 7);
+      const Shape shape = broadcast_shapes(grad.shape(), cond.shape(), "test");
+      for (bool keep : {true, false}) {
+        INFO(dtype << " " << grad.shape() << " " << sc << " keep " << keep);
+        Tensor out = full(shape, 7.0, {.dtype = dtype});
+        const Shape gs = broadcast_strides(grad.shape(), grad.strides(), shape);
+        const Shape cs = broadcast_strides(cond.shape(), cond.strides(), shape);
+        const int64_t* strides[3] = {out.strides().data(), gs.data(), cs.data()};
+        const auto offsets = cuda::make_strided_offsets<3>("test", shape.data(),
+                                                           static_cast<int>(shape.size()), strides);
+        cuda::select_or_zero(cond.data<bool>(), keep, grad.data_ptr(), out.data_ptr(),
+                             grad.element_size(), offsets, out.numel(), nullptr);
+        const bool half = dtype == DType::f16 || dtype == DType::bf16;
+        CHECK(same_values(out, ops::where_backward(half ? grad.to(DType::f32) : grad, cond, keep)));
+      }
+    }
+  }
+  const Tensor b = zeros({2}, {.dtype = DType::boolean});
+  CHECK_THROWS_WITH(cuda::select_or_zero(b.data<bool>(), true, nullptr, nullptr, 3, {}, 2, nullptr),
+                    Catch::Contains("cuda::select_or_zero") && Catch::Contains("got 3"));
 }

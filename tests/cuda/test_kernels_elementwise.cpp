@@ -1,10 +1,12 @@
 // cuda/kernels/elementwise.cu in cuda/emu against the CPU ops: ew_binary_kernel (contiguous, with
 // its 128-bit path), ew_binary_strided_kernel (broadcasting, transposed operands, in place),
-// ew_unary_kernel (every unary map and the scalar variants) and the backward maps (which run on
-// ew_binary_kernel), for f32, f16 and bf16 at sizes that are not multiples of the block or the
-// vector width, at aligned and misaligned addresses.
+// ew_unary_kernel (every unary map, pow and the scalar variants), the backward maps (which run on
+// ew_binary_kernel, or ew_binary_strided_kernel for broadcast operands), lerp, and
+// ew_ternary_strided_kernel (div/maximum/minimum backward), for f32, f16 and bf16 at sizes that
+// are not multiples of the block or the vector width, at aligned and misaligned addresses.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -346,4 +348,134 @@ TEST_CASE("cuda kernels: elementwise launchers refuse non-floating dtypes",
           Catch::Contains("got i32"));
   CHECK_THROWS_WITH(cuda::unary(UnaryOp::exp, DType::f64, a.data_ptr(), a.data_ptr(), 2, nullptr),
                     Catch::Contains("cuda::unary") && Catch::Contains("got f64"));
+}
+
+namespace {
+
+// Offsets over `shape` of a contiguous output and operands broadcast to it.
+template <int N>
+cuda::StridedOffsets<N> offsets_for(const Shape& shape, const std::array<Tensor, N - 1>& in) {
+  const Shape os = contiguous_strides(shape);
+  std::array<Shape, N - 1> st;
+  const int64_t* strides[N];
+  strides[0] = os.data();
+  for (int k = 0; k < N - 1; ++k) {
+    st[k] = broadcast_strides(in[k].shape(), in[k].strides(), shape);
+    strides[k + 1] = st[k].data();
+  }
+  return cuda::make_strided_offsets<N>("test", shape.data(), static_cast<int>(shape.size()),
+                                       strides);
+}
+
+}  // namespace
+
+TEST_CASE("cuda kernels: pow (ew_unary_kernel) and pow_backward match ops::pow(_backward)",
+          "[cuda][kernels][elementwise]") {
+  uint64_t seed = 900;
+  for (DType dtype : kDtypes)
+    for (int64_t n : {5, 64, 1029})
+      for (double e : {2.0, 1.0, 0.5, 0.0, 3.0, -1.0, 1.5, -0.5}) {
+        const bool misaligned = n == 1029;
+        // Non-integer exponents need x > 0; integer ones take negative bases too.
+        const bool positive = e != std::floor(e);
+        const Tensor x = kt::input({n}, dtype, misaligned, positive ? 0.1 : -2, 2, seed++);
+        const Tensor g = kt::input({n}, dtype, misaligned, -2, 2, seed++);
+        const Tensor x32 = x.to(DType::f32), g32 = g.to(DType::f32);
+        Tensor out = kt::output({n}, dtype, misaligned);
+        cuda::pow(dtype, x.data_ptr(), out.data_ptr(), n, e, nullptr);
+        const std::string what = detail::str_cat("pow ", e, " ", dtype, " n=", n);
+        kt::require_close(out.to(DType::f32), kt::rounded(ops::pow(x32, e), dtype), kt::tol(dtype),
+                          what);
+        Tensor dx = kt::output({n}, dtype, misaligned);
+        cuda::pow_backward(dtype, g.data_ptr(), x.data_ptr(), dx.data_ptr(),
+                           offsets_for<3>({n}, {g, x}), n, e, nullptr);
+        kt::require_close(dx.to(DType::f32), kt::rounded(ops::pow_backward(g32, x32, e), dtype),
+                          kt::tol(dtype), "backward of " + what);
+      }
+  // pow(x, 0) is 1 even for NaN; its gradient is 0 even for a NaN grad (as on the CPU).
+  const Tensor x = from_vector<float>({NAN, 0.f, -3.f}, {3});
+  Tensor out = kt::output({3}, DType::f32, false);
+  cuda::pow(DType::f32, x.data_ptr(), out.data_ptr(), 3, 0.0, nullptr);
+  kt::require_equal(out, ops::pow(x, 0.0), "pow 0 with NaN");
+  cuda::pow_backward(DType::f32, x.data_ptr(), x.data_ptr(), out.data_ptr(),
+                     offsets_for<3>({3}, {x, x}), 3, 0.0, nullptr);
+  kt::require_equal(out, ops::pow_backward(x, x, 0.0), "pow_backward 0 with NaN");
+}
+
+TEST_CASE("cuda kernels: lerp and the backward maps over broadcast, transposed operands",
+          "[cuda][kernels][elementwise]") {
+  uint64_t seed = 1100;
+  for (DType dtype : kDtypes) {
+    // lerp in place (out == a) with a broadcast row, on a transposed target (strided path), and
+    // contiguous same-shaped operands (vectorized path).
+    for (bool transposed : {false, true}) {
+      Tensor t = kt::input({9, 33}, dtype, false, -2, 2, seed++);
+      if (transposed) t = kt::input({33, 9}, dtype, false, -2, 2, seed++).t();
+      const Tensor end = transposed ? kt::input({33}, dtype, true, -2, 2, seed++)
+                                    : kt::input({9, 33}, dtype, true, -2, 2, seed++);
+      const Tensor t32 = t.to(DType::f32), e32 = end.to(DType::f32);
+      const Tensor want = kt::rounded(ops::add(t32, ops::mul(ops::sub(e32, t32), 0.3)), dtype);
+      const Shape s = t.shape(), ts = t.strides();
+      const Shape es = broadcast_strides(end.shape(), end.strides(), s);
+      const auto off = cuda::make_binary_offsets(s.data(), 2, ts.data(), ts.data(), es.data());
+      cuda::lerp(dtype, t.data_ptr(), end.data_ptr(), t.data_ptr(), off, t.numel(), 0.3f, nullptr);
+      kt::require_close(t.to(DType::f32), want, kt::tol(dtype),
+                        detail::str_cat("lerp ", dtype, transposed ? " transposed" : ""));
+    }
+    // A backward map with grad transposed and the saved tensor broadcast along dim 0.
+    const Tensor g = kt::input({7, 5}, dtype, false, -2, 2, seed++).t();
+    const Tensor y = kt::input({1, 7}, dtype, true, 0.1, 0.9, seed++);
+    Tensor out = kt::output({5, 7}, dtype, false);
+    cuda::unary_backward(UnaryBackwardOp::sigmoid, dtype, g.data_ptr(), y.data_ptr(),
+                         out.data_ptr(), offsets_for<3>({5, 7}, {g, y}), 35, nullptr);
+    kt::require_close(out.to(DType::f32),
+                      kt::rounded(ops::sigmoid_backward(g.to(DType::f32), y.to(DType::f32)), dtype),
+                      kt::tol(dtype), detail::str_cat("strided sigmoid backward ", dtype));
+  }
+}
+
+TEST_CASE("cuda kernels: ew_ternary_strided_kernel (div/maximum/minimum backward) matches ops::",
+          "[cuda][kernels][elementwise]") {
+  using cuda::TernaryBackwardOp;
+  const std::vector<std::array<Shape, 3>> shapes = {
+      {Shape{300}, Shape{300}, Shape{300}},
+      {Shape{4, 5, 6}, Shape{4, 1, 6}, Shape{6}},
+      {Shape{3, 1}, Shape{1, 7}, Shape{3, 7}},
+  };
+  uint64_t seed = 1300;
+  for (DType dtype : kDtypes)
+    for (const auto& [sg, sa, sb] : shapes)
+      for (TernaryBackwardOp op :
+           {TernaryBackwardOp::div_other, TernaryBackwardOp::maximum, TernaryBackwardOp::minimum}) {
+        const Tensor g = kt::input(sg, dtype, false, -2, 2, seed++);
+        Tensor a, b;
+        if (op == TernaryBackwardOp::div_other) {
+          a = kt::input(sa, dtype, true, -2, 2, seed++);
+          b = kt::input(sb, dtype, false, 0.5, 2, seed++);
+        } else {  // small integers: ties between a and b are frequent
+          Generator gen(seed++);
+          a = randint(0, 3, sa, {}, &gen).to(dtype);
+          b = randint(0, 3, sb, {}, &gen).to(dtype);
+        }
+        const Shape shape = broadcast_shapes(broadcast_shapes(sg, sa, "t"), sb, "t");
+        Tensor out = kt::output(shape, dtype, false);
+        cuda::ternary_backward(op, dtype, g.data_ptr(), a.data_ptr(), b.data_ptr(), out.data_ptr(),
+                               offsets_for<4>(shape, {g, a, b}), shape.numel(), nullptr);
+        const Tensor g32 = g.to(DType::f32), a32 = a.to(DType::f32), b32 = b.to(DType::f32);
+        const Tensor want =
+            op == TernaryBackwardOp::div_other ? ops::div_backward_other(g32, a32, b32)
+            : op == TernaryBackwardOp::maximum ? ops::maximum_backward(g32, a32, b32)
+                                               : ops::minimum_backward(g32, a32, b32);
+        kt::require_close(out.to(DType::f32), kt::rounded(want, dtype), kt::tol(dtype),
+                          detail::str_cat("ternary op ", static_cast<int>(op), " ", dtype, " ", sg,
+                                          " ", sa, " ", sb));
+      }
+  // NaN operands win nothing in maximum/minimum backward (0, as on the CPU).
+  const Tensor g = full({3}, 1.0), a = from_vector<float>({NAN, 1.f, 2.f}, {3});
+  const Tensor b = from_vector<float>({1.f, NAN, 2.f}, {3});
+  Tensor out = kt::output({3}, DType::f32, false);
+  cuda::ternary_backward(TernaryBackwardOp::maximum, DType::f32, g.data_ptr(), a.data_ptr(),
+                         b.data_ptr(), out.data_ptr(), offsets_for<4>({3}, {g, a, b}), 3, nullptr);
+  kt::require_equal(out, ops::maximum_backward(g, a, b), "NaN in maximum_backward");
+  CHECK(out.to_vector<float>() == std::vector<float>{0.f, 0.f, 0.5f});
 }

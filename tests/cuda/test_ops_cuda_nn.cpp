@@ -185,3 +185,14 @@ TEST_CASE("cuda ops: pooling refuses bad input with the CPU's messages", "[ops_c
   CHECK_THROWS_WITH(ops::max_pool2d(x.to(kCuda).to(DType::f64), {.kernel_size = {2, 2}}),
                     Catch::Contains("stoke::max_pool2d") && Catch::Contains("f64"));
 }
+
+TEST_CASE("cuda ops: autograd through a scalar divided by a tensor", "[ops_cuda_nn]") {
+  const Tensor x0 = ops::add(ops::abs(rand_cpu({3, 4}, 1)), 0.5);
+  auto run = [&](Device dev) {
+    Tensor x = x0.to(dev).detach();
+    x.set_requires_grad(true);
+    stoke::sum(stoke::div(2.0, x)).backward();
+    return x.grad();
+  };
+  CHECK(max_diff(run(kCuda), run(Device::cpu())) < 1e-5);
+}

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 
 #include "autograd/elementwise.h"
 #include "ops/elementwise.h"
@@ -209,6 +210,32 @@ TEST_CASE("elementwise: integer dtypes", "[ops][elementwise]") {
   CHECK(ops::neg(n).to_vector<int>() == std::vector<int>{3, 0, -5});
   const Tensor bools = from_vector<int>({1, 0, 1}, {3}, {.dtype = DType::boolean});
   CHECK(ops::eq(bools, ops::gt(n, 0.0)).to_vector<int>() == std::vector<int>{0, 1, 1});
+}
+
+TEST_CASE("elementwise: integer add, sub and mul wrap around on overflow like torch",
+          "[ops][elementwise]") {
+  // The values torch gives for the same int32/int64/uint8 tensors (two's complement wrap-around).
+  constexpr int32_t imax = std::numeric_limits<int32_t>::max();
+  constexpr int32_t imin = std::numeric_limits<int32_t>::min();
+  const Tensor a = from_vector<int32_t>({imax, imin}, {2}, {.dtype = DType::i32});
+  const Tensor one = from_vector<int32_t>({1, 1}, {2}, {.dtype = DType::i32});
+  CHECK(ops::mul(a, 2.0).to_vector<int32_t>() == std::vector<int32_t>{-2, 0});
+  CHECK(ops::mul(a, a).to_vector<int32_t>() == std::vector<int32_t>{1, 0});
+  CHECK(ops::add(a, 1.0).to_vector<int32_t>() == std::vector<int32_t>{imin, imin + 1});
+  CHECK(ops::sub(one, a).to_vector<int32_t>() == std::vector<int32_t>{imin + 2, imin + 1});
+  CHECK(ops::sub(0.0, a).to_vector<int32_t>() == std::vector<int32_t>{imin + 1, imin});
+
+  constexpr int64_t lmin = std::numeric_limits<int64_t>::min();
+  Tensor l = from_vector<int64_t>({lmin, 3}, {2}, {.dtype = DType::i64});
+  ops::sub_(l, 1.0);
+  CHECK(l.to_vector<int64_t>() == std::vector<int64_t>{std::numeric_limits<int64_t>::max(), 2});
+  ops::mul_(l, l);
+  CHECK(l.to_vector<int64_t>() == std::vector<int64_t>{1, 4});
+
+  Tensor u = from_vector<int>({200, 10}, {2}, {.dtype = DType::u8});
+  CHECK(ops::add(u, 100.0).to_vector<int>() == std::vector<int>{44, 110});
+  ops::addcmul_(u, u, u, 2.0);  // 200 + 2 * 200 * 200 = 80200 = 72 (mod 256); 10 + 200 = 210
+  CHECK(u.to_vector<int>() == std::vector<int>{72, 210});
 }
 
 TEST_CASE("elementwise: empty tensors", "[ops][elementwise]") {
