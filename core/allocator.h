@@ -22,6 +22,12 @@ class DeviceAllocator {
  public:
   virtual ~DeviceAllocator() = default;
   virtual void* allocate(size_t nbytes) = 0;
+  // A block on `device` (its index selects among devices of one type: cuda:1's memory comes from
+  // device 1 whichever device is current). The default ignores the device: one memory space.
+  virtual void* allocate_on(size_t nbytes, Device device) {
+    (void)device;
+    return allocate(nbytes);
+  }
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
   virtual AllocatorStats stats() const = 0;
   virtual void empty_cache() = 0;

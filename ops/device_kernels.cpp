@@ -65,7 +65,7 @@ void DeviceKernels::not_implemented(const char* op) const {
              " yet (move the tensors to the cpu with .to(Device::cpu()))");
 }
 
-void DeviceKernels::check_device(const char*, Device) const {}
+void DeviceKernels::use_device(const char*, Device) const {}
 
 void DeviceKernels::fill(const Tensor&, double) {
   not_implemented("fill_");
@@ -251,7 +251,7 @@ DeviceKernels& device_kernels(const char* op, Device device) {
   DeviceKernels* k = registry()[static_cast<size_t>(device.type)];
   STOKE_CHECK(k != nullptr, op, "got a tensor on ", device,
               ", but this build has no kernels for that device (built without CUDA)");
-  k->check_device(op, device);
+  k->use_device(op, device);
   return *k;
 }
 

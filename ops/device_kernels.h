@@ -48,8 +48,12 @@ class DeviceKernels {
   virtual ~DeviceKernels() = default;
   // The device type these kernels serve, for messages.
   virtual Device::Type type() const = 0;
-  // Throws naming `op` when `device` cannot run kernels (no such device, no driver).
-  virtual void check_device(const char* op, Device device) const;
+  // Called by every dispatch before the op's kernels: throws naming `op` when `device` cannot run
+  // kernels (no such device, no driver), else makes it the device the op's launches, allocations
+  // and library handles use. CUDA: the calling thread's current device becomes device.index (what
+  // a torch op's device guard does; here it stays set, so the common one-device case never
+  // switches).
+  virtual void use_device(const char* op, Device device) const;
 
   // --- creation and copies --------------------------------------------------------------------
   virtual void fill(const Tensor& t, double value);

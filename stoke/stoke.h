@@ -29,6 +29,7 @@
 #include "nn/optim/optimizer.h"
 #include "nn/optim/scheduler.h"
 #include "ops/creation.h"
+#include "ops/math_mode.h"
 
 namespace stoke::autograd {
 // Pulls autograd's registration with core into every program that includes this header.

@@ -1,4 +1,5 @@
-// cuda/emu: the emulated device's identity — one device, "stoke emu", with sm_80-like limits —
+// cuda/emu: the emulated devices' identity — kDeviceCount identical devices, "stoke emu", with
+// sm_80-like limits —
 // and the runtime's error names and strings. Split from runtime.cpp, which holds memory, streams
 // and events.
 #include <cstring>
@@ -55,6 +56,12 @@ void fill_properties(cudaDeviceProp& p) {
 }
 
 }  // namespace
+
+namespace stoke::emu::detail {
+int current_device() {
+  return ::current_device;
+}
+}  // namespace stoke::emu::detail
 
 extern "C" {
 
@@ -123,12 +130,12 @@ const char* cudaGetErrorString(cudaError_t error) {
 
 cudaError_t cudaGetDeviceCount(int* count) {
   if (count == nullptr) return fail(cudaErrorInvalidValue);
-  *count = 1;
+  *count = stoke::emu::kDeviceCount;
   return cudaSuccess;
 }
 
 cudaError_t cudaSetDevice(int device) {
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= stoke::emu::kDeviceCount) return fail(cudaErrorInvalidDevice);
   current_device = device;
   return cudaSuccess;
 }
@@ -141,14 +148,14 @@ cudaError_t cudaGetDevice(int* device) {
 
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp* prop, int device) {
   if (prop == nullptr) return fail(cudaErrorInvalidValue);
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= stoke::emu::kDeviceCount) return fail(cudaErrorInvalidDevice);
   fill_properties(*prop);
   return cudaSuccess;
 }
 
 cudaError_t cudaDeviceGetAttribute(int* value, enum cudaDeviceAttr attr, int device) {
   if (value == nullptr) return fail(cudaErrorInvalidValue);
-  if (device != 0) return fail(cudaErrorInvalidDevice);
+  if (device < 0 || device >= stoke::emu::kDeviceCount) return fail(cudaErrorInvalidDevice);
   cudaDeviceProp p;
   fill_properties(p);
   switch (attr) {

@@ -92,6 +92,14 @@ bool in_kernel();
 std::size_t set_device_memory_limit(std::size_t bytes);
 inline constexpr std::size_t kDefaultDeviceMemory = std::size_t{16} << 30;
 
+/// The emulator presents this many identical devices, so that code selecting cuda:1 (the device
+/// guard of every op, allocation on the tensor's device) is tested too.
+inline constexpr int kDeviceCount = 2;
+
+/// The device that was current when cudaMalloc made the block holding `p`; -1 if `p` is not in a
+/// live device block.
+int device_of(const void* p);
+
 /// Counters for tests.
 struct Stats {
   std::uint64_t launches = 0;          ///< kernels run to completion or failure
@@ -99,6 +107,7 @@ struct Stats {
   std::size_t device_bytes_peak = 0;   ///< high-water mark of device_bytes_live
   std::size_t device_allocations = 0;  ///< live cudaMalloc blocks
   std::size_t host_bytes_live = 0;     ///< cudaMallocHost/cudaHostAlloc'd and not yet freed
+  int last_launch_device = -1;         ///< the launching thread's current device, last launch
 };
 Stats stats();
 

@@ -26,7 +26,10 @@ bool valid_stream(cudaStream_t stream);
 /// The dynamic shared memory a kernel may use: cudaFuncSetAttribute's opt-in, else 48 KiB.
 std::size_t max_dynamic_shared(const void* kernel);
 
-/// Counts a finished launch in stats().
+/// Counts a finished launch in stats() and records the calling thread's current device.
 void count_launch();
+
+/// The calling host thread's current device (cudaSetDevice).
+int current_device();
 
 }  // namespace stoke::emu::detail

@@ -34,7 +34,11 @@ constexpr std::size_t kDeviceAlignment = 256;  // cudaMalloc's guarantee
 
 struct State {
   std::mutex m;
-  std::map<std::uintptr_t, std::size_t> device;  // base -> bytes
+  struct Block {
+    std::size_t bytes;
+    int device;  // current when it was allocated
+  };
+  std::map<std::uintptr_t, Block> device;  // base -> block
   std::unordered_map<void*, std::size_t> host;
   std::set<cudaStream_t> streams;
   std::set<cudaEvent_t> events;
@@ -61,7 +65,7 @@ bool in_device_block(const State& s, const void* p, std::size_t bytes) {
   auto it = s.device.upper_bound(a);
   if (it == s.device.begin()) return false;
   --it;
-  return a >= it->first && a - it->first + bytes <= it->second;
+  return a >= it->first && a - it->first + bytes <= it->second.bytes;
 }
 
 // Checks that the device side(s) of a copy are device memory, as a GPU would fault otherwise.
@@ -127,6 +131,7 @@ void count_launch() {
   State& s = state();
   std::lock_guard lock(s.m);
   ++s.stats.launches;
+  s.stats.last_launch_device = current_device();
 }
 }  // namespace detail
 
@@ -134,6 +139,13 @@ std::size_t set_device_memory_limit(std::size_t bytes) {
   State& s = state();
   std::lock_guard lock(s.m);
   return std::exchange(s.limit, bytes);
+}
+
+int device_of(const void* p) {
+  State& s = state();
+  std::lock_guard lock(s.m);
+  if (!in_device_block(s, p, 1)) return -1;
+  return std::prev(s.device.upper_bound(reinterpret_cast<std::uintptr_t>(p)))->second.device;
 }
 
 Stats stats() {
@@ -172,7 +184,8 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
   // posix_memalign keeps the block exactly `size` bytes for AddressSanitizer.
   if (posix_memalign(&p, stoke::emu::kDeviceAlignment, size) != 0)
     return fail(cudaErrorMemoryAllocation);
-  s.device.emplace(reinterpret_cast<std::uintptr_t>(p), size);
+  s.device.emplace(reinterpret_cast<std::uintptr_t>(p),
+                   stoke::emu::State::Block{size, stoke::emu::detail::current_device()});
   s.stats.device_bytes_live += size;
   s.stats.device_bytes_peak = std::max(s.stats.device_bytes_peak, s.stats.device_bytes_live);
   ++s.stats.device_allocations;
@@ -186,7 +199,7 @@ cudaError_t cudaFree(void* devPtr) {
   std::lock_guard lock(s.m);
   const auto it = s.device.find(reinterpret_cast<std::uintptr_t>(devPtr));
   if (it == s.device.end()) return fail(cudaErrorInvalidValue);
-  s.stats.device_bytes_live -= it->second;
+  s.stats.device_bytes_live -= it->second.bytes;
   --s.stats.device_allocations;
   s.device.erase(it);
   std::free(devPtr);

@@ -334,6 +334,13 @@ void* CachingAllocator::allocate(size_t nbytes) {
   return impl_->allocate(nbytes, device, current_stream(device));
 }
 
+void* CachingAllocator::allocate_on(size_t nbytes, Device device) {
+  if (device.index < 0 || nbytes == 0) return allocate(nbytes);
+  // A bad index reaches the check in Impl::allocate, which names it (and the missing device).
+  const bool valid = device.index < device_count();
+  return impl_->allocate(nbytes, device.index, valid ? current_stream(device.index) : nullptr);
+}
+
 void* CachingAllocator::allocate(size_t nbytes, int device, cudaStream_t stream) {
   return impl_->allocate(nbytes, device, stream);
 }

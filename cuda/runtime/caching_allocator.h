@@ -53,6 +53,8 @@ class CachingAllocator final : public DeviceAllocator {
 
   // On the calling thread's current device and current stream (core's interface).
   void* allocate(size_t nbytes) override;
+  // On device.index (the current device when the index is negative).
+  void* allocate_on(size_t nbytes, Device device) override;
   // On `device` for use on `stream`. nbytes == 0 gives nullptr.
   void* allocate(size_t nbytes, int device, cudaStream_t stream);
   void deallocate(void* ptr, size_t nbytes) override;

@@ -54,7 +54,8 @@ std::string usage() {
   --metrics FILE          JSONL metrics (default DIR/metrics.jsonl with --checkpoint)
   --log-every N (50)      steps between step records in the metrics
   --limit-train N  --limit-test N   use the first N images only
-  --device cpu|cuda  --allow-cpu-fallback   --no-progress
+  --device cpu|cuda|cuda:I  --allow-cpu-fallback   --no-progress
+  --tf32                  let f32 matmul/conv on CUDA use TF32 tensor cores (~1e-3 rel. error)
 )";
 }
 
@@ -100,6 +101,7 @@ Flags parse_flags(int argc, char** argv) {
       {"--augment", [&] { f.augment = true; }},
       {"--resume", [&] { f.resume = true; }},
       {"--allow-cpu-fallback", [&] { f.allow_cpu_fallback = true; }},
+      {"--tf32", [&] { f.tf32 = true; }},
       {"--no-progress", [&] { f.progress = false; }},
   };
   for (int i = 1; i < argc; ++i) {

@@ -42,6 +42,7 @@ struct Flags {
   int64_t limit_test = 0;
   std::string device = "cpu";
   bool allow_cpu_fallback = false;
+  bool tf32 = false;  // f32 GEMMs and convolutions on CUDA may use TF32 tensor cores
   bool progress = true;
   int64_t kill_at_step = 0;  // testing: SIGKILL this process after that optimizer step
 };

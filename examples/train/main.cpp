@@ -265,7 +265,11 @@ int run(Flags f) {
   if (f.device != "cpu") {
     STOKE_CHECK(f.device == "cuda" || f.device.rfind("cuda:", 0) == 0, "stoke-train",
                 "unknown device '", f.device, "' (cpu or cuda[:i])");
-    const Device want = Device::cuda(f.device == "cuda" ? 0 : std::stoi(f.device.substr(5)));
+    const std::string index = f.device == "cuda" ? "0" : f.device.substr(5);
+    STOKE_CHECK(!index.empty() && index.size() <= 3 &&
+                    index.find_first_not_of("0123456789") == std::string::npos,
+                "stoke-train", "unknown device '", f.device, "' (cpu or cuda[:i])");
+    const Device want = Device::cuda(std::stoi(index));
     try {
       ops::device_kernels("stoke-train", want);  // throws naming the reason when unusable
       device = want;
@@ -280,6 +284,7 @@ int run(Flags f) {
       std::fprintf(stderr, "stoke-train: no CUDA device available; falling back to the CPU.\n");
     }
   }
+  if (f.tf32) set_allow_tf32(true);
   if (f.threads > 0) set_num_threads(f.threads);
   manual_seed(f.seed);
 

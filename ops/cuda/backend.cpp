@@ -65,9 +65,13 @@ Split split_at(const Tensor& t, int64_t dim) {
   return s;
 }
 
-void CudaKernels::check_device(const char* op, Device device) const {
+void CudaKernels::use_device(const char* op, Device device) const {
   const int count = cuda::device_count();
-  if (device.index >= 0 && device.index < count) return;
+  if (device.index >= 0 && device.index < count) {
+    // One thread-local read when the device is already current (the common case).
+    if (cuda::current_device() != device.index) cuda::set_device(device.index);
+    return;
+  }
   if (count == 0)
     STOKE_FAIL(op, "got a tensor on ", device, ", but there is no CUDA device (",
                cuda::device_unavailable_reason(), ")");

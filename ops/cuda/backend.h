@@ -12,7 +12,7 @@ namespace stoke::ops::cuda_glue {
 class CudaKernels final : public DeviceKernels {
  public:
   Device::Type type() const override { return Device::Type::cuda; }
-  void check_device(const char* op, Device device) const override;
+  void use_device(const char* op, Device device) const override;
   void fill(const Tensor& t, double value) override;
   void copy_strided(const Tensor& dst, const Tensor& src) override;
   Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) override;

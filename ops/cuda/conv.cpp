@@ -16,6 +16,7 @@
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
 #include "ops/elementwise.h"
+#include "ops/math_mode.h"
 #include "ops/reduce.h"
 #ifndef STOKE_CUDA_EMU
 #include "cuda/vendor/cudnn_conv.h"
@@ -180,6 +181,7 @@ Tensor CudaKernels::conv2d(const Tensor& input, const Tensor& weight, const Tens
     c.dilation = options.dilation;
     c.groups = options.groups;
     c.dtype = x.dtype();
+    c.allow_tf32 = allow_tf32();
     Tensor y = empty_on({g.N, g.K, g.OH, g.OW}, x.dtype(), x.device());
     cuda::conv2d_forward(c, x.data_ptr(), w.data_ptr(), y.data_ptr(), launch_stream());
     if (bias.defined()) add_(y, bias.detach().view({1, g.K, 1, 1}));
@@ -213,6 +215,7 @@ Conv2dGrads CudaKernels::conv2d_backward(const Tensor& grad_out, const Tensor& i
     c.dilation = options.dilation;
     c.groups = options.groups;
     c.dtype = x.dtype();
+    c.allow_tf32 = allow_tf32();
     if (need_input) {
       r.grad_input = empty_on(x.shape(), x.dtype(), x.device());
       cuda::conv2d_backward_data(c, gyc.data_ptr(), wc.data_ptr(), r.grad_input.data_ptr(),

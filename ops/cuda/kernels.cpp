@@ -20,6 +20,7 @@
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
 #include "ops/linalg.h"
+#include "ops/math_mode.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {
@@ -163,9 +164,9 @@ Tensor run_cross_entropy(const char* op, const Tensor& logits_in, const Tensor& 
 }
 
 // C (m, n) = op(A) · op(B) (+ beta C) for 2-D operands of `dtype` on the device, row-major with
-// leading dims. Real builds: cuBLAS, f32 (TF32 off: results match the CPU's to f32 rounding), f16
-// and bf16 with f32 accumulation. The emulated build has no cuBLAS: our SGEMM, f32 only (the
-// callers cast half operands to f32 there, see half_via_f32).
+// leading dims. Real builds: cuBLAS, f32 (TF32 only when set_allow_tf32 is on; off, results match
+// the CPU's to f32 rounding), f16 and bf16 with f32 accumulation. The emulated build has no cuBLAS:
+// our SGEMM, f32 only (the callers cast half operands to f32 there, see half_via_f32).
 void gemm(DType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const void* a,
           int64_t lda, const void* b, int64_t ldb, float beta, void* c, int64_t ldc) {
 #ifdef STOKE_CUDA_EMU
@@ -173,8 +174,8 @@ void gemm(DType dtype, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const 
   cuda::sgemm(ta, tb, m, n, k, 1.f, static_cast<const float*>(a), lda, static_cast<const float*>(b),
               ldb, beta, static_cast<float*>(c), ldc, stream());
 #else
-  cuda::gemm(dtype, m, n, k, a, lda, b, ldb, c, ldc, {.trans_a = ta, .trans_b = tb, .beta = beta},
-             stream());
+  cuda::gemm(dtype, m, n, k, a, lda, b, ldb, c, ldc,
+             {.trans_a = ta, .trans_b = tb, .beta = beta, .allow_tf32 = allow_tf32()}, stream());
 #endif
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/allocator.h"
 #include "core/tensor.h"
+#include "cuda/emu/emu.h"
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/copy.h"
 #include "cuda/runtime/device.h"
@@ -41,8 +42,9 @@ std::string error_of(const std::function<void()>& f) {
 
 }  // namespace
 
-TEST_CASE("runtime: emu reports one device with properties", "[cuda][runtime]") {
-  REQUIRE(device_count() == 1);
+TEST_CASE("runtime: emu reports two devices with properties", "[cuda][runtime]") {
+  REQUIRE(device_count() == emu::kDeviceCount);
+  REQUIRE(device_count() == 2);
   REQUIRE(is_available());
   REQUIRE(device_unavailable_reason().empty());
   REQUIRE(best_available_device() == Device::cuda(0));
@@ -54,10 +56,29 @@ TEST_CASE("runtime: emu reports one device with properties", "[cuda][runtime]") 
   REQUIRE(&device_properties(0) == &p);  // cached
   REQUIRE_THAT(
       error_of([] { device_properties(3); }),
-      Catch::Contains("cuda::device_properties: expected a device index in [0, 1), got 3"));
+      Catch::Contains("cuda::device_properties: expected a device index in [0, 2), got 3"));
   REQUIRE_THAT(error_of([] { set_device(-1); }), Catch::Contains("got -1"));
   DeviceGuard guard(0);
   REQUIRE(current_device() == 0);
+  {
+    DeviceGuard on_second(1);
+    REQUIRE(current_device() == 1);
+  }
+  REQUIRE(current_device() == 0);
+}
+
+TEST_CASE("runtime: a tensor on cuda:1 gets device 1's memory whichever device is current",
+          "[cuda][runtime]") {
+  register_cuda_allocator();
+  set_device(0);
+  const Tensor t = empty({1000}, {.device = Device::cuda(1)});
+  CHECK(emu::device_of(t.data_ptr()) == 1);
+  CHECK(current_device() == 0);  // allocating did not switch the current device
+  const Tensor u = empty({1000}, {.device = Device::cuda(0)});
+  CHECK(emu::device_of(u.data_ptr()) == 0);
+  CHECK_THROWS_WITH(
+      empty({4}, {.device = Device::cuda(2)}),
+      Catch::Contains("cuda:2") && Catch::Contains("expected a device index in [0, 2)"));
 }
 
 TEST_CASE("runtime: allocation sizes round to 512 B and segments follow the pools",

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include "autograd/loss.h"
+#include "cuda/emu/emu.h"
+#include "cuda/runtime/device.h"
 #include "cuda/runtime/pinned.h"
 #include "data/loader.h"
 #include "data/normalize.h"
@@ -74,12 +76,14 @@ std::vector<double> train(nn::Module& model, Device device, MakeOpt make_opt) {
   return losses;
 }
 
-void check_same_state(nn::Module& on_cuda, nn::Module& on_cpu, double tol) {
+void check_same_state(nn::Module& on_cuda, nn::Module& on_cpu, double tol, Device device = kCuda) {
   const auto a = on_cuda.state_dict(), b = on_cpu.state_dict();
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); ++i) {
     INFO(a[i].first);
-    CHECK(a[i].second.device() == kCuda);
+    CHECK(a[i].second.device() == device);
+    // The memory itself is on that device (the emulator records the device of each cudaMalloc).
+    CHECK(emu::device_of(a[i].second.data_ptr()) == device.index);
     CHECK(max_diff(a[i].second, b[i].second) <= tol);
   }
 }
@@ -103,6 +107,27 @@ TEST_CASE("training on cuda: SGD steps of a CNN match the CPU", "[train_cuda]") 
   cuda_net.eval();
   const Tensor x = rand_cpu({2, 1, 8, 8}, 5);
   CHECK(max_diff(cuda_net(x.to(kCuda)), cpu_net(x)) < 1e-4);
+}
+
+TEST_CASE("training on cuda:1: every tensor and launch is on device 1, results match the CPU",
+          "[train_cuda]") {
+  // The emulator has two devices; the model, batches, gradients and optimizer state all go to
+  // cuda:1 although cuda:0 is current at the start (each op makes its tensors' device current).
+  cuda::set_device(0);
+  const Device second = Device::cuda(1);
+  Generator g1(11), g2(11);
+  SmallNet cpu_net(&g1), cuda_net(&g2);
+  auto sgd = [](std::vector<Tensor> p) {
+    return std::make_unique<nn::optim::SGD>(std::move(p),
+                                            nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+  };
+  const auto want = train(cpu_net, Device::cpu(), sgd);
+  const auto got = train(cuda_net, second, sgd);
+  for (size_t i = 0; i < want.size(); ++i) CHECK(got[i] == Approx(want[i]).epsilon(1e-4));
+  check_same_state(cuda_net, cpu_net, 1e-4, second);
+  CHECK(emu::stats().last_launch_device == 1);
+  for (const Tensor& p : cuda_net.parameters()) CHECK(emu::device_of(p.grad().data_ptr()) == 1);
+  cuda::set_device(0);
 }
 
 TEST_CASE("training on cuda: AdamW steps match the CPU and the state round-trips", "[train_cuda]") {

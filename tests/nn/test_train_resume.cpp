@@ -75,7 +75,10 @@ TEST_CASE("stoke-train: bad flags and --device cuda without a GPU explain and st
   CHECK(WEXITSTATUS(run_train("--epochs x")) == 1);
   CHECK(WEXITSTATUS(run_train("--device cuda")) == 2);
   CHECK(WEXITSTATUS(run_train("--device gpu")) == 1);
+  CHECK(WEXITSTATUS(run_train("--device cuda:x")) == 1);
+  CHECK(WEXITSTATUS(run_train("--device cuda:")) == 1);
   // Asked to, it falls back to the CPU and trains.
-  CHECK(WEXITSTATUS(run_train("--device cuda --allow-cpu-fallback --epochs 1 --limit-train 256 "
-                              "--limit-test 256 --no-progress")) == 0);
+  CHECK(WEXITSTATUS(
+            run_train("--device cuda --allow-cpu-fallback --tf32 --epochs 1 --limit-train 256 "
+                      "--limit-test 256 --no-progress")) == 0);
 }

@@ -1,6 +1,8 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "ops/cpu/gemm.h"
 #include "ops/linalg.h"
@@ -261,4 +263,18 @@ TEST_CASE("sum_leading_dims: matches a naive column sum", "[ops][linalg]") {
   Tensor t = randn({6, 4}).t();
   CHECK(max_rel_error(ops::sum_leading_dims(t), ops::sum_leading_dims(t.contiguous()), 0, 1e-6) <=
         1);
+}
+
+TEST_CASE("linalg: the TF32 setting is off by default and round-trips", "[ops][linalg]") {
+  // Off unless STOKE_ALLOW_TF32=1 is in the environment (CI does not set it); the CPU ignores it.
+  const char* env = std::getenv("STOKE_ALLOW_TF32");
+  CHECK(allow_tf32() == (env != nullptr && std::string(env) == "1"));
+  const bool before = allow_tf32();
+  const Tensor a = ones({3, 4}), b = ones({4, 2});
+  set_allow_tf32(true);
+  CHECK(allow_tf32());
+  CHECK(ops::matmul(a, b).to_vector<float>() == std::vector<float>(6, 4.f));
+  set_allow_tf32(false);
+  CHECK_FALSE(allow_tf32());
+  set_allow_tf32(before);
 }
