@@ -11,6 +11,7 @@
 #include "data/image_decode.h"
 #include "data/image_folder.h"
 #include "stoke/stoke.h"
+#include "support/temp_dir.h"
 
 using namespace stoke;
 using Catch::Contains;
@@ -19,21 +20,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-struct CacheTempDir {
-  fs::path path;
-  CacheTempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("stoke_test_cache_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~CacheTempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // A folder of n PNGs in 3 classes, sizes varying with the index; returns the total file bytes.
 int64_t make_folder(const fs::path& root, int n) {
@@ -71,7 +57,7 @@ void check_same(const data::Dataset& a, const data::Dataset& b) {
 }  // namespace
 
 TEST_CASE("EncodedCache holds the files in RAM and decodes them like the folder") {
-  CacheTempDir dir;
+  test::TempDir dir("stoke_test_cache");
   const int64_t total = make_folder(dir.path, 23);
   auto folder = std::make_shared<data::ImageFolderDataset>(dir.path.string());
   data::EncodedCache cache(folder);
@@ -91,7 +77,7 @@ TEST_CASE("EncodedCache holds the files in RAM and decodes them like the folder"
 }
 
 TEST_CASE("EncodedCache over budget is an error, or reads the rest from disk when asked") {
-  CacheTempDir dir;
+  test::TempDir dir("stoke_test_cache");
   const int64_t total = make_folder(dir.path, 12);
   auto folder = std::make_shared<data::ImageFolderDataset>(dir.path.string());
   CHECK_THROWS_WITH(data::EncodedCache(folder, {.budget_bytes = total - 1}),
@@ -108,7 +94,7 @@ TEST_CASE("EncodedCache over budget is an error, or reads the rest from disk whe
 }
 
 TEST_CASE("EncodedCache reports a corrupt cached file with its path on get()") {
-  CacheTempDir dir;
+  test::TempDir dir("stoke_test_cache");
   make_folder(dir.path, 3);
   const fs::path bad = dir.path / "class0" / "100.png";
   data::write_file_atomic(bad.string(), reinterpret_cast<const uint8_t*>("not a png"), 9);
@@ -121,7 +107,7 @@ TEST_CASE("EncodedCache reports a corrupt cached file with its path on get()") {
 }
 
 TEST_CASE("DecodedCache decodes every sample once, keeps differing sizes and enforces a budget") {
-  CacheTempDir dir;
+  test::TempDir dir("stoke_test_cache");
   make_folder(dir.path, 40);
   auto folder = std::make_shared<data::ImageFolderDataset>(dir.path.string());
   data::DecodedCache cache(folder);
@@ -160,7 +146,7 @@ TEST_CASE("DecodedCache decodes every sample once, keeps differing sizes and enf
 }
 
 TEST_CASE("open_image_folder applies the cache mode") {
-  CacheTempDir dir;
+  test::TempDir dir("stoke_test_cache");
   make_folder(dir.path, 6);
   auto plain = data::open_image_folder(dir.path.string());
   auto encoded = data::open_image_folder(dir.path.string(), {}, data::CacheMode::encoded);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "data/cifar.h"
+#include "support/temp_dir.h"
 
 using namespace stoke;
 using Catch::Contains;
@@ -16,21 +17,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-struct CifarTempDir {
-  fs::path path;
-  CifarTempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("stoke_test_cifar_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~CifarTempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 // The pixel value record `seed` stores at plane c, row y, column x.
 uint8_t pix(int seed, int c, int y, int x) {
@@ -66,7 +52,7 @@ void check_hwc(const data::Example& got, int seed) {
 }  // namespace
 
 TEST_CASE("CIFAR-10 batches load as HWC with their labels, files in order") {
-  CifarTempDir dir;
+  test::TempDir dir("stoke_test_cifar");
   int seed = 0;
   std::vector<int> labels;
   for (int b = 1; b <= 5; ++b) {
@@ -116,7 +102,7 @@ TEST_CASE("CIFAR-10 batches load as HWC with their labels, files in order") {
 }
 
 TEST_CASE("CIFAR-100 uses the fine label by default and the coarse one on request") {
-  CifarTempDir dir;
+  test::TempDir dir("stoke_test_cifar");
   Bytes bytes;
   append_record(bytes, {3, 77}, 1);
   append_record(bytes, {19, 99}, 2);
@@ -141,7 +127,7 @@ TEST_CASE("CIFAR-100 uses the fine label by default and the coarse one on reques
 }
 
 TEST_CASE("CIFAR files of a bad length or with bad labels are refused with the path") {
-  CifarTempDir dir;
+  test::TempDir dir("stoke_test_cifar");
   Bytes bytes;
   append_record(bytes, {1}, 0);
   bytes.resize(bytes.size() - 10);  // truncated record

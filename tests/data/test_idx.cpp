@@ -11,6 +11,7 @@
 
 #include "data/idx.h"
 #include "stoke/stoke.h"
+#include "support/temp_dir.h"
 
 using namespace stoke;
 using Catch::Contains;
@@ -19,23 +20,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-// A fresh directory under the system temp dir, removed with everything in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("stoke_test_idx_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 void put_be32(Bytes& b, uint32_t v) {
   for (int s = 24; s >= 0; s -= 8) b.push_back(static_cast<uint8_t>(v >> s));
@@ -85,7 +69,7 @@ Bytes tensor_bytes(const Tensor& t) {
 }  // namespace
 
 TEST_CASE("idx: u8 round trip, raw and gzip", "[data][idx]") {
-  TempDir dir;
+  test::TempDir dir("stoke_test_idx");
   const Bytes data = noise(3 * 4 * 5, 1);
   const Bytes file = idx_bytes(0x08, {3, 4, 5}, data);
   write_raw(dir.file("a.idx"), file);
@@ -114,7 +98,7 @@ TEST_CASE("idx: u8 round trip, raw and gzip", "[data][idx]") {
 }
 
 TEST_CASE("idx: multi-byte types are big-endian", "[data][idx]") {
-  TempDir dir;
+  test::TempDir dir("stoke_test_idx");
   const std::vector<int32_t> values = {0, 1, -1, 0x01020304, INT32_MIN, INT32_MAX, -123456};
   Bytes data;
   for (int32_t v : values) put_be32(data, static_cast<uint32_t>(v));
@@ -148,7 +132,7 @@ TEST_CASE("idx: multi-byte types are big-endian", "[data][idx]") {
 }
 
 TEST_CASE("idx: corrupt files name the path and what is wrong", "[data][idx]") {
-  TempDir dir;
+  test::TempDir dir("stoke_test_idx");
   auto raw = [&](const std::string& name, const Bytes& bytes) {
     write_raw(dir.file(name), bytes);
     return dir.file(name);
@@ -246,7 +230,7 @@ TEST_CASE("idx: corrupt files name the path and what is wrong", "[data][idx]") {
 }
 
 TEST_CASE("idx: load_mnist from a directory of raw and gzipped files", "[data][idx]") {
-  TempDir dir;
+  test::TempDir dir("stoke_test_idx");
   const Bytes pixels = noise(4 * 2 * 3, 5);
   write_raw(dir.file("train-images-idx3-ubyte"), idx_bytes(0x08, {4, 2, 3}, pixels));
   write_gz(dir.file("train-labels-idx1-ubyte.gz"), idx_bytes(0x08, {4}, {9, 0, 255, 3}));

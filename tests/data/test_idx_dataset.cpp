@@ -10,6 +10,7 @@
 #include "data/idx.h"
 #include "data/idx_dataset.h"
 #include "stoke/stoke.h"
+#include "support/temp_dir.h"
 
 using namespace stoke;
 using Catch::Contains;
@@ -18,21 +19,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-struct IdxTempDir {
-  fs::path path;
-  IdxTempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("stoke_test_idxds_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~IdxTempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 void write_idx(const fs::path& path, const std::vector<uint32_t>& dims, const Bytes& data) {
   Bytes b = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
@@ -46,7 +32,7 @@ void write_idx(const fs::path& path, const std::vector<uint32_t>& dims, const By
 }  // namespace
 
 TEST_CASE("IdxImageDataset serves the IDX images as HxWx1 samples with their labels") {
-  IdxTempDir dir;
+  test::TempDir dir("stoke_test_idxds");
   const uint32_t n = 5, h = 3, w = 4;
   Bytes pixels(n * h * w);
   for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 7 + 1);

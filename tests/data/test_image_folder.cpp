@@ -19,6 +19,7 @@
 #pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
 #define STB_IMAGE_WRITE_IMPLEMENTATION
 #include <stb/stb_image_write.h>
+#include "support/temp_dir.h"
 #pragma GCC diagnostic pop
 
 using namespace stoke;
@@ -28,21 +29,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-struct FolderTempDir {
-  fs::path path;
-  FolderTempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("stoke_test_folder_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~FolderTempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
 
 Bytes pattern(int h, int w, int c, int seed) {
   Bytes b(static_cast<size_t>(h * w * c));
@@ -69,7 +55,7 @@ void put_file(const fs::path& p, const Bytes& b) {
 }  // namespace
 
 TEST_CASE("ImageFolderDataset orders classes and files by name and round-trips PNG pixels") {
-  FolderTempDir dir;
+  test::TempDir dir("stoke_test_folder");
   const fs::path root = dir.path;
   // (path, h, w, c, seed); expected order: class "cat" < "dog", files sorted, subdirectories
   // after the class directory's own files (torchvision's sorted(os.walk)).
@@ -123,7 +109,7 @@ TEST_CASE("ImageFolderDataset orders classes and files by name and round-trips P
 }
 
 TEST_CASE("ImageFolderDataset decodes JPEG and BMP") {
-  FolderTempDir dir;
+  test::TempDir dir("stoke_test_folder");
   const int h = 16, w = 16;
   Bytes flat(h * w * 3);
   for (size_t i = 0; i < flat.size(); i += 3) {
@@ -148,7 +134,7 @@ TEST_CASE("ImageFolderDataset decodes JPEG and BMP") {
 }
 
 TEST_CASE("ImageFolderDataset reports corrupt, truncated, unsupported and oversized files") {
-  FolderTempDir dir;
+  test::TempDir dir("stoke_test_folder");
   const fs::path good = dir.path / "c" / "good.png";
   write_png(good, pattern(20, 30, 3, 1), 20, 30, 3);
   const Bytes png = file_bytes(good);
@@ -183,7 +169,7 @@ TEST_CASE("ImageFolderDataset reports corrupt, truncated, unsupported and oversi
 }
 
 TEST_CASE("ImageFolderDataset refuses a missing root, no classes and empty classes") {
-  FolderTempDir dir;
+  test::TempDir dir("stoke_test_folder");
   CHECK_THROWS_WITH(data::ImageFolderDataset((dir.path / "nope").string()),
                     Contains("nope' does not exist"));
   CHECK_THROWS_WITH(data::ImageFolderDataset(dir.path.string()),
@@ -199,7 +185,7 @@ TEST_CASE("ImageFolderDataset refuses a missing root, no classes and empty class
 }
 
 TEST_CASE("write_image_folder exports a dataset that reads back with the same pixels and labels") {
-  FolderTempDir dir;
+  test::TempDir dir("stoke_test_folder");
   const int64_t n = 30, h = 5, w = 3, classes = 12;
   Tensor images = empty({n, h, w}, {.dtype = DType::u8});
   std::vector<int64_t> labels(n);
@@ -232,7 +218,7 @@ TEST_CASE("write_image_folder exports a dataset that reads back with the same pi
 }
 
 TEST_CASE("write_image_folder uses class names only when reading back keeps the labels") {
-  FolderTempDir dir;
+  test::TempDir dir("stoke_test_folder");
   Tensor images = zeros({2, 2, 2}, {.dtype = DType::u8});
   Tensor labels = from_vector<int64_t>({0, 1}, {2}, {.dtype = DType::i64});
   data::IdxImageDataset sorted(images, labels, "mem", {"ant", "bee"});

@@ -16,6 +16,7 @@
 #include "data/packed.h"
 #include "data/resize.h"
 #include "stoke/stoke.h"
+#include "support/temp_dir.h"
 
 using namespace stoke;
 using Catch::Contains;
@@ -24,22 +25,6 @@ namespace fs = std::filesystem;
 namespace {
 
 using Bytes = std::vector<uint8_t>;
-
-struct PackTempDir {
-  fs::path path;
-  PackTempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("stoke_test_packed_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~PackTempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str(const std::string& name) const { return (path / name).string(); }
-};
 
 // n images of h x w, labels i * 3 % classes, with class names.
 std::shared_ptr<data::IdxImageDataset> idx_dataset(int64_t n, int64_t h, int64_t w, int64_t classes,
@@ -100,24 +85,24 @@ data::Example make_example(int64_t h, int64_t w, int64_t c, int64_t label) {
 }  // namespace
 
 TEST_CASE("pack_dataset round-trips an IDX dataset over several shards") {
-  PackTempDir dir;
+  test::TempDir dir("stoke_test_packed");
   auto src = idx_dataset(100, 6, 5, 7);
   const int64_t record = 6 * 5 + 4;
-  const auto r = data::pack_dataset(*src, dir.str("p"), {.shard_bytes = record * 16});
+  const auto r = data::pack_dataset(*src, dir.file("p"), {.shard_bytes = record * 16});
   CHECK(r.records == 100);
   CHECK(r.shards == 7);  // 16 records per shard
   int64_t bytes = 0;
   for (const auto& e : fs::directory_iterator(dir.path / "p")) bytes += int64_t(e.file_size());
   CHECK(r.bytes == bytes);
-  CHECK(fs::exists(data::packed_shard_path(dir.str("p"), 6)));
-  CHECK(int64_t(fs::file_size(data::packed_shard_path(dir.str("p"), 6))) == 64 + 4 * record);
+  CHECK(fs::exists(data::packed_shard_path(dir.file("p"), 6)));
+  CHECK(int64_t(fs::file_size(data::packed_shard_path(dir.file("p"), 6))) == 64 + 4 * record);
 
-  data::PackedDataset packed(dir.str("p"));
+  data::PackedDataset packed(dir.file("p"));
   CHECK(packed.height() == 6);
   CHECK(packed.width() == 5);
   CHECK(packed.channels() == 1);
   check_same(packed, *src);
-  CHECK(packed.describe(33) == data::packed_shard_path(dir.str("p"), 2) + ", record 1");
+  CHECK(packed.describe(33) == data::packed_shard_path(dir.file("p"), 2) + ", record 1");
   data::Example ex;
   src->get(57, ex);
   CHECK(std::memcmp(packed.pixels(57), ex.pixels.data(), 30) == 0);
@@ -125,48 +110,48 @@ TEST_CASE("pack_dataset round-trips an IDX dataset over several shards") {
   CHECK_THROWS_WITH(packed.get(100, ex), Contains("index 100 out of range [0, 100)"));
 
   // Repacking into the same directory with bigger shards removes the old pack's extra shards.
-  const auto r2 = data::pack_dataset(*src, dir.str("p"), {.threads = 1});
+  const auto r2 = data::pack_dataset(*src, dir.file("p"), {.threads = 1});
   CHECK(r2.shards == 1);
-  CHECK_FALSE(fs::exists(data::packed_shard_path(dir.str("p"), 1)));
-  check_same(data::PackedDataset(dir.str("p"), {.verify = false}), *src);
+  CHECK_FALSE(fs::exists(data::packed_shard_path(dir.file("p"), 1)));
+  check_same(data::PackedDataset(dir.file("p"), {.verify = false}), *src);
 }
 
 TEST_CASE("pack_dataset round-trips CIFAR and an image folder") {
-  PackTempDir dir;
+  test::TempDir dir("stoke_test_packed");
   Bytes batch;
   for (int r = 0; r < 9; ++r) {
     batch.push_back(uint8_t(r));
     for (int k = 0; k < 3072; ++k) batch.push_back(uint8_t(k * 7 + r));
   }
-  write_all(dir.str("data.bin"), batch);
-  data::CifarDataset cifar(dir.str("data.bin"));
-  data::pack_dataset(cifar, dir.str("cifar"));
-  check_same(data::PackedDataset(dir.str("cifar")), cifar);
+  write_all(dir.file("data.bin"), batch);
+  data::CifarDataset cifar(dir.file("data.bin"));
+  data::pack_dataset(cifar, dir.file("cifar"));
+  check_same(data::PackedDataset(dir.file("cifar")), cifar);
 
   for (int i = 0; i < 5; ++i) {
     const data::Example e = make_example(4, 3, 3, i % 2);
     const Bytes png = data::encode_png(e.pixels.data(), 4, 3, 3);
     fs::create_directories(dir.path / "img" / (i % 2 ? "b" : "a"));
     data::write_file_atomic(
-        dir.str("img/" + std::string(i % 2 ? "b/" : "a/") + std::to_string(i) + ".png"), png.data(),
-        png.size());
+        dir.file("img/" + std::string(i % 2 ? "b/" : "a/") + std::to_string(i) + ".png"),
+        png.data(), png.size());
   }
-  data::ImageFolderDataset folder(dir.str("img"));
-  data::pack_dataset(folder, dir.str("folder"));
-  data::PackedDataset packed(dir.str("folder"));
+  data::ImageFolderDataset folder(dir.file("img"));
+  data::pack_dataset(folder, dir.file("folder"));
+  data::PackedDataset packed(dir.file("folder"));
   check_same(packed, folder);
   CHECK(packed.class_names() == std::vector<std::string>{"a", "b"});
 }
 
 TEST_CASE("pack_dataset fits differing sizes by resize or center crop") {
-  PackTempDir dir;
+  test::TempDir dir("stoke_test_packed");
   ListDataset ds;
   ds.items = {make_example(4, 4, 3, 0), make_example(8, 6, 3, 1), make_example(3, 9, 3, 1)};
-  CHECK_THROWS_WITH(data::pack_dataset(ds, dir.str("x")),
+  CHECK_THROWS_WITH(data::pack_dataset(ds, dir.file("x")),
                     Contains("item 1") && Contains("expected a 4x4 image") && Contains("8x6"));
-  data::pack_dataset(ds, dir.str("s"), {.height = 4, .width = 4, .fit = data::Fit::stretch});
-  data::pack_dataset(ds, dir.str("c"), {.height = 4, .width = 4, .fit = data::Fit::resize_crop});
-  data::PackedDataset s(dir.str("s")), c(dir.str("c"));
+  data::pack_dataset(ds, dir.file("s"), {.height = 4, .width = 4, .fit = data::Fit::stretch});
+  data::pack_dataset(ds, dir.file("c"), {.height = 4, .width = 4, .fit = data::Fit::resize_crop});
+  data::PackedDataset s(dir.file("s")), c(dir.file("c"));
   data::Example got;
   std::vector<uint8_t> ref;
   for (int64_t i = 0; i < 3; ++i) {
@@ -184,7 +169,7 @@ TEST_CASE("pack_dataset fits differing sizes by resize or center crop") {
   s.get(0, got);
   CHECK(got.pixels == ds.items[0].pixels);
   CHECK_THROWS_WITH(
-      data::pack_dataset(ds, dir.str("k"), {.height = 5, .width = 5, .fit = data::Fit::crop}),
+      data::pack_dataset(ds, dir.file("k"), {.height = 5, .width = 5, .fit = data::Fit::crop}),
       Contains("item 0") && Contains("center crop to 5x5 needs an image at least that big"));
 }
 
@@ -208,28 +193,28 @@ TEST_CASE("bilinear resize uses half-pixel centers and center crop copies exact 
 }
 
 TEST_CASE("pack_dataset refuses bad labels and mixed channel counts") {
-  PackTempDir dir;
+  test::TempDir dir("stoke_test_packed");
   ListDataset ds;
   ds.items = {make_example(2, 2, 3, 0), make_example(2, 2, 1, 1)};
-  CHECK_THROWS_WITH(data::pack_dataset(ds, dir.str("a")),
+  CHECK_THROWS_WITH(data::pack_dataset(ds, dir.file("a")),
                     Contains("item 1: 1 channels, but the pack has 3"));
   ds.items = {make_example(2, 2, 3, 0), make_example(2, 2, 3, 2)};
-  CHECK_THROWS_WITH(data::pack_dataset(ds, dir.str("b")),
+  CHECK_THROWS_WITH(data::pack_dataset(ds, dir.file("b")),
                     Contains("item 1: label 2 out of range [0, 2)"));
   ds.items.clear();
-  CHECK_THROWS_WITH(data::pack_dataset(ds, dir.str("c")), Contains("the dataset is empty"));
+  CHECK_THROWS_WITH(data::pack_dataset(ds, dir.file("c")), Contains("the dataset is empty"));
 }
 
 TEST_CASE("PackedDataset reports corrupt packs with the file and what was wrong") {
-  PackTempDir dir;
+  test::TempDir dir("stoke_test_packed");
   auto src = idx_dataset(40, 4, 4, 5);
-  const std::string p = dir.str("p");
+  const std::string p = dir.file("p");
   data::pack_dataset(*src, p, {.shard_bytes = 20 * 10});  // 10 records per shard, 4 shards
   const std::string index = data::packed_index_path(p);
   const std::string shard = data::packed_shard_path(p, 1);
   const Bytes index_bytes = read_all(index), shard_bytes = read_all(shard);
 
-  CHECK_THROWS_WITH(data::PackedDataset(dir.str("none")), Contains("pack.index' does not exist"));
+  CHECK_THROWS_WITH(data::PackedDataset(dir.file("none")), Contains("pack.index' does not exist"));
 
   Bytes b = index_bytes;
   b[0] = 'X';
@@ -301,9 +286,9 @@ TEST_CASE("crc32_parallel equals zlib's crc32 over one buffer") {
 }
 
 TEST_CASE("PackedDataset checks a well-formed index's values: implausible sizes, labels") {
-  PackTempDir dir;
+  test::TempDir dir("stoke_test_packed");
   auto src = idx_dataset(12, 3, 3, 5, false);  // labels 0, 3, 1, 4, 2, ...; no class names
-  const std::string p = dir.str("p");
+  const std::string p = dir.file("p");
   data::pack_dataset(*src, p);
   const std::string index = data::packed_index_path(p);
   const Bytes good = read_all(index);

@@ -12,6 +12,7 @@
 
 #include "nn/checkpoint/safetensors.h"
 #include "stoke/stoke.h"
+#include "support/temp_dir.h"
 
 using namespace stoke;
 using namespace stoke::nn;
@@ -20,22 +21,9 @@ using Catch::Contains;
 
 namespace {
 
-// A fresh directory per test, removed at the end.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static int counter = 0;
-    path = fs::temp_directory_path() /
-           ("stoke_safetensors_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::permissions(path, fs::perms::owner_all, fs::perm_options::add, ec);
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
+// A fresh directory per test, removed at the end, that lists its entries.
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("stoke_safetensors") {}
   std::vector<std::string> entries() const {
     std::vector<std::string> out;
     for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
