@@ -102,6 +102,10 @@ class CudaKernels final : public DeviceKernels {
 enum class ConvImpl { cudnn, stoke };
 void set_conv_impl(ConvImpl impl);
 ConvImpl conv_impl();
+// The floats of column matrix stoke's conv backward holds at once (default 16 Mi = 64 MiB): a
+// batch whose columns need more is done a chunk of samples at a time. Returns the old value; tests
+// lower it to run several chunks, the last one shorter, on small shapes.
+int64_t set_conv_column_budget(int64_t floats);
 
 // Checks that t's dtype is one the CUDA float kernels take (f32, f16, bf16).
 void check_float_dtype(const char* op, const Tensor& t);

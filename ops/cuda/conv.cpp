@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "cuda/kernels/conv2d_implicit_gemm.h"
 #include "cuda/kernels/im2col.h"
@@ -25,8 +26,11 @@
 namespace stoke::ops::cuda_glue {
 namespace {
 
-// Floats of column matrix one step of the stoke backward may hold (64 MiB).
-constexpr int64_t kColumnBudget = int64_t{16} << 20;
+// Floats of column matrix one step of the stoke backward may hold (64 MiB by default).
+int64_t& column_budget() {
+  static int64_t floats = int64_t{16} << 20;
+  return floats;
+}
 
 ConvImpl initial_impl() {
 #ifdef STOKE_CUDA_EMU
@@ -80,7 +84,7 @@ cuda::Im2colGeometry columns_of(const Geometry& g, int64_t samples) {
 // Samples per step so that one group's column matrix fits kColumnBudget (at least one).
 int64_t chunk_of(const Geometry& g) {
   const int64_t per_sample = std::max<int64_t>(1, g.Cg() * g.kh * g.kw * g.P());
-  return std::clamp<int64_t>(kColumnBudget / per_sample, 1, std::max<int64_t>(1, g.N));
+  return std::clamp<int64_t>(column_budget() / per_sample, 1, std::max<int64_t>(1, g.N));
 }
 
 Tensor as_f32(const Tensor& t) {
@@ -121,6 +125,9 @@ void stoke_backward(const Geometry& g, const Tensor& gy_in, const Tensor& x_in, 
   if (grad_input) *grad_input = empty_on(x.shape(), DType::f32, dev);
   if (grad_weight) *grad_weight = empty_on(w.shape(), DType::f32, dev);
   const int64_t R = g.Cg() * g.kh * g.kw, P = g.P(), chunk = chunk_of(g);
+  // The column matrix of a chunk of nb samples is (R, nb * P) with row stride nb * P (im2col and
+  // col2im write and read it packed), so the GEMMs take cols = nb * P as its leading dimension:
+  // the last chunk may be shorter than the buffer's rows.
   Tensor col = empty_on({R, chunk * P}, DType::f32, dev);
   // dY of a chunk with the channels first, (K, nb * P): the GEMMs' operand layout.
   Tensor gy_t = empty_on({g.K, chunk * P}, DType::f32, dev);
@@ -137,14 +144,13 @@ void stoke_backward(const Geometry& g, const Tensor& gy_in, const Tensor& x_in, 
       if (grad_weight) {
         // dW_g (Kg, R) += dY_g (Kg, cols) * col^T (cols, R); the first chunk overwrites.
         cuda::im2col(cg, x0, typed<float>(col), s);
-        cuda::sgemm(false, true, g.Kg(), R, cols, 1.f, dy, gy_t.size(1), typed<float>(col),
-                    col.size(1), n0 == 0 ? 0.f : 1.f, typed<float>(*grad_weight) + grp * g.Kg() * R,
-                    R, s);
+        cuda::sgemm(false, true, g.Kg(), R, cols, 1.f, dy, gy_t.size(1), typed<float>(col), cols,
+                    n0 == 0 ? 0.f : 1.f, typed<float>(*grad_weight) + grp * g.Kg() * R, R, s);
       }
       if (grad_input) {
         // col (R, cols) = W_g^T (R, Kg) * dY_g (Kg, cols), scattered back by col2im.
         cuda::sgemm(true, false, R, cols, g.Kg(), 1.f, wg, R, dy, gy_t.size(1), 0.f,
-                    typed<float>(col), col.size(1), s);
+                    typed<float>(col), cols, s);
         float* dx0 = typed<float>(*grad_input) + (n0 * g.C + grp * g.Cg()) * g.H * g.W;
         cuda::col2im(cg, typed<float>(col), dx0, s);
       }
@@ -153,6 +159,12 @@ void stoke_backward(const Geometry& g, const Tensor& gy_in, const Tensor& x_in, 
 }
 
 }  // namespace
+
+int64_t set_conv_column_budget(int64_t floats) {
+  STOKE_CHECK(floats > 0, "set_conv_column_budget", "expected a positive number of floats, got ",
+              floats);
+  return std::exchange(column_budget(), floats);
+}
 
 void set_conv_impl(ConvImpl impl) {
 #ifdef STOKE_CUDA_EMU

@@ -64,6 +64,35 @@ TEST_CASE("cuda ops: conv2d forward and all three gradients match the CPU", "[op
   }
 }
 
+TEST_CASE("cuda ops: conv2d backward in several chunks, the last one shorter, matches the CPU",
+          "[ops_cuda_conv]") {
+  // A column budget of 3 samples' columns: batches of 7 run as chunks of 3, 3 and 1 (the last
+  // chunk's column matrix is packed with row stride 1 * P, not the buffer's 3 * P).
+  struct Case {
+    Shape x, w;
+    Conv2dOptions o;
+  };
+  const Case cases[] = {
+      {{7, 3, 6, 5}, {4, 3, 3, 3}, {.padding = {1, 1}}},
+      {{7, 4, 7, 7}, {6, 2, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 2}},
+  };
+  for (const Case& c : cases) {
+    const Tensor x = rand_cpu(c.x, 1), w = rand_cpu(c.w, 2);
+    const Tensor gy = rand_cpu(ops::conv2d(x, w, Tensor(), c.o).shape(), 3);
+    const int64_t groups = c.o.groups, P = gy.size(2) * gy.size(3);
+    const int64_t per_sample = c.x[1] / groups * c.w[2] * c.w[3] * P;
+    const int64_t old = ops::cuda_glue::set_conv_column_budget(3 * per_sample);
+    const auto got =
+        ops::conv2d_backward(gy.to(kCuda), x.to(kCuda), w.to(kCuda), c.o, true, true, false);
+    ops::cuda_glue::set_conv_column_budget(old);
+    const auto want = ops::conv2d_backward(gy, x, w, c.o, true, true, false);
+    CHECK(max_diff(got.grad_input, want.grad_input) < 1e-4);
+    CHECK(max_diff(got.grad_weight, want.grad_weight) < 1e-4);
+  }
+  CHECK_THROWS_WITH(ops::cuda_glue::set_conv_column_budget(0),
+                    Catch::Contains("expected a positive number of floats, got 0"));
+}
+
 TEST_CASE("cuda ops: autograd through conv2d on cuda gives the CPU's gradients",
           "[ops_cuda_conv]") {
   const Tensor x0 = rand_cpu({2, 3, 8, 8}, 1), w0 = rand_cpu({4, 3, 3, 3}, 2);
