@@ -1,282 +1,216 @@
-// stoke-bench-ops-cuda: per op and shape, stoke's CUDA kernels next to the vendor libraries —
-// cuBLAS vs our SGEMM versions (square GEMMs n = 512 ... 8192), cuDNN vs our implicit-GEMM
-// convolution (the conv layers of ResNet-18/CIFAR and VGG-16 at batch 128), and GB/s of our
-// reduction next to a device-to-device copy (1 K ... 256 M elements). Each case: warm-up runs,
-// then the median of N runs timed with CUDA events, the L2 cache flushed before each run; TFLOP/s
-// or GB/s and the percentage of the device's peak (from its properties). Prints a table and one
-// JSON line. Without a GPU it says so and exits 0.
+// stoke-bench-ops-cuda: per op and shape, stoke's CUDA kernels next to the vendor libraries.
+// Sections (each one table; --only picks some):
+//   gemm       cuBLAS f32/tf32/f16/bf16 vs every version of our SGEMM, square n = 512 ... 8192
+//   conv       cuDNN f32/tf32/f16/bf16 vs ours (implicit-GEMM forward; im2col + SGEMM + col2im
+//              backward data and filter) on the conv layers of ResNet-18/CIFAR and VGG-16, batch
+//              128 (bench/ops_cuda_conv.cpp)
+//   memory     cudaMemcpy d2d, our binary add, unary relu/exp, casts f32<->f16, reductions (all,
+//              rows, columns) at 1 K ... 256 M elements, against a copy of the same traffic
+//              (bench/ops_cuda_memory.cpp)
+//   pool       our max/avg/global-avg pooling vs cuDNN, forward and backward, ResNet-18/CIFAR
+//              activations at batch 128 (bench/ops_cuda_nn.cpp)
+//   batchnorm  our batch norm vs cuDNN: training forward, eval forward, backward (same shapes)
+//   softmax    our softmax / log-softmax and fused cross-entropy, GB/s (bench/ops_cuda_nn.cpp)
+// Each case: inputs filled with random values, 3 warm-up runs, then the median of N runs timed
+// with CUDA events, the L2 cache flushed before each run; TFLOP/s or GB/s, the percentage of the
+// device's peak (from its properties: SM count and clock, memory clock and bus width) and of the
+// section's reference (the vendor library, or for memory-bound ops a cudaMemcpy moving the same
+// bytes). Prints a table per section, then one JSON line for the run. Without a GPU it says so
+// and exits 0.
 //
-//   stoke-bench-ops-cuda [--quick] [--reps N]
-#include <algorithm>
+//   stoke-bench-ops-cuda [--quick] [--reps N] [--batch N] [--cudnn-benchmark] [--only
+//   gemm,conv,...]
+//
+// --quick: GEMMs 512 and 1024, batch 8, sizes 1 K and 1 M, two softmax shapes (a smoke run).
+// --batch: the conv/pool/batch-norm batch (default 128). --cudnn-benchmark: cuDNN times every
+// algorithm per shape and keeps the fastest (torch.backends.cudnn.benchmark).
+#include "bench/ops_cuda.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "cuda/runtime/caching_allocator.h"
-#include "cuda/runtime/device.h"
-#include "cuda/runtime/stream.h"
+#include "bench/bench_util.h"
 #include "cuda/vendor/cublas_gemm.h"
 #include "cuda/vendor/cudnn_conv.h"
 #if __has_include("cuda/kernels/sgemm.h")
 #include "cuda/kernels/sgemm.h"
 #define STOKE_BENCH_SGEMM 1
 #endif
-#if __has_include("cuda/kernels/conv2d_implicit_gemm.h")
-#include "cuda/kernels/conv2d_implicit_gemm.h"
-#define STOKE_BENCH_CONV 1
-#endif
-#if __has_include("cuda/kernels/reduce.h")
-#include "cuda/kernels/reduce.h"
-#define STOKE_BENCH_REDUCE 1
-#endif
 
-namespace {
+namespace stoke::bench::ops_cuda {
 
-using namespace stoke;
-using namespace stoke::cuda;
-
-struct Options {
-  bool quick = false;
-  int reps = 20;
-};
-
-// Device scratch from the caching allocator, freed with the object.
-struct Buffer {
-  void* ptr = nullptr;
-  explicit Buffer(size_t bytes) : ptr(caching_allocator().allocate(bytes, 0, nullptr)) {
-    STOKE_CUDA_CHECK(cudaMemset(ptr, 0, bytes));
-  }
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  ~Buffer() { caching_allocator().free(ptr); }
-  template <class T>
-  T* as() const {
-    return static_cast<T*>(ptr);
-  }
-};
-
-// Times `fn` on the legacy stream: warm-up, then the median of reps runs, each preceded by a
-// write over a buffer twice the L2 size so that no run starts with the previous one's data.
-class Timer {
- public:
-  explicit Timer(int reps)
-      : reps_(reps), flush_(std::max<size_t>(2 * device_properties(0).l2_cache_bytes, 1 << 20)) {}
-
-  double median_ms(const std::function<void()>& fn) {
-    for (int i = 0; i < 3; ++i) fn();
-    std::vector<float> ms;
-    Event start, end;
-    for (int i = 0; i < reps_; ++i) {
-      STOKE_CUDA_CHECK(cudaMemsetAsync(flush_buffer_.ptr, i & 0xff, flush_, nullptr));
-      start.record(nullptr);
-      fn();
-      end.record(nullptr);
-      end.synchronize();
-      ms.push_back(start.elapsed_ms(end));
-    }
-    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-    return ms[ms.size() / 2];
-  }
-
- private:
-  int reps_;
-  size_t flush_;
-  Buffer flush_buffer_{flush_};
-};
-
-struct Row {
-  std::string group, op, shape, impl;
-  double ms = 0, rate = 0, peak_pct = 0;
-  const char* unit = "TFLOP/s";
-};
-
-void print(const std::vector<Row>& rows) {
-  std::printf("%-6s %-24s %-34s %-26s %10s %10s %7s\n", "group", "op", "shape", "impl", "ms",
-              "rate", "%peak");
-  for (const Row& r : rows) {
-    std::printf("%-6s %-24s %-34s %-26s %10.4f %6.2f %-3s %6.1f%%\n", r.group.c_str(), r.op.c_str(),
-                r.shape.c_str(), r.impl.c_str(), r.ms, r.rate, r.unit[0] == 'T' ? "TF" : "GB",
-                r.peak_pct);
-  }
-  std::ostringstream js;
-  js << "{\"bench\":\"ops_cuda\",\"device\":\"" << device_properties(0).name << "\",\"rows\":[";
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const Row& r = rows[i];
-    js << (i ? "," : "") << "{\"group\":\"" << r.group << "\",\"op\":\"" << r.op
-       << "\",\"shape\":\"" << r.shape << "\",\"impl\":\"" << r.impl << "\",\"ms\":" << r.ms
-       << ",\"rate\":" << r.rate << ",\"unit\":\"" << r.unit << "\",\"peak_pct\":" << r.peak_pct
-       << "}";
-  }
-  js << "]}";
-  std::printf("%s\n", js.str().c_str());
-}
-
-void bench_gemm(const Options& o, Timer& timer, std::vector<Row>& rows) {
-  const DeviceProperties& p = device_properties(0);
+void bench_gemm(Bench& b) {
+  const cuda::DeviceProperties& p = b.props();
   std::vector<int64_t> sizes = {512, 1024, 2048, 4096, 8192};
-  if (o.quick) sizes = {512, 1024};
+  if (b.o.quick) sizes = {512, 1024};
   for (int64_t n : sizes) {
-    const double flops = 2.0 * n * n * n;
-    Buffer a(n * n * 4), b(n * n * 4), c(n * n * 4);
-    auto add = [&](const std::string& impl, double peak_tflops, const std::function<void()>& fn) {
-      const double ms = timer.median_ms(fn);
-      const double tflops = flops / (ms * 1e-3) / 1e12;
-      rows.push_back({"gemm", "matmul", std::to_string(n) + "^3", impl, ms, tflops,
-                      peak_tflops > 0 ? 100 * tflops / peak_tflops : 0, "TFLOP/s"});
-    };
+    const double flop = 2.0 * n * n * n;
+    const std::string shape = std::to_string(n) + "^3";
+    double ref = 0;  // cuBLAS f32: what our SGEMM competes with
     for (auto [dt, tf32, name, peak] :
          {std::tuple{DType::f32, false, "cublas f32", p.peak_fp32_tflops()},
           std::tuple{DType::f32, true, "cublas tf32", p.peak_tensor_tflops() / 2},
           std::tuple{DType::f16, false, "cublas f16", p.peak_tensor_tflops()},
           std::tuple{DType::bf16, false, "cublas bf16", p.peak_tensor_tflops()}}) {
-      add(name, peak, [&, dt = dt, tf32 = tf32] {
-        gemm(dt, n, n, n, a.ptr, n, b.ptr, n, c.ptr, n, {.allow_tf32 = tf32}, nullptr);
+      const size_t bytes = n * n * elem_bytes(dt);
+      Buffer a(bytes, dt), bb(bytes, dt), c(bytes, dt, Fill::zero);
+      const double rate = b.flops("gemm", "matmul", shape, name, flop, peak, ref, [&] {
+        cuda::gemm(dt, n, n, n, a.ptr, n, bb.ptr, n, c.ptr, n, {.allow_tf32 = tf32}, nullptr);
       });
+      if (ref == 0) ref = rate;
     }
 #ifdef STOKE_BENCH_SGEMM
-    for (SgemmVersion v : kSgemmVersions) {
-      if (v == SgemmVersion::naive && n > 2048) continue;  // seconds per run; says nothing new
-      add(std::string("stoke sgemm ") + sgemm_version_name(v), p.peak_fp32_tflops(), [&] {
-        sgemm(false, false, n, n, n, 1.0f, a.as<float>(), n, b.as<float>(), n, 0.0f, c.as<float>(),
-              n, nullptr, {.version = v});
-      });
+    Buffer a(n * n * 4), bb(n * n * 4), c(n * n * 4, DType::f32, Fill::zero);
+    for (cuda::SgemmVersion v : cuda::kSgemmVersions) {
+      if (v == cuda::SgemmVersion::naive && n > 2048) continue;  // seconds per run; nothing new
+      b.flops("gemm", "matmul", shape, std::string("stoke sgemm ") + cuda::sgemm_version_name(v),
+              flop, p.peak_fp32_tflops(), ref, [&] {
+                cuda::sgemm(false, false, n, n, n, 1.0f, a.as<float>(), n, bb.as<float>(), n, 0.0f,
+                            c.as<float>(), n, nullptr, {.version = v});
+              });
     }
 #endif
   }
 }
 
-struct ConvLayer {
-  const char* net;
-  int64_t c, hw, k, r, stride, pad;
-};
+namespace {
 
-// ResNet-18 for CIFAR (3x3 stem, stages at 32/16/8/4, 1x1 stride-2 shortcuts) and VGG-16 on
-// 32x32 inputs: each distinct conv layer once.
-const ConvLayer kConvLayers[] = {
-    {"resnet18", 3, 32, 64, 3, 1, 1},    {"resnet18", 64, 32, 64, 3, 1, 1},
-    {"resnet18", 64, 32, 128, 3, 2, 1},  {"resnet18", 64, 32, 128, 1, 2, 0},
-    {"resnet18", 128, 16, 128, 3, 1, 1}, {"resnet18", 128, 16, 256, 3, 2, 1},
-    {"resnet18", 128, 16, 256, 1, 2, 0}, {"resnet18", 256, 8, 256, 3, 1, 1},
-    {"resnet18", 256, 8, 512, 3, 2, 1},  {"resnet18", 256, 8, 512, 1, 2, 0},
-    {"resnet18", 512, 4, 512, 3, 1, 1},  {"vgg16", 3, 32, 64, 3, 1, 1},
-    {"vgg16", 64, 32, 64, 3, 1, 1},      {"vgg16", 64, 16, 128, 3, 1, 1},
-    {"vgg16", 128, 16, 128, 3, 1, 1},    {"vgg16", 128, 8, 256, 3, 1, 1},
-    {"vgg16", 256, 8, 256, 3, 1, 1},     {"vgg16", 256, 4, 512, 3, 1, 1},
-    {"vgg16", 512, 4, 512, 3, 1, 1},     {"vgg16", 512, 2, 512, 3, 1, 1},
-};
-
-void bench_conv(const Options& o, Timer& timer, std::vector<Row>& rows) {
-  const DeviceProperties& p = device_properties(0);
-  const int64_t batch = o.quick ? 8 : 128;
-  for (const ConvLayer& l : kConvLayers) {
-    ConvGeometry g{.n = batch,
-                   .c = l.c,
-                   .h = l.hw,
-                   .w = l.hw,
-                   .k = l.k,
-                   .r = l.r,
-                   .s = l.r,
-                   .stride = {l.stride, l.stride},
-                   .padding = {l.pad, l.pad}};
-    const double flops = 2.0 * batch * l.k * g.out_h() * g.out_w() * l.c * l.r * l.r;
-    Buffer x(batch * l.c * l.hw * l.hw * 4), w(l.k * l.c * l.r * l.r * 4),
-        y(batch * l.k * g.out_h() * g.out_w() * 4);
-    std::ostringstream shape;
-    shape << l.net << " " << l.c << "x" << l.hw << "x" << l.hw << "->" << l.k << " " << l.r << "x"
-          << l.r << "/" << l.stride;
-    auto add = [&](const std::string& impl, double peak, const std::function<void()>& fn) {
-      const double ms = timer.median_ms(fn);
-      const double tflops = flops / (ms * 1e-3) / 1e12;
-      rows.push_back({"conv", "conv2d fwd", shape.str(), impl, ms, tflops,
-                      peak > 0 ? 100 * tflops / peak : 0, "TFLOP/s"});
-    };
-    for (auto [dt, tf32, name, peak] :
-         {std::tuple{DType::f32, false, "cudnn f32", p.peak_fp32_tflops()},
-          std::tuple{DType::f32, true, "cudnn tf32", p.peak_tensor_tflops() / 2},
-          std::tuple{DType::f16, false, "cudnn f16", p.peak_tensor_tflops()}}) {
-      ConvGeometry gd = g;
-      gd.dtype = dt;
-      gd.allow_tf32 = tf32;
-      add(name, peak, [&, gd] { conv2d_forward(gd, x.ptr, w.ptr, y.ptr, nullptr); });
-    }
-#ifdef STOKE_BENCH_CONV
-    const Conv2dGeometry cg{.batch = batch,
-                            .channels = l.c,
-                            .height = l.hw,
-                            .width = l.hw,
-                            .out_channels = l.k,
-                            .kernel_h = l.r,
-                            .kernel_w = l.r,
-                            .stride_h = l.stride,
-                            .stride_w = l.stride,
-                            .pad_h = l.pad,
-                            .pad_w = l.pad};
-    add("stoke implicit-gemm f32", p.peak_fp32_tflops(), [&] {
-      conv2d_implicit_gemm_forward(cg, x.as<float>(), w.as<float>(), nullptr, y.as<float>(),
-                                   nullptr);
-    });
-#endif
-  }
+std::string pct_text(double v) {
+  if (std::isnan(v)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", v);
+  return buf;
 }
 
-void bench_memory(const Options& o, Timer& timer, std::vector<Row>& rows) {
-  const double peak = device_properties(0).peak_bandwidth_gbs();
-  std::vector<int64_t> sizes;
-  for (int64_t n = 1 << 10; n <= (int64_t{1} << 28); n <<= 2) sizes.push_back(n);
-  if (o.quick) sizes = {1 << 10, 1 << 20};
-  for (int64_t n : sizes) {
-    Buffer a(n * 4), b(n * 4);
-    auto add = [&](const char* op, const char* impl, double bytes,
-                   const std::function<void()>& fn) {
-      const double ms = timer.median_ms(fn);
-      const double gbs = bytes / (ms * 1e-3) / 1e9;
-      rows.push_back({"memory", op, std::to_string(n) + " f32", impl, ms, gbs,
-                      peak > 0 ? 100 * gbs / peak : 0, "GB/s"});
-    };
-    add("copy d2d", "cudaMemcpyAsync", 8.0 * n, [&] {
-      STOKE_CUDA_CHECK(cudaMemcpyAsync(b.ptr, a.ptr, n * 4, cudaMemcpyDeviceToDevice, nullptr));
-    });
-#ifdef STOKE_BENCH_REDUCE
-    add("sum (all)", "stoke reduce", 4.0 * n,
-        [&] { reduce(ReduceOp::sum, DType::f32, a.ptr, b.ptr, nullptr, 1, n, 1, nullptr); });
-#endif
+// The rows of `group` as a table under a title that says what "vs ref" compares with.
+void print_table(const std::vector<Row>& rows, const char* group, const char* title) {
+  size_t wop = 2, wshape = 5, wimpl = 4;
+  for (const Row& r : rows)
+    if (r.group == group) {
+      wop = std::max(wop, r.op.size());
+      wshape = std::max(wshape, r.shape.size());
+      wimpl = std::max(wimpl, r.impl.size());
+    }
+  if (wop == 2 && wshape == 5) return;  // no rows
+  const int a = static_cast<int>(wop), s = static_cast<int>(wshape), m = static_cast<int>(wimpl);
+  std::printf("\n== %s: %s\n", group, title);
+  std::printf("%-*s  %-*s  %-*s  %10s  %9s %-7s  %7s  %7s  %s\n", a, "op", s, "shape", m, "impl",
+              "ms", "rate", "", "%peak", "vs ref", "note");
+  for (const Row& r : rows) {
+    if (r.group != group) continue;
+    std::printf("%-*s  %-*s  %-*s  %10.4f  %9.2f %-7s  %7s  %7s  %s\n", a, r.op.c_str(), s,
+                r.shape.c_str(), m, r.impl.c_str(), r.ms, r.rate, r.unit,
+                pct_text(r.peak_pct).c_str(), pct_text(r.ref_pct).c_str(), r.note.c_str());
   }
+  std::fflush(stdout);
+}
+
+void print_json(const Bench& b) {
+  const cuda::DeviceProperties& p = b.props();
+  std::vector<std::string> rows;
+  rows.reserve(b.rows.size());
+  for (const Row& r : b.rows)
+    rows.push_back(JsonObject()
+                       .add("group", r.group)
+                       .add("op", r.op)
+                       .add("shape", r.shape)
+                       .add("impl", r.impl)
+                       .add("ms", r.ms)
+                       .add("rate", r.rate)
+                       .add("unit", r.unit)
+                       .add("peak_pct", r.peak_pct)
+                       .add("ref_pct", r.ref_pct)
+                       .add("note", r.note)
+                       .str());
+  std::printf("%s\n", JsonObject()
+                          .add("bench", "ops_cuda")
+                          .add("device", p.name)
+                          .add("peak_fp32_tflops", p.peak_fp32_tflops())
+                          .add("peak_tensor_tflops", p.peak_tensor_tflops())
+                          .add("peak_bandwidth_gbs", p.peak_bandwidth_gbs())
+                          .add("quick", b.o.quick)
+                          .add("reps", b.o.reps)
+                          .add("batch", static_cast<double>(b.o.batch_size()))
+                          .add("cudnn_benchmark", b.o.cudnn_benchmark)
+                          .raw("rows", json_array(rows))
+                          .str()
+                          .c_str());
 }
 
 }  // namespace
+}  // namespace stoke::bench::ops_cuda
 
 int main(int argc, char** argv) {
+  using namespace stoke::bench::ops_cuda;
+  namespace cuda = stoke::cuda;
   Options o;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--quick") == 0) {
       o.quick = true;
     } else if (std::strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
       o.reps = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--cudnn-benchmark") == 0) {
+      o.cudnn_benchmark = true;
+    } else if (std::strcmp(argv[i], "--batch") == 0 && i + 1 < argc) {
+      o.batch = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
+      o.only = argv[++i];
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--reps N]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--reps N] [--batch N] [--cudnn-benchmark] "
+                   "[--only gemm,conv,memory,pool,batchnorm,softmax]\n",
+                   argv[0]);
       return 2;
     }
   }
-  if (!is_available()) {
+  if (!cuda::is_available()) {
     std::printf("stoke-bench-ops-cuda: no CUDA device (%s): skipped\n",
-                device_unavailable_reason().c_str());
+                cuda::device_unavailable_reason().c_str());
     return 0;
   }
-  register_cuda_allocator();
-  const DeviceProperties& p = device_properties(0);
-  std::printf("%s: peak %.1f TFLOP/s f32, %.1f TFLOP/s f16 tensor, %.0f GB/s\n",
+  cuda::register_cuda_allocator();
+  cuda::set_cudnn_benchmark(o.cudnn_benchmark);
+  const cuda::DeviceProperties& p = device_properties(0);
+  std::printf("%s: peak %.1f TFLOP/s f32, %.1f TFLOP/s f16 tensor, %.0f GB/s%s\n",
               p.summary().c_str(), p.peak_fp32_tflops(), p.peak_tensor_tflops(),
-              p.peak_bandwidth_gbs());
-  std::vector<Row> rows;
-  Timer timer(o.reps);
-  bench_gemm(o, timer, rows);
-  bench_conv(o, timer, rows);
-  bench_memory(o, timer, rows);
-  print(rows);
+              p.peak_bandwidth_gbs(), o.cudnn_benchmark ? "; cuDNN benchmark mode" : "");
+  Bench b(o);
+  // Each section prints its table as soon as it is done (a long run shows progress).
+  if (o.wants("gemm")) {
+    bench_gemm(b);
+    print_table(b.rows, "gemm", "TFLOP/s; vs ref = % of cuBLAS f32");
+  }
+  if (o.wants("conv")) {
+    bench_conv(b);
+    print_table(b.rows, "conv",
+                "TFLOP/s (2 N K OH OW C R S for every direction); vs ref = % of cuDNN f32 of the "
+                "same direction; note = cuDNN's algorithm");
+  }
+  if (o.wants("memory")) {
+    bench_memory(b);
+    print_table(b.rows, "memory",
+                "GB/s of minimal DRAM traffic; vs ref = % of a cudaMemcpy d2d moving the same "
+                "bytes");
+  }
+  if (o.wants("pool")) {
+    bench_pool(b);
+    print_table(b.rows, "pool", "GB/s (x + y forward, dy + dx backward); vs ref = % of cuDNN");
+  }
+  if (o.wants("batchnorm")) {
+    bench_batch_norm(b);
+    print_table(b.rows, "batchnorm",
+                "GB/s (x + y forward, x + dy + dx backward); vs ref = % of cuDNN");
+  }
+  if (o.wants("softmax")) {
+    bench_softmax(b);
+    print_table(b.rows, "softmax",
+                "GB/s of minimal traffic; vs ref = % of a cudaMemcpy d2d moving the same bytes");
+  }
+  std::printf("\n");
+  print_json(b);
   return 0;
 }
