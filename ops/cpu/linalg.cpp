@@ -10,6 +10,7 @@
 #include "ops/cpu/gemm.h"
 #include "ops/creation.h"
 #include "ops/device_kernels.h"
+#include "ops/elementwise.h"
 #include "ops/linalg.h"
 
 namespace stoke::ops {
@@ -139,8 +140,14 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
 
 MatmulGrads matmul_backward(const Tensor& grad_out, const Tensor& a_in, const Tensor& b_in,
                             bool need_a, bool need_b) {
-  check_operands("matmul_backward", a_in, "a", b_in, "b");
-  check_operands("matmul_backward", grad_out, "grad_out", a_in, "a");
+  const bool on_device = device_dispatch("matmul_backward", {&grad_out, &a_in, &b_in}) != nullptr;
+  if (!on_device) {
+    check_operands("matmul_backward", a_in, "a", b_in, "b");
+    check_operands("matmul_backward", grad_out, "grad_out", a_in, "a");
+  } else {
+    check_same_dtype("matmul_backward", a_in, "a", b_in, "b");
+    check_same_dtype("matmul_backward", grad_out, "grad_out", a_in, "a");
+  }
   STOKE_CHECK(a_in.dim() >= 2 && b_in.dim() >= 2, "matmul_backward",
               "expected operands with at least 2 dims, got shapes ", a_in.shape(), " and ",
               b_in.shape());
@@ -148,6 +155,15 @@ MatmulGrads matmul_backward(const Tensor& grad_out, const Tensor& a_in, const Te
   full.push_back(a_in.size(-2));
   full.push_back(b_in.size(-1));
   check_shape("matmul_backward", grad_out, "grad_out", full);
+  if (on_device) {
+    // The device's GEMMs (ops::matmul dispatches them, broadcasting batch dims), then the sum over
+    // the batch dims an operand was broadcast along.
+    const Tensor g = grad_out.detach();
+    MatmulGrads r;
+    if (need_a) r.grad_a = sum_to(matmul(g, b_in.detach().transpose(-1, -2)), a_in.shape());
+    if (need_b) r.grad_b = sum_to(matmul(a_in.detach().transpose(-1, -2), g), b_in.shape());
+    return r;
+  }
   const Tensor g = blas_ready(grad_out.detach());
   MatmulGrads r;
   if (need_a) {

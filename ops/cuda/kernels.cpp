@@ -439,20 +439,45 @@ Tensor CudaKernels::cross_entropy_backward(const Tensor& grad, const Tensor& log
 
 Tensor CudaKernels::matmul(const Tensor& a_in, const Tensor& b_in) {
   check_gemm_operands("matmul", a_in, "a", b_in, "b");
-  STOKE_CHECK(a_in.dim() == 2 && b_in.dim() == 2 && a_in.size(1) == b_in.size(0), "matmul",
-              "on cuda, expected 2-D operands (m, k) and (k, n), got shapes ", a_in.shape(),
+  STOKE_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul",
+              "expected operands with at least 1 dim, got shapes ", a_in.shape(), " and ",
+              b_in.shape());
+  // torch.matmul's rules, as on the CPU: a 1-D operand gains a dim (dropped from the result),
+  // batch dims broadcast.
+  const Tensor a2 = a_in.dim() == 1 ? a_in.detach().unsqueeze(0) : a_in.detach();
+  const Tensor b2 = b_in.dim() == 1 ? b_in.detach().unsqueeze(1) : b_in.detach();
+  STOKE_CHECK(a2.size(-1) == b2.size(-2), "matmul", "expected a's last dim to equal b's ",
+              b_in.dim() == 1 ? "only" : "second-to-last", " dim, got shapes ", a_in.shape(),
               " and ", b_in.shape());
   if (half_via_f32(a_in.dtype())) return matmul(as_f32(a_in), as_f32(b_in)).to(a_in.dtype());
-  const Tensor a = a_in.detach().contiguous(), b = b_in.detach().contiguous();
-  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
-  Tensor c = empty_on({m, n}, a.dtype(), a.device());
-  if (c.numel() == 0) return c;
+  const int64_t m = a2.size(-2), k = a2.size(-1), n = b2.size(-1);
+  const Shape batch = broadcast_shapes(Shape(a2.shape().begin(), a2.shape().end() - 2),
+                                       Shape(b2.shape().begin(), b2.shape().end() - 2), "matmul");
+  Shape fa = batch, fb = batch, fc = batch;
+  fa.insert(fa.end(), {m, k});
+  fb.insert(fb.end(), {k, n});
+  fc.insert(fc.end(), {m, n});
+  Shape result = batch;
+  if (a_in.dim() > 1) result.push_back(m);
+  if (b_in.dim() > 1) result.push_back(n);
+  Tensor c = empty_on(fc, a2.dtype(), a2.device());
+  if (c.numel() == 0) return c.view(result);
   if (k == 0) {
     fill_(c, 0.0);
-    return c;
+    return c.view(result);
   }
-  gemm(a.dtype(), false, false, m, n, k, a.data_ptr(), k, b.data_ptr(), n, 0.f, c.data_ptr(), n);
-  return c;
+  // Broadcast batch operands are materialized; one GEMM per batch matrix (cuBLAS's strided batched
+  // GEMM would save the launches; the training models only multiply 2-D operands).
+  const Tensor a = a2.expand(fa).contiguous(), b = b2.expand(fb).contiguous();
+  const int64_t count = c.numel() / (m * n);
+  const size_t es = a.element_size();
+  const auto* pa = static_cast<const char*>(a.data_ptr());
+  const auto* pb = static_cast<const char*>(b.data_ptr());
+  auto* pc = static_cast<char*>(c.data_ptr());
+  for (int64_t i = 0; i < count; ++i)
+    gemm(a.dtype(), false, false, m, n, k, pa + i * m * k * es, k, pb + i * k * n * es, n, 0.f,
+         pc + i * m * n * es, n);
+  return c.view(result);
 }
 
 Tensor CudaKernels::linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {

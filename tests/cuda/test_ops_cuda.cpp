@@ -101,6 +101,53 @@ TEST_CASE("cuda tensors: matmul and linear through the device GEMM", "[ops_cuda]
   CHECK(max_diff(gd.grad_bias, gc.grad_bias) < 1e-5);
 }
 
+TEST_CASE("cuda tensors: batched, broadcast and 1-D matmul and its backward match the CPU",
+          "[ops_cuda]") {
+  const std::vector<std::pair<Shape, Shape>> cases = {
+      {{3, 1, 7, 5}, {4, 5, 6}}, {{2, 7, 5}, {5, 6}}, {{5}, {2, 5, 3}}, {{4, 5}, {5}}, {{5}, {5}}};
+  uint64_t seed = 40;
+  for (const auto& [sa, sb] : cases) {
+    INFO(sa << " @ " << sb);
+    const Tensor a = rand_cpu(sa, seed++), b = rand_cpu(sb, seed++);
+    const Tensor want = ops::matmul(a, b);
+    const Tensor got = ops::matmul(a.to(kCuda), b.to(kCuda));
+    REQUIRE(got.shape() == want.shape());
+    CHECK(max_diff(got, want) < 1e-5);
+    if (a.dim() < 2 || b.dim() < 2) continue;  // matmul_backward takes the unsqueezed operands
+    const Tensor g = rand_cpu(want.shape(), seed++);
+    const auto gc = ops::matmul_backward(g, a, b, true, true);
+    const auto gd = ops::matmul_backward(g.to(kCuda), a.to(kCuda), b.to(kCuda), true, true);
+    REQUIRE(gd.grad_a.shape() == a.shape());
+    REQUIRE(gd.grad_b.shape() == b.shape());
+    CHECK(max_diff(gd.grad_a, gc.grad_a) < 1e-4);
+    CHECK(max_diff(gd.grad_b, gc.grad_b) < 1e-4);
+  }
+  // Autograd through a batched matmul on the device.
+  Tensor a = rand_cpu({2, 3, 4}, 60).to(kCuda).set_requires_grad(true);
+  Tensor b = rand_cpu({4, 2}, 61).to(kCuda).set_requires_grad(true);
+  stoke::sum(stoke::matmul(a, b)).backward();
+  const Tensor ac = a.to(Device::cpu()).detach().set_requires_grad(true);
+  const Tensor bc = b.to(Device::cpu()).detach().set_requires_grad(true);
+  stoke::sum(stoke::matmul(ac, bc)).backward();
+  CHECK(max_diff(a.grad(), ac.grad()) < 1e-5);
+  CHECK(max_diff(b.grad(), bc.grad()) < 1e-5);
+  // Mismatched inner dims: the CPU's message on both devices.
+  const Tensor x = rand_cpu({2, 3, 4}, 62), y = rand_cpu({5, 2}, 63);
+  std::string cpu_msg, cuda_msg;
+  try {
+    ops::matmul(x, y);
+  } catch (const std::exception& e) {
+    cpu_msg = e.what();
+  }
+  try {
+    ops::matmul(x.to(kCuda), y.to(kCuda));
+  } catch (const std::exception& e) {
+    cuda_msg = e.what();
+  }
+  CHECK_THAT(cpu_msg, Catch::Contains("expected a's last dim to equal b's second-to-last dim"));
+  CHECK(cuda_msg == cpu_msg);
+}
+
 TEST_CASE("cuda tensors: an op a backend does not implement says so", "[ops_cuda]") {
   // A backend that overrides nothing: every method reports the op and the device.
   struct Bare final : ops::DeviceKernels {
