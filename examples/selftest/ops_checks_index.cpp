@@ -1,0 +1,117 @@
+// Index ops on cuda tensors: index_select and gather (any dtype forward; the scatter-add backward
+// through autograd, with repeated indices), embedding, and the device-side range check
+// (first_out_of_range) that makes a bad index fail with the CPU's message.
+#include "examples/selftest/ops_checks.h"
+
+namespace stoke::selftest {
+
+using namespace ops_checks;
+
+namespace index_checks {
+
+// The message `fn` throws, or "" when it does not.
+template <class F>
+std::string error_of(F&& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Scatter-adds accumulate repeated indices with atomics in the gradient's dtype on the device,
+// rounding after each add (f16/bf16), in an order that varies from run to run.
+double scatter_tol(DType dt) {
+  return 2 * tolerance(dt);
+}
+
+const DType kIndexTypes[] = {DType::f32, DType::f16, DType::bf16,   DType::i32,
+                             DType::i64, DType::u8,  DType::boolean};
+
+}  // namespace index_checks
+
+void check_index(Suite& s, bool quick) {
+  using namespace index_checks;
+  const Shape xs = quick ? Shape{6, 37, 5} : Shape{64, 1001, 33};
+  const std::string l = shape_str(xs);
+  // index_select along each dim, with repeats; every dtype forward.
+  for (int64_t dim = 0; dim < 3; ++dim) {
+    const Tensor index = randint_cpu(0, xs[dim], {quick ? int64_t{9} : 500}, DType::i64, 300 + dim);
+    const std::string li = l + " dim " + std::to_string(dim);
+    for (DType dt : kIndexTypes) {
+      const Tensor x = randint_cpu(0, dt == DType::boolean ? 2 : 100, xs, DType::i64, 310).to(dt);
+      compare_on(s, "index_select", li, dt, ops::index_select(x.to(dev()), dim, index.to(dev())),
+                 ops::index_select(x, dim, index), 0);
+    }
+    for (DType dt : float_types()) {
+      Leaf x = leaf(randn_cpu(xs, 311), dt);
+      const Tensor got = stoke::index_select(x.dev, dim, index.to(dev()));
+      const Tensor ref = stoke::index_select(x.cpu, dim, index);
+      const Tensor g = randn_cpu(ref.shape(), 312);
+      got.backward(upload(g, dt));
+      ref.backward(rounded(g, dt));
+      compare_on(s, "index_select backward", li, dt, x.dev.grad(), x.cpu.grad(), scatter_tol(dt));
+    }
+  }
+  // gather along each dim (index of another size than x in that dim), and its backward.
+  for (int64_t dim = 0; dim < 3; ++dim) {
+    Shape is = xs;
+    is[0] = std::max<int64_t>(1, xs[0] - 1);
+    is[dim] = xs[dim] + 3;  // more positions than the dim: repeats are certain
+    const Tensor index = randint_cpu(0, xs[dim], is, DType::i64, 320 + dim);
+    const std::string li = l + " dim " + std::to_string(dim) + " index " + shape_str(is);
+    for (DType dt : kIndexTypes) {
+      const Tensor x = randint_cpu(0, dt == DType::boolean ? 2 : 100, xs, DType::i64, 321).to(dt);
+      compare_on(s, "gather", li, dt, ops::gather(x.to(dev()), dim, index.to(dev())),
+                 ops::gather(x, dim, index), 0);
+    }
+    for (DType dt : float_types()) {
+      Leaf x = leaf(randn_cpu(xs, 322), dt);
+      const Tensor got = stoke::gather(x.dev, dim, index.to(dev()));
+      const Tensor ref = stoke::gather(x.cpu, dim, index);
+      const Tensor g = randn_cpu(ref.shape(), 323);
+      got.backward(upload(g, dt));
+      ref.backward(rounded(g, dt));
+      compare_on(s, "gather backward", li, dt, x.dev.grad(), x.cpu.grad(), scatter_tol(dt));
+    }
+  }
+  // embedding: a (V, D) table looked up by a (B, T) index, and its gradient.
+  const int64_t V = quick ? 50 : 30000, D = quick ? 12 : 300;
+  const Tensor ids = randint_cpu(0, V, {4, quick ? int64_t{7} : 128}, DType::i64, 330);
+  const std::string le = dims({V, D}) + " [" + shape_str(ids.shape()) + "]";
+  for (DType dt : float_types()) {
+    Leaf w = leaf(randn_cpu({V, D}, 331), dt);
+    const Tensor got = stoke::embedding(w.dev, ids.to(dev()));
+    const Tensor ref = stoke::embedding(w.cpu, ids);
+    compare_on(s, "embedding", le, dt, got, ref, 0);
+    const Tensor g = randn_cpu(ref.shape(), 332);
+    got.backward(upload(g, dt));
+    ref.backward(rounded(g, dt));
+    compare_on(s, "embedding backward", le, dt, w.dev.grad(), w.cpu.grad(), scatter_tol(dt));
+  }
+  // A bad index fails on the device with the CPU's message (the device range check's one
+  // read-back), for index_select, gather and embedding.
+  const Tensor x = randn_cpu({5, 4}, 340);
+  Tensor bad = randint_cpu(0, 5, {300}, DType::i64, 341);
+  bad.data<int64_t>()[257] = 5;  // past the first block of the check kernel
+  Tensor neg = randint_cpu(0, 4, {5, 4}, DType::i64, 342);
+  neg.data<int64_t>()[6] = -1;
+  const std::pair<const char*, std::pair<std::string, std::string>> errors[] = {
+      {"index_select (index 5 of 5)",
+       {error_of([&] { ops::index_select(x.to(dev()), 0, bad.to(dev())); }),
+        error_of([&] { ops::index_select(x, 0, bad); })}},
+      {"gather (index -1)",
+       {error_of([&] { ops::gather(x.to(dev()), 1, neg.to(dev())); }),
+        error_of([&] { ops::gather(x, 1, neg); })}},
+      {"embedding (index 5 of 5)",
+       {error_of([&] { ops::embedding(x.to(dev()), bad.to(dev())); }),
+        error_of([&] { ops::embedding(x, bad); })}},
+  };
+  for (const auto& [name, msgs] : errors)
+    s.expect(std::string("bad index error: ") + name, "5x4", "i64",
+             !msgs.second.empty() && msgs.first == msgs.second,
+             "cuda said \"" + msgs.first + "\", cpu said \"" + msgs.second + "\"");
+}
+
+}  // namespace stoke::selftest

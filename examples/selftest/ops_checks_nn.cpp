@@ -1,0 +1,222 @@
+// The layers' ops on cuda tensors through autograd (forward and every gradient, as a training
+// step runs them): conv2d (stride, padding, dilation, groups, bias, non-square kernels; with
+// cuDNN and with stoke's kernels on the real backend), max/avg/adaptive pooling, batch norm
+// (training with the running statistics, evaluation), and dropout (masks bit for bit).
+#include "examples/selftest/ops_checks.h"
+#include "ops/cuda/backend.h"
+
+namespace stoke::selftest {
+
+using namespace ops_checks;
+
+namespace nn_checks {
+
+// Puts back the convolution implementation the dispatch had.
+struct ConvImplGuard {
+  ops::cuda_glue::ConvImpl saved = ops::cuda_glue::conv_impl();
+  ~ConvImplGuard() { ops::cuda_glue::set_conv_impl(saved); }
+};
+
+}  // namespace nn_checks
+
+void check_conv2d(Suite& s, bool quick) {
+  using namespace nn_checks;
+  struct Case {
+    int64_t n, c, h, w, k, kh, kw;
+    Conv2dOptions o;
+    bool bias;
+  };
+  std::vector<Case> cases = {
+      {2, 3, 8, 8, 4, 3, 3, {.padding = {1, 1}}, true},
+      {2, 4, 9, 7, 6, 3, 3, {.stride = {2, 2}, .padding = {1, 1}, .groups = 2}, false},
+      {1, 3, 10, 10, 5, 3, 3, {.padding = {2, 2}, .dilation = {2, 2}}, true},
+      {1, 2, 6, 5, 3, 2, 3, {.stride = {2, 1}, .padding = {0, 1}, .dilation = {1, 2}}, true},
+  };
+  if (!quick) {
+    cases.push_back({2, 8, 7, 9, 8, 1, 1, {}, true});
+    cases.push_back({8, 64, 32, 32, 128, 3, 3, {.padding = {1, 1}}, true});
+    cases.push_back({4, 32, 28, 28, 32, 3, 3, {.padding = {1, 1}, .groups = 32}, false});
+    cases.push_back({16, 3, 224, 224, 64, 7, 7, {.stride = {2, 2}, .padding = {3, 3}}, false});
+  }
+  std::vector<std::pair<ops::cuda_glue::ConvImpl, const char*>> impls = {
+      {ops::cuda_glue::ConvImpl::stoke, "stoke"}};
+#ifndef STOKE_CUDA_EMU
+  impls.insert(impls.begin(), {ops::cuda_glue::ConvImpl::cudnn, "cudnn"});
+#endif
+  ConvImplGuard guard;
+  for (const auto& [impl, impl_name] : impls) {
+    ops::cuda_glue::set_conv_impl(impl);
+    const std::string tag = std::string(" [") + impl_name + "]";
+    for (const Case& c : cases) {
+      const auto& o = c.o;
+      const std::string l = dims({c.n, c.c, c.h, c.w}) + " k" + std::to_string(c.k) + " " +
+                            dims({c.kh, c.kw}) + " s" + dims({o.stride[0], o.stride[1]}) + " p" +
+                            dims({o.padding[0], o.padding[1]}) + " d" +
+                            dims({o.dilation[0], o.dilation[1]}) + " g" + std::to_string(o.groups);
+      const Tensor x0 = randn_cpu({c.n, c.c, c.h, c.w}, 200);
+      const Tensor w0 = randn_cpu({c.k, c.c / o.groups, c.kh, c.kw}, 201);
+      const Tensor b0 = randn_cpu({c.k}, 202);
+      for (DType dt : float_types()) {
+        const double tol = 2 * tolerance(dt);
+        Leaf x = leaf(x0, dt), w = leaf(w0, dt), b = leaf(b0, dt);
+        const Tensor got = stoke::conv2d(x.dev, w.dev, c.bias ? b.dev : Tensor(), o);
+        const Tensor ref = stoke::conv2d(x.cpu, w.cpu, c.bias ? b.cpu : Tensor(), o);
+        compare_on(s, "conv2d" + tag, l, dt, got, ref, tol);
+        const Tensor g = randn_cpu(ref.shape(), 203);
+        got.backward(upload(g, dt));
+        ref.backward(rounded(g, dt));
+        compare_on(s, "conv2d backward dx" + tag, l, dt, x.dev.grad(), x.cpu.grad(), tol);
+        compare_on(s, "conv2d backward dW" + tag, l, dt, w.dev.grad(), w.cpu.grad(), tol);
+        if (c.bias)
+          compare_on(s, "conv2d backward db" + tag, l, dt, b.dev.grad(), b.cpu.grad(), tol);
+      }
+    }
+  }
+}
+
+void check_pooling(Suite& s, bool quick) {
+  using namespace nn_checks;
+  struct Case {
+    Shape shape;
+    Pool2dOptions o;
+  };
+  std::vector<Case> cases = {
+      {{2, 3, 8, 8}, {.kernel_size = {2, 2}}},
+      {{1, 2, 7, 9}, {.kernel_size = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}},
+      {{2, 1, 5, 6}, {.kernel_size = {2, 3}, .stride = {2, 2}, .ceil_mode = true}},
+      {{3, 10, 11}, {.kernel_size = {3, 3}, .stride = {1, 2}, .padding = {1, 0}}},
+      {{1, 2, 6, 6},
+       {.kernel_size = {3, 3}, .stride = {2, 2}, .padding = {1, 1}, .count_include_pad = false}},
+  };
+  if (!quick)
+    cases.push_back(
+        {{32, 64, 56, 56}, {.kernel_size = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}});
+  for (const Case& c : cases) {
+    const auto& o = c.o;
+    const std::string l = shape_str(c.shape) + " k" + dims({o.kernel_size[0], o.kernel_size[1]}) +
+                          " s" + dims({o.stride[0], o.stride[1]}) + " p" +
+                          dims({o.padding[0], o.padding[1]}) + (o.ceil_mode ? " ceil" : "") +
+                          (o.count_include_pad ? "" : " excl-pad");
+    const Tensor x0 = randn_cpu(c.shape, 210);
+    for (DType dt : float_types()) {
+      const double tol = 2 * tolerance(dt);
+      {
+        Leaf x = leaf(x0, dt);
+        const Tensor got = stoke::max_pool2d(x.dev, o), ref = stoke::max_pool2d(x.cpu, o);
+        compare_on(s, "max_pool2d", l, dt, got, ref, 0);
+        const Tensor g = randn_cpu(ref.shape(), 211);
+        got.backward(upload(g, dt));
+        ref.backward(rounded(g, dt));
+        compare_on(s, "max_pool2d backward", l, dt, x.dev.grad(), x.cpu.grad(), tol);
+        // The indices, and the backward without the window (every output scanned).
+        const auto gi = ops::max_pool2d_with_indices(x.dev.detach(), o);
+        const auto ri = ops::max_pool2d_with_indices(x.cpu.detach(), o);
+        compare_on(s, "max_pool2d indices", l, DType::i64, gi.indices, ri.indices, 0);
+        compare_on(s, "max_pool2d_backward (no window)", l, dt,
+                   ops::max_pool2d_backward(upload(g, dt), gi.indices, c.shape),
+                   ops::max_pool2d_backward(rounded(g, dt), ri.indices, c.shape), tol);
+      }
+      {
+        Leaf x = leaf(x0, dt);
+        const Tensor got = stoke::avg_pool2d(x.dev, o), ref = stoke::avg_pool2d(x.cpu, o);
+        compare_on(s, "avg_pool2d", l, dt, got, ref, tol);
+        const Tensor g = randn_cpu(ref.shape(), 212);
+        got.backward(upload(g, dt));
+        ref.backward(rounded(g, dt));
+        compare_on(s, "avg_pool2d backward", l, dt, x.dev.grad(), x.cpu.grad(), tol);
+      }
+    }
+  }
+  std::vector<std::pair<Shape, std::array<int64_t, 2>>> adaptive = {
+      {{2, 3, 7, 7}, {1, 1}}, {{1, 2, 10, 9}, {3, 4}}, {{4, 5, 6}, {6, 2}}};
+  if (!quick) adaptive.push_back({{64, 512, 7, 7}, {1, 1}});
+  for (const auto& [shape, out] : adaptive) {
+    const std::string l = shape_str(shape) + " -> " + dims({out[0], out[1]});
+    const Tensor x0 = randn_cpu(shape, 213);
+    for (DType dt : float_types()) {
+      const double tol = 2 * tolerance(dt);
+      Leaf x = leaf(x0, dt);
+      const Tensor got = stoke::adaptive_avg_pool2d(x.dev, out);
+      const Tensor ref = stoke::adaptive_avg_pool2d(x.cpu, out);
+      compare_on(s, "adaptive_avg_pool2d", l, dt, got, ref, tol);
+      const Tensor g = randn_cpu(ref.shape(), 214);
+      got.backward(upload(g, dt));
+      ref.backward(rounded(g, dt));
+      compare_on(s, "adaptive_avg_pool2d backward", l, dt, x.dev.grad(), x.cpu.grad(), tol);
+    }
+  }
+}
+
+void check_batch_norm(Suite& s, bool quick) {
+  using namespace nn_checks;
+  std::vector<Shape> shapes = {{4, 3, 5, 6}, {7, 5}, {2, 4, 9}};
+  if (!quick) shapes.push_back({32, 64, 28, 28});
+  for (const Shape& shape : shapes) {
+    const std::string l = shape_str(shape);
+    const int64_t C = shape[1];
+    const Tensor x0 = ops::add(ops::mul(randn_cpu(shape, 220), 2.0), 0.5);
+    const Tensor w0 = randn_cpu({C}, 221), b0 = randn_cpu({C}, 222);
+    const Tensor rm0 = randn_cpu({C}, 223), rv0 = uniform_cpu({C}, 0.5, 2, 224);
+    for (DType dt : float_types()) {
+      const double tol = 2 * tolerance(dt);
+      for (bool training : {true, false}) {
+        const std::string mode = training ? " (training)" : " (eval)";
+        // Per-channel tensors stay f32 for every input dtype (as cuDNN's and torch's AMP).
+        Leaf x = leaf(x0, dt), w = leaf(w0, DType::f32), b = leaf(b0, DType::f32);
+        Tensor rm_c = rm0.clone(), rv_c = rv0.clone();
+        Tensor rm_d = rm0.to(dev()), rv_d = rv0.to(dev());
+        const BatchNormOptions o{.training = training, .momentum = 0.2, .eps = 1e-3};
+        const Tensor got = stoke::batch_norm(x.dev, rm_d, rv_d, w.dev, b.dev, o);
+        const Tensor ref = stoke::batch_norm(x.cpu, rm_c, rv_c, w.cpu, b.cpu, o);
+        compare_on(s, "batch_norm" + mode, l, dt, got, ref, tol);
+        if (training) {
+          compare_on(s, "batch_norm running_mean", l, DType::f32, rm_d, rm_c, tol);
+          compare_on(s, "batch_norm running_var", l, DType::f32, rv_d, rv_c, tol);
+        }
+        const Tensor g = randn_cpu(shape, 225);
+        got.backward(upload(g, dt));
+        ref.backward(rounded(g, dt));
+        compare_on(s, "batch_norm backward dx" + mode, l, dt, x.dev.grad(), x.cpu.grad(), tol);
+        compare_on(s, "batch_norm backward dweight" + mode, l, DType::f32, w.dev.grad(),
+                   w.cpu.grad(), tol);
+        compare_on(s, "batch_norm backward dbias" + mode, l, DType::f32, b.dev.grad(), b.cpu.grad(),
+                   tol);
+      }
+    }
+  }
+}
+
+void check_dropout(Suite& s, bool quick) {
+  std::vector<Shape> shapes = {{3, 129}, {2, 3, 5}};
+  if (!quick) shapes.push_back({1000, 1001});
+  for (const Shape& shape : shapes) {
+    const std::string l = shape_str(shape);
+    const Tensor x0 = randn_cpu(shape, 230), g0 = randn_cpu(shape, 231);
+    for (DType dt : float_types()) {
+      const double tol = tolerance(dt);
+      for (double p : {0.1, 0.5}) {
+        const std::string pl = detail::str_cat(" p=", p);
+        // One generator state on both devices gives one mask.
+        Generator gc(77), gd(77);
+        const auto got = ops::dropout_with_mask(upload(x0, dt), p, &gd);
+        const auto ref = ops::dropout_with_mask(rounded(x0, dt), p, &gc);
+        compare_on(s, "dropout mask" + pl, l, DType::u8, got.mask, ref.mask, 0);
+        compare_on(s, "dropout" + pl, l, dt, got.output, ref.output, tol);
+        compare_on(s, "dropout_backward" + pl, l, dt,
+                   ops::dropout_backward(upload(g0, dt), got.mask, p),
+                   ops::dropout_backward(rounded(g0, dt), ref.mask, p), tol);
+        // Through autograd, as nn::Dropout runs it.
+        Leaf x = leaf(x0, dt);
+        Generator ac(78), ad(78);
+        const Tensor yd = stoke::dropout(x.dev, p, true, &ad);
+        const Tensor yc = stoke::dropout(x.cpu, p, true, &ac);
+        compare_on(s, "dropout (autograd)" + pl, l, dt, yd, yc, tol);
+        yd.backward(upload(g0, dt));
+        yc.backward(rounded(g0, dt));
+        compare_on(s, "dropout backward (autograd)" + pl, l, dt, x.dev.grad(), x.cpu.grad(), tol);
+      }
+    }
+  }
+}
+
+}  // namespace stoke::selftest

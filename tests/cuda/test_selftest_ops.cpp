@@ -1,0 +1,159 @@
+// stoke-gpu-selftest's checks of the public API on cuda tensors (examples/selftest/ops_checks*.cpp)
+// and of the raw kernel launchers (kernel_checks.cpp), run here in cuda/emu in their quick mode:
+// every row must pass, and every method of the cuda kernels (ops/cuda/backend.h) must be reached,
+// as counted at run time by the selftest's coverage decorator. The selftest's sources are compiled
+// into this file (test_cuda globs tests/cuda/*.cpp only); vendor_checks.cpp is real-backend only.
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include "examples/selftest/coverage.cpp"
+#include "examples/selftest/kernel_checks.cpp"
+#include "examples/selftest/ops_checks.cpp"
+#include "examples/selftest/ops_checks_elementwise.cpp"
+#include "examples/selftest/ops_checks_index.cpp"
+#include "examples/selftest/ops_checks_nn.cpp"
+#include "examples/selftest/ops_checks_reduce.cpp"
+#include "examples/selftest/suite.cpp"
+#include "ops_cuda_util.h"
+
+using namespace stoke;
+
+namespace {
+
+// The names of the methods ops/cuda/backend.h's CudaKernels overrides.
+std::set<std::string> backend_overrides() {
+  std::ifstream in(STOKE_FIXTURE_DIR "/../../ops/cuda/backend.h");
+  REQUIRE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  std::string src = text.str();
+  // Comments may hold parentheses: drop them, then look at each declaration (up to ';').
+  src = std::regex_replace(src, std::regex("//[^\n]*"), "");
+  const auto cls = src.find("class CudaKernels");
+  REQUIRE(cls != std::string::npos);
+  const auto end = src.find("\n};", cls);
+  REQUIRE(end != std::string::npos);
+  std::set<std::string> names;
+  std::stringstream body(src.substr(cls, end - cls));
+  const std::regex name_re(R"((\w+)\s*\()");
+  for (std::string decl; std::getline(body, decl, ';');) {
+    if (decl.find("override") == std::string::npos) continue;
+    std::smatch m;
+    if (std::regex_search(decl, m, name_re)) names.insert(m[1]);
+  }
+  return names;
+}
+
+}  // namespace
+
+TEST_CASE("selftest: a row fails on a mismatch, a NaN, a shape or an exact integer", "[selftest]") {
+  selftest::Suite s;
+  const Tensor x = test::rand_cpu({4, 5}, 2);
+  s.compare("same", "4x5", "f32", x.to(test::kCuda), x, 0);
+  s.compare("within tolerance", "4x5", "f32", ops::add(x, 1e-6), x, 1e-5);
+  s.compare("off by 1e-3", "4x5", "f32", ops::add(x, 1e-3), x, 1e-4);
+  Tensor y = x.clone();
+  y.data<float>()[7] = NAN;
+  s.compare("NaN", "4x5", "f32", y, x, 1.0);
+  s.compare("shape", "4x5", "f32", x.t(), x, 1.0);
+  // 2^53 and 2^53 + 1: equal once converted to f64, so only an exact comparison tells them apart.
+  const Tensor big = full({3}, 9007199254740992.0, {.dtype = DType::i64});
+  s.compare("i64 beyond 2^53", "3", "i64", ops::add(big, 1.0), big, 0);
+  s.expect("expect false", "-", "-", false, "why");
+  REQUIRE(s.rows().size() == 7);
+  CHECK(s.rows()[0].pass);
+  CHECK(s.rows()[1].pass);
+  CHECK_FALSE(s.rows()[2].pass);
+  CHECK(s.rows()[2].max_abs == Approx(1e-3).epsilon(1e-2));
+  CHECK_FALSE(s.rows()[3].pass);
+  CHECK_FALSE(s.rows()[4].pass);
+  CHECK_FALSE(s.rows()[5].pass);
+  CHECK(s.rows()[5].max_abs == 1);
+  CHECK_FALSE(s.rows()[6].pass);
+  CHECK(s.failures() == 5);
+  s.run("throws", [](selftest::Suite&) { throw std::runtime_error("boom"); });
+  REQUIRE(s.rows().size() == 8);
+  CHECK_FALSE(s.rows()[7].pass);
+  CHECK(s.rows()[7].note == "boom");
+}
+
+TEST_CASE("selftest: the coverage decorator counts calls and puts the kernels back", "[selftest]") {
+  ops::DeviceKernels* before = &ops::device_kernels("test", test::kCuda);
+  {
+    selftest::CoverageScope scope;
+    CHECK(&ops::device_kernels("test", test::kCuda) != before);
+    CHECK(scope.snapshot().calls_of("binary") == 0);
+    CHECK(scope.snapshot().never_called().find("binary") != std::string::npos);
+    const Tensor a = test::rand_cpu({3, 4}, 1).to(test::kCuda);
+    const Tensor b = ops::add(a, a);  // forwarded to the backend: the right values
+    CHECK(test::max_diff(b, ops::mul(a, 2.0)) == 0);
+    const selftest::Coverage c = scope.snapshot();
+    CHECK(c.calls_of("binary") == 1);
+    CHECK(c.calls_of("binary_scalar") == 1);
+    CHECK(c.saw("binary", DType::f32));
+    CHECK_FALSE(c.saw("binary", DType::i32));
+    CHECK(c.never_called().find("binary,") == std::string::npos);
+  }
+  CHECK(&ops::device_kernels("test", test::kCuda) == before);
+}
+
+TEST_CASE("selftest: the coverage decorator forwards every override of ops/cuda/backend.h",
+          "[selftest]") {
+  const std::set<std::string> overrides = backend_overrides();
+  CHECK(overrides.size() >= 50);  // the parse found the class
+  std::set<std::string> counted(std::begin(selftest::kMethods), std::end(selftest::kMethods));
+  counted.insert("type");
+  counted.insert("use_device");  // forwarded, not counted: every dispatch calls it
+  for (const std::string& name : overrides) {
+    INFO("CudaKernels::" << name << " is not forwarded by examples/selftest/coverage.h: add it "
+                         << "there, and a check of it to examples/selftest/ops_checks*.cpp");
+    CHECK(counted.count(name) == 1);
+  }
+  for (const std::string& name : counted) {
+    INFO("examples/selftest/coverage.h counts " << name << ", which backend.h does not override");
+    CHECK(overrides.count(name) == 1);
+  }
+}
+
+TEST_CASE("selftest: every ops check passes on cuda tensors in emu and reaches every kernel method",
+          "[selftest]") {
+  manual_seed(1234);
+  selftest::Suite suite;
+  if (std::getenv("STOKE_SELFTEST_TRACE")) suite.trace_to(stdout);
+  selftest::Coverage coverage;
+  {
+    selftest::CoverageScope scope;
+    selftest::run_kernel_checks(suite, /*quick=*/true);
+    selftest::run_ops_checks(suite, /*quick=*/true);
+    coverage = scope.snapshot();
+  }
+  if (suite.failures() > 0) suite.print(stdout, /*failures_only=*/true);
+  CHECK(suite.failures() == 0);
+  // The quick set has about 1350 rows; far fewer means checks stopped early or were dropped.
+  CHECK(suite.rows().size() >= 1200);
+  INFO("never called: " << coverage.never_called());
+  CHECK(coverage.never_called().empty());
+  // The integer kernels are separate launches: the arithmetic and sums must have seen them.
+  for (const char* method : {"binary", "binary_scalar", "binary_", "binary_scalar_"})
+    for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8}) {
+      INFO(method << " on " << dt);
+      CHECK(coverage.saw(method, dt));
+    }
+  for (DType dt :
+       {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8, DType::boolean}) {
+    INFO("sum/copy_strided on " << dt);
+    CHECK(coverage.saw("sum", dt));
+    CHECK(coverage.saw("copy_strided", dt));
+    CHECK(coverage.saw("fill", dt));
+  }
+  for (const char* method : {"compare", "compare_scalar", "where", "index_select", "gather"})
+    for (DType dt : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::u8}) {
+      INFO(method << " on " << dt);
+      CHECK(coverage.saw(method, dt));
+    }
+}
