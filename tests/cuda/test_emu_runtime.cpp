@@ -192,14 +192,27 @@ TEST_CASE("cuda emu: streams and events run work in order", "[cuda][emu]") {
   CHECK(cudaGetLastError() == cudaErrorInvalidResourceHandle);
 }
 
-TEST_CASE("cuda emu: one device with plausible properties", "[cuda][emu]") {
+TEST_CASE("cuda emu: two devices with plausible properties", "[cuda][emu]") {
   int count = 0, device = -1;
   STOKE_CUDA_CHECK(cudaGetDeviceCount(&count));
-  CHECK(count == 1);
+  CHECK(count == 2);
+  STOKE_CUDA_CHECK(cudaSetDevice(1));
+  STOKE_CUDA_CHECK(cudaGetDevice(&device));
+  CHECK(device == 1);
+  // Memory records the device that was current when it was allocated.
+  void* p1 = nullptr;
+  STOKE_CUDA_CHECK(cudaMalloc(&p1, 64));
+  CHECK(stoke::emu::device_of(p1) == 1);
+  CHECK(stoke::emu::device_of(static_cast<char*>(p1) + 63) == 1);
+  CHECK(stoke::emu::device_of(static_cast<char*>(p1) + 64) == -1);  // past the block
+  STOKE_CUDA_CHECK(cudaFree(p1));
+  CHECK(stoke::emu::device_of(p1) == -1);
   STOKE_CUDA_CHECK(cudaSetDevice(0));
   STOKE_CUDA_CHECK(cudaGetDevice(&device));
   CHECK(device == 0);
-  CHECK(cudaSetDevice(1) == cudaErrorInvalidDevice);
+  CHECK(cudaSetDevice(2) == cudaErrorInvalidDevice);
+  CHECK(cudaGetLastError() == cudaErrorInvalidDevice);
+  CHECK(cudaSetDevice(-1) == cudaErrorInvalidDevice);
   CHECK(cudaGetLastError() == cudaErrorInvalidDevice);
   cudaDeviceProp p;
   STOKE_CUDA_CHECK(cudaGetDeviceProperties(&p, 0));

@@ -1,5 +1,5 @@
 // The CUDA runtime (device discovery, caching allocator, pinned memory, streams, events, copies)
-// run against cuda/emu, which emulates one device with a settable memory limit.
+// run against cuda/emu, which emulates two devices with a settable memory limit.
 #include <catch2/catch.hpp>
 
 #include <cstring>
