@@ -1,5 +1,6 @@
 #include "ops/check.h"
 
+#include "core/grad_mode.h"
 #include "ops/device_kernels.h"
 
 namespace stoke::ops {
@@ -59,6 +60,16 @@ void check_float(const char* op, const Tensor& t, const char* name) {
 
 void check_shape(const char* op, const Tensor& t, const char* name, const Shape& shape) {
   STOKE_CHECK(t.shape() == shape, op, "expected ", name, " of shape ", shape, ", got ", t.shape());
+}
+
+void check_inplace_target(const char* op, const Tensor& t) {
+  STOKE_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op,
+              "a tensor that requires grad is being used in an in-place operation; run it under "
+              "NoGradGuard (optimizer steps) or on t.detach()");
+  for (int64_t d = 0; d < t.dim(); ++d)
+    STOKE_CHECK(!(t.stride(d) == 0 && t.size(d) > 1), op,
+                "cannot write in place to an expanded tensor (shape ", t.shape(), ", strides ",
+                t.strides(), "): more than one element refers to the same memory location");
 }
 
 }  // namespace stoke::ops

@@ -27,5 +27,10 @@ void check_dim(const char* op, const Tensor& t, const char* name, int64_t ndim, 
 void check_float(const char* op, const Tensor& t, const char* name);
 // t has exactly `shape`.
 void check_shape(const char* op, const Tensor& t, const char* name, const Shape& shape);
+// The checks of an in-place target that every device shares: no autograd recording of a tensor
+// that requires grad (torch: "a leaf Variable that requires grad is being used in an in-place
+// operation"), and no element written twice (an expanded tensor). Entry points run it after
+// device_dispatch and before sending the op to a device; cpu::check_inplace adds the CPU check.
+void check_inplace_target(const char* op, const Tensor& t);
 
 }  // namespace stoke::ops

@@ -147,27 +147,6 @@ T wrap_mul(T x, T y) {
   }
 }
 
-}  // namespace
-
-namespace detail {
-// The checks of an in-place target that every device shares: cpu::check_inplace's, with its
-// messages, less its CPU check. Entry points run it after device_dispatch (which has checked that
-// the operands share a device) and before sending the op to that device. Also used by
-// ops/cpu/unary.cpp.
-void check_inplace_target(const char* op, const Tensor& t) {
-  STOKE_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op,
-              "a tensor that requires grad is being used in an in-place operation; run it under "
-              "NoGradGuard (optimizer steps) or on t.detach()");
-  for (int64_t d = 0; d < t.dim(); ++d)
-    STOKE_CHECK(!(t.stride(d) == 0 && t.size(d) > 1), op,
-                "cannot write in place to an expanded tensor (shape ", t.shape(), ", strides ",
-                t.strides(), "): more than one element refers to the same memory location");
-}
-}  // namespace detail
-
-namespace {
-using detail::check_inplace_target;
-
 // Device-independent checks of an in-place op with tensor operands (same device: checked by
 // device_dispatch).
 void check_inplace_operands(const char* op, const Tensor& t,

@@ -136,13 +136,7 @@ T scalar_as(double v, const char* op) {
 // written twice (an expanded tensor).
 inline void check_inplace(const char* op, const Tensor& t) {
   check_cpu(op, {&t});
-  STOKE_CHECK(!(GradMode::is_enabled() && t.requires_grad()), op,
-              "a tensor that requires grad is being used in an in-place operation; run it under "
-              "NoGradGuard (optimizer steps) or on t.detach()");
-  for (int64_t d = 0; d < t.dim(); ++d)
-    STOKE_CHECK(!(t.stride(d) == 0 && t.size(d) > 1), op,
-                "cannot write in place to an expanded tensor (shape ", t.shape(), ", strides ",
-                t.strides(), "): more than one element refers to the same memory location");
+  check_inplace_target(op, t);
 }
 
 // `other` must broadcast to the in-place target's shape (the target cannot grow).

@@ -11,11 +11,6 @@
 
 namespace stoke::ops {
 
-namespace detail {
-// The in-place checks every device shares (ops/cpu/binary.cpp).
-void check_inplace_target(const char* op, const Tensor& t);
-}  // namespace detail
-
 namespace {
 
 using cpu::map;
@@ -271,7 +266,7 @@ Tensor pow(const Tensor& x, double exponent) {
 
 Tensor sqrt_(const Tensor& t) {
   auto* k = device_dispatch("sqrt_", {&t});
-  detail::check_inplace_target("sqrt_", t);
+  check_inplace_target("sqrt_", t);
   if (k) {
     k->sqrt_(t);
     return t;
@@ -285,7 +280,7 @@ Tensor sqrt_(const Tensor& t) {
 
 Tensor clamp_(const Tensor& t, std::optional<double> min, std::optional<double> max) {
   auto* k = device_dispatch("clamp_", {&t});
-  detail::check_inplace_target("clamp_", t);
+  check_inplace_target("clamp_", t);
   if (k) {
     check_bounds("clamp_", min, max);
     k->clamp_(t, min, max);
