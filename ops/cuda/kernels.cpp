@@ -104,7 +104,21 @@ Tensor reduce_dims(const char* op_name, const Tensor& x_in, std::vector<int64_t>
     if (x.dim() == 0) out.copy_(x);
     return out;
   }
-  for (auto it = dims.rbegin(); it != dims.rend(); ++it) x = reduce_dim(x, *it, op, nullptr);
+  // One launch per run of adjacent dims (merged into one dim of x, which is contiguous), from the
+  // last run; a run of size 1 needs none (a sum or mean over one element is the element).
+  for (size_t end = dims.size(); end > 0;) {
+    size_t begin = end - 1;
+    while (begin > 0 && dims[begin - 1] == dims[begin] - 1) --begin;
+    const int64_t first = dims[begin], last = dims[end - 1];
+    int64_t n = 1;
+    for (int64_t d = first; d <= last; ++d) n *= x.size(d);
+    Shape merged(x.shape().begin(), x.shape().begin() + first);
+    merged.push_back(n);
+    merged.insert(merged.end(), x.shape().begin() + last + 1, x.shape().end());
+    x = x.view(merged);
+    if (n > 1) x = reduce_dim(x, first, op, nullptr);
+    end = begin;
+  }
   return x.view(final_shape);
 }
 
