@@ -8,7 +8,8 @@
 // 2. Timing: ResNet-style layers at --batch, median of --reps CUDA-event timings after --warmup,
 //    for each tile (the sweep), with the effective TFLOP/s (2 * N * OH * OW * OC * C/g * KH * KW).
 //    A table, then one JSON line. cuDNN's numbers for the same layers come from bench/ops_cuda.
-// Without a GPU (no driver, or no device) it prints "no CUDA device: skipped" and exits 0.
+// Without a GPU (no driver, or no device) it prints "stoke-kernel-conv2d: no CUDA device (why):
+// skipped" and exits 0.
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -70,11 +71,8 @@ int main(int argc, char** argv) {
   if (!sb::parse_int_flags(argc, argv, {"batch", "reps", "warmup", "validate"},
                            {&batch, &reps, &warmup, &do_validate}, kUsage))
     return 2;
-  const std::string device = sb::device_name();
-  if (device.empty()) {
-    std::printf("no CUDA device: skipped\n");
-    return 0;
-  }
+  std::string device;
+  if (sb::skip_without_device("stoke-kernel-conv2d", device)) return 0;
   std::printf("stoke-kernel-conv2d on %s: batch %d, median of %d after %d warm-up\n",
               device.c_str(), batch, reps, warmup);
 

@@ -14,7 +14,8 @@
 // 2. Timing: --size elements, median of --reps CUDA-event timings after --warmup, the L2 flushed
 //    before each; GB/s of the minimal traffic, the percentage of a cudaMemcpy d2d of the same
 //    size (the practical roofline) and of the device's peak bandwidth. A table, then one JSON line.
-// Without a GPU (no driver, or no device) it prints "no CUDA device: skipped" and exits 0.
+// Without a GPU (no driver, or no device) it prints "stoke-kernel-elementwise: no CUDA device
+// (why): skipped" and exits 0.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -129,11 +130,8 @@ int main(int argc, char** argv) {
   if (!sb::parse_int_flags(argc, argv, {"size", "reps", "warmup", "validate"},
                            {&size, &reps, &warmup, &do_validate}, kUsage))
     return 2;
-  const std::string device = sb::device_name();
-  if (device.empty()) {
-    std::printf("no CUDA device: skipped\n");
-    return 0;
-  }
+  std::string device;
+  if (sb::skip_without_device("stoke-kernel-elementwise", device)) return 0;
   const double peak = cuda::device_properties(0).peak_bandwidth_gbs();
   std::printf(
       "stoke-kernel-elementwise on %s (peak %.0f GB/s): validate 100003 elements, time %d "

@@ -15,7 +15,8 @@
 //    the L2 flushed before each; GB/s (input read once + outputs written), the percentage of a
 //    cudaMemcpy d2d with the same traffic and of the device's peak bandwidth. A table, then one
 //    JSON line.
-// Without a GPU (no driver, or no device) it prints "no CUDA device: skipped" and exits 0.
+// Without a GPU (no driver, or no device) it prints "stoke-kernel-reduce: no CUDA device (why):
+// skipped" and exits 0.
 #include <cmath>
 #include <cstring>
 #include <iostream>
@@ -132,11 +133,8 @@ int main(int argc, char** argv) {
   if (!sb::parse_int_flags(argc, argv, {"size", "reps", "warmup", "validate"},
                            {&size, &reps, &warmup, &do_validate}, kUsage))
     return 2;
-  const std::string device = sb::device_name();
-  if (device.empty()) {
-    std::printf("no CUDA device: skipped\n");
-    return 0;
-  }
+  std::string device;
+  if (sb::skip_without_device("stoke-kernel-reduce", device)) return 0;
   const double peak = cuda::device_properties(0).peak_bandwidth_gbs();
   std::printf(
       "stoke-kernel-reduce on %s (peak %.0f GB/s): time about %d elements per shape, median of "

@@ -16,21 +16,32 @@
 #include "core/dtype.h"
 #include "core/half.h"
 #include "cuda/compat.h"
+#include "cuda/runtime/device.h"
 
 namespace stoke::bench::sandbox {
 
-// The first device's name, or "" when there is no usable device. The CUDA runtime reports an
-// error (no driver, no device) from cudaGetDeviceCount on machines without a GPU: that counts as
-// "no device", never as a failure.
+// The first device's name, or "" when there is no usable device (no driver, no device: never a
+// failure).
 inline std::string device_name() {
-  int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count < 1) {
+  if (!cuda::is_available()) return "";
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
     (void)cudaGetLastError();  // clear the sticky error for anyone after us
     return "";
   }
-  cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return "";
   return prop.name;
+}
+
+// Every sandbox's start without a GPU: prints "PROGRAM: no CUDA device (why): skipped", the same
+// line as stoke-gpu-selftest's, and returns true (the caller exits 0); with a GPU, sets device to
+// its name and returns false.
+inline bool skip_without_device(const char* program, std::string& device) {
+  device = device_name();
+  if (!device.empty()) return false;
+  const std::string why = cuda::device_unavailable_reason();
+  std::printf("%s: no CUDA device (%s): skipped\n", program,
+              why.empty() ? "cudaGetDeviceProperties failed" : why.c_str());
+  return true;
 }
 
 // A device buffer of n floats (freed on scope exit).

@@ -9,7 +9,8 @@
 // 2. Timing: square size^3 NN products, median of --reps CUDA-event timings after --warmup, per
 //    version and tile (the block-size sweep), and cuBLAS on the same buffers; GFLOP/s and the
 //    ratio to cuBLAS. A table, then one JSON line.
-// Without a GPU (no driver, or no device) it prints "no CUDA device: skipped" and exits 0.
+// Without a GPU (no driver, or no device) it prints "stoke-kernel-sgemm: no CUDA device (why):
+// skipped" and exits 0.
 #include <cublas_v2.h>
 
 #include <cstdio>
@@ -65,11 +66,8 @@ int main(int argc, char** argv) {
   if (!sb::parse_int_flags(argc, argv, {"size", "reps", "warmup", "validate"},
                            {&size, &reps, &warmup, &do_validate}, kUsage))
     return 2;
-  const std::string device = sb::device_name();
-  if (device.empty()) {
-    std::printf("no CUDA device: skipped\n");
-    return 0;
-  }
+  std::string device;
+  if (sb::skip_without_device("stoke-kernel-sgemm", device)) return 0;
   std::printf(
       "stoke-kernel-sgemm on %s: validate 257x193x311 (NN, NT, TN), time %dx%dx%d NN, "
       "median of %d after %d warm-up\n",
