@@ -56,7 +56,7 @@ void bench_gemm(Bench& b) {
           std::tuple{DType::f32, true, "cublas tf32", p.peak_tensor_tflops() / 2},
           std::tuple{DType::f16, false, "cublas f16", p.peak_tensor_tflops()},
           std::tuple{DType::bf16, false, "cublas bf16", p.peak_tensor_tflops()}}) {
-      const size_t bytes = n * n * elem_bytes(dt);
+      const size_t bytes = n * n * dtype_size(dt);
       Buffer a(bytes, dt), bb(bytes, dt), c(bytes, dt, Fill::zero);
       const double rate = b.flops("gemm", "matmul", shape, name, flop, peak, ref, [&] {
         cuda::gemm(dt, n, n, n, a.ptr, n, bb.ptr, n, c.ptr, n, {.allow_tf32 = tf32}, nullptr);

@@ -7,18 +7,16 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <functional>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench/cuda_bench_util.h"
 #include "core/dtype.h"
-#include "core/half.h"
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/device.h"
-#include "cuda/runtime/stream.h"
 
 namespace stoke::bench::ops_cuda {
 
@@ -58,24 +56,12 @@ inline void fill_device(void* ptr, size_t bytes, DType dtype, Fill fill) {
   static std::map<std::pair<int, int>, std::vector<unsigned char>> patterns;
   std::vector<unsigned char>& pattern = patterns[{static_cast<int>(dtype), static_cast<int>(fill)}];
   if (pattern.empty()) {
-    constexpr size_t kBytes = size_t{4} << 20;
-    pattern.resize(kBytes);
+    std::vector<float> values((size_t{4} << 20) / dtype_size(dtype));
     std::mt19937 rng(1234);
     std::uniform_real_distribution<float> dist(fill == Fill::positive ? 0.5f : -1.f,
                                                fill == Fill::positive ? 1.5f : 1.f);
-    if (dtype == DType::f32) {
-      for (size_t i = 0; i < kBytes / 4; ++i) {
-        const float v = dist(rng);
-        std::memcpy(&pattern[4 * i], &v, 4);
-      }
-    } else {
-      for (size_t i = 0; i < kBytes / 2; ++i) {
-        const float v = dist(rng);
-        const uint16_t h =
-            dtype == DType::f16 ? detail::float_to_half_bits(v) : detail::float_to_bf16_bits(v);
-        std::memcpy(&pattern[2 * i], &h, 2);
-      }
-    }
+    for (float& v : values) v = dist(rng);
+    pattern = encode(dtype, values);
   }
   auto* p = static_cast<unsigned char*>(ptr);
   size_t filled = std::min(bytes, pattern.size());
@@ -106,32 +92,14 @@ struct Buffer {
 
 // Times `fn` on the legacy stream: 3 warm-up runs, then the median of reps runs, each preceded
 // by a write over a buffer twice the L2 size so that no run starts with the previous one's data
-// in the cache.
+// in the cache (bench/cuda_bench_util.h's median_event_ms).
 class Timer {
  public:
-  explicit Timer(int reps)
-      : reps_(reps), flush_(std::max<size_t>(2 * device_properties(0).l2_cache_bytes, 1 << 20)) {}
-
-  double median_ms(const std::function<void()>& fn) {
-    for (int i = 0; i < 3; ++i) fn();
-    std::vector<float> ms;
-    cuda::Event start, end;
-    for (int i = 0; i < reps_; ++i) {
-      STOKE_CUDA_CHECK(cudaMemsetAsync(flush_buffer_.ptr, i & 0xff, flush_, nullptr));
-      start.record(nullptr);
-      fn();
-      end.record(nullptr);
-      end.synchronize();
-      ms.push_back(start.elapsed_ms(end));
-    }
-    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-    return ms[ms.size() / 2];
-  }
+  explicit Timer(int reps) : reps_(reps) {}
+  double median_ms(const std::function<void()>& fn) const { return median_event_ms(fn, reps_, 3); }
 
  private:
   int reps_;
-  size_t flush_;
-  Buffer flush_buffer_{flush_, DType::u8, Fill::zero};
 };
 
 // One measurement. rate is TFLOP/s or GB/s (unit); peak_pct is the percentage of the device's
@@ -200,11 +168,6 @@ class Bench {
  private:
   std::map<size_t, double> memcpy_cache_;
 };
-
-// Element bytes of the float dtypes the sections use.
-inline size_t elem_bytes(DType d) {
-  return d == DType::f32 ? 4 : d == DType::f64 || d == DType::i64 ? 8 : d == DType::u8 ? 1 : 2;
-}
 
 // The sections (bench/ops_cuda_*.cpp). Each appends rows with its group name.
 void bench_gemm(Bench& b);        // "gemm":      cuBLAS vs our SGEMM versions

@@ -158,7 +158,7 @@ void bench_conv(Bench& b) {
       cuda::ConvGeometry gd = g;
       gd.dtype = dt;
       gd.allow_tf32 = tf32;
-      const size_t e = elem_bytes(dt);
+      const size_t e = dtype_size(dt);
       auto buf = [&](size_t n) { return std::make_unique<Buffer>(n * e, dt); };
       vendors.push_back({name, peak, gd, buf(nx), buf(nw), buf(ny), buf(ny), buf(nx), buf(nw)});
     }

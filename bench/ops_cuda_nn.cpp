@@ -69,7 +69,7 @@ void pool_case(Bench& b, int64_t n, const Activation& a, DType dt, Window win) {
                                 .stride_w = vg.stride[1],
                                 .pad_h = vg.padding[0],
                                 .pad_w = vg.padding[1]};
-  const size_t e = elem_bytes(dt), nx = n * a.c * a.hw * a.hw,
+  const size_t e = dtype_size(dt), nx = n * a.c * a.hw * a.hw,
                ny = n * a.c * vg.out_h() * vg.out_w();
   Buffer x(nx * e, dt), y(ny * e, dt), dy(ny * e, dt), dx(nx * e, dt, Fill::zero);
   Buffer indices(ny * 8, DType::i64, Fill::zero);
@@ -109,7 +109,7 @@ void pool_case(Bench& b, int64_t n, const Activation& a, DType dt, Window win) {
 template <class T>
 void batch_norm_case(Bench& b, int64_t n, const Activation& a, DType dt) {
   const int64_t c = a.c, hw = a.hw * a.hw;
-  const size_t e = elem_bytes(dt), nx = n * c * hw;
+  const size_t e = dtype_size(dt), nx = n * c * hw;
   Buffer x(nx * e, dt), y(nx * e, dt, Fill::zero), dy(nx * e, dt), dx(nx * e, dt, Fill::zero);
   Buffer weight(c * 4), bias(c * 4), running_mean(c * 4),
       running_var(c * 4, DType::f32, Fill::positive);
@@ -189,7 +189,7 @@ void bench_softmax(Bench& b) {
   for (const Case& k : cases)
     for (DType dt : {DType::f32, DType::bf16}) {
       const int64_t n = k.rows, c = k.classes;
-      const size_t e = elem_bytes(dt), bytes = n * c * e;
+      const size_t e = dtype_size(dt), bytes = n * c * e;
       const std::string shape = std::to_string(n) + "x" + std::to_string(c) + " " + dtype_name(dt);
       Buffer x(bytes, dt), y(bytes, dt, Fill::zero), grad(bytes, dt), dx(bytes, dt, Fill::zero);
       auto add = [&](const std::string& op, double traffic, const std::function<void()>& fn) {

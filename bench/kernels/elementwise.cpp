@@ -39,7 +39,7 @@ namespace sb = bench::sandbox;
 const char* kUsage =
     "usage: stoke-kernel-elementwise [--size N] [--reps R] [--warmup W] [--validate 0|1]";
 
-using sb::Bytes, sb::decode, sb::elem, sb::encode, sb::round_to;
+using sb::Bytes, sb::decode, sb::encode, sb::round_to;
 
 // One case: a kernel over n elements of `in` dtype (1 or 2 operands) into `out` dtype.
 struct Case {
@@ -95,7 +95,7 @@ std::vector<Case> cases() {
 
 // Minimal DRAM traffic of one run over n elements.
 double traffic(const Case& c, int64_t n) {
-  return double(n) * double(c.operands * elem(c.in) + elem(c.out));
+  return double(n) * double(c.operands * dtype_size(c.in) + dtype_size(c.out));
 }
 
 // The worst normalized error of one case on one path at an odd size.
@@ -109,15 +109,13 @@ double validate(const Case& c, bool offset) {
     b[i] = round_to(c.in, dist(rng));
     want[i] = round_to(c.out, c.f(a[i], b[i]));
   }
-  const size_t off_in = offset ? elem(c.in) : 0, off_out = offset ? elem(c.out) : 0;
-  Bytes da(n * elem(c.in)), db(n * elem(c.in)), dout(n * elem(c.out));
-  const auto ea = encode(c.in, a), eb = encode(c.in, b);
-  STOKE_CUDA_CHECK(cudaMemcpy(da.at(off_in), ea.data(), ea.size(), cudaMemcpyHostToDevice));
-  STOKE_CUDA_CHECK(cudaMemcpy(db.at(off_in), eb.data(), eb.size(), cudaMemcpyHostToDevice));
+  const size_t off_in = offset ? dtype_size(c.in) : 0, off_out = offset ? dtype_size(c.out) : 0;
+  Bytes da(n * dtype_size(c.in)), db(n * dtype_size(c.in)), dout(n * dtype_size(c.out));
+  da.upload(encode(c.in, a), off_in);
+  db.upload(encode(c.in, b), off_in);
   c.run(da.at(off_in), db.at(off_in), dout.at(off_out), n);
   STOKE_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<unsigned char> got(n * elem(c.out));
-  STOKE_CUDA_CHECK(cudaMemcpy(got.data(), dout.at(off_out), got.size(), cudaMemcpyDeviceToHost));
+  const auto got = dout.download(n * dtype_size(c.out), off_out);
   // 2 ulps of the output dtype (f32: a few ulps of expf/erff against the C library).
   const double rtol = c.out == DType::f32 ? 1e-5 : c.out == DType::f16 ? 2e-3 : 1.6e-2;
   return sb::worst_error(decode(c.out, got), want, rtol, 1e-6);
@@ -159,9 +157,9 @@ int main(int argc, char** argv) {
     std::uniform_real_distribution<float> dist(-1.f, 1.f);
     std::vector<float> host(n);
     for (float& v : host) v = dist(rng);
-    STOKE_CUDA_CHECK(cudaMemcpy(a.at(0), host.data(), n * 4, cudaMemcpyHostToDevice));
+    a.upload(encode(DType::f32, host));
     for (float& v : host) v = dist(rng);
-    STOKE_CUDA_CHECK(cudaMemcpy(b.at(0), host.data(), n * 4, cudaMemcpyHostToDevice));
+    b.upload(encode(DType::f32, host));
   }
   // Half views of random f32 bits would hold NaNs and infinities: f16 and bf16 operands get their
   // own values.
@@ -173,64 +171,30 @@ int main(int argc, char** argv) {
     for (float& v : host) v = dist(rng);
     for (auto [d, x, y] : {std::tuple{DType::f16, &ah, &bh}, std::tuple{DType::bf16, &ab, &bb}}) {
       const auto e = encode(d, host);
-      STOKE_CUDA_CHECK(cudaMemcpy(x->at(0), e.data(), e.size(), cudaMemcpyHostToDevice));
-      STOKE_CUDA_CHECK(cudaMemcpy(y->at(0), e.data(), e.size(), cudaMemcpyHostToDevice));
+      x->upload(e);
+      y->upload(e);
     }
   }
-  const double copy_ms = sb::median_event_ms(
-      [&] {
-        STOKE_CUDA_CHECK(
-            cudaMemcpyAsync(out.at(0), a.at(0), n * 4, cudaMemcpyDeviceToDevice, nullptr));
-      },
-      reps, warmup);
-  const double copy_gbs = 8.0 * n / (copy_ms * 1e-3) / 1e9;
-
-  bench::Table table({"case", "path", "valid", "ms", "GB/s", "% copy", "% peak"});
-  std::vector<std::string> rows;
-  auto add = [&](const std::string& name, const std::string& path, const std::string& valid,
-                 double ms, double bytes) {
-    const double gbs = bytes / (ms * 1e-3) / 1e9;
-    table.add({name, path, valid, bench::fmt(ms, 4), bench::fmt(gbs, 1),
-               bench::fmt(100 * gbs / copy_gbs, 1),
-               bench::fmt(peak > 0 ? 100 * gbs / peak : NAN, 1)});
-    rows.push_back(bench::JsonObject()
-                       .add("case", name)
-                       .add("path", path)
-                       .add("valid", valid)
-                       .add("ms", ms)
-                       .add("gbs", gbs)
-                       .add("copy_pct", 100 * gbs / copy_gbs)
-                       .str());
-  };
-  add("cudaMemcpy d2d f32", "-", "ref", copy_ms, 8.0 * n);
+  sb::BandwidthReport report({"case", "path"}, peak);
+  report.add_copy_reference({"cudaMemcpy d2d f32", "-"},
+                            sb::copy_ms(out.at(0), a.at(0), n * 4, reps, warmup), 8.0 * n);
   for (size_t i = 0; i < errors.size(); ++i) {
     const Case& c = all[i / 2];
     const bool offset = i % 2 == 1;
     const std::string path = offset ? "offset" : "aligned";
     if (do_validate && !(errors[i] <= 1)) {
-      add(c.name, path, "FAIL", NAN, traffic(c, n));
+      report.add({c.name, path}, "FAIL", NAN, traffic(c, n));
       continue;
     }
-    const size_t oi = offset ? elem(c.in) : 0, oo = offset ? elem(c.out) : 0;
+    const size_t oi = offset ? dtype_size(c.in) : 0, oo = offset ? dtype_size(c.out) : 0;
     const Bytes& first = c.in == DType::f16 ? ah : c.in == DType::bf16 ? ab : a;
     const Bytes& second = c.in == DType::f16 ? bh : c.in == DType::bf16 ? bb : b;
     const void* pa = first.at(oi);
     const void* pb = second.at(oi);
     const int64_t m = offset ? n - 1 : n;
     const double ms = sb::median_event_ms([&] { c.run(pa, pb, out.at(oo), m); }, reps, warmup);
-    add(c.name, path, do_validate ? "ok" : "-", ms, traffic(c, m));
+    report.add({c.name, path}, do_validate ? "ok" : "-", ms, traffic(c, m));
   }
-  table.print(std::cout);
-  std::cout << bench::JsonObject()
-                   .add("bench", "stoke-kernel-elementwise")
-                   .add("device", device)
-                   .add("size", size)
-                   .add("reps", reps)
-                   .add("peak_bandwidth_gbs", peak)
-                   .add("copy_gbs", copy_gbs)
-                   .add("validation_failures", failed)
-                   .raw("rows", bench::json_array(rows))
-                   .str()
-            << std::endl;
+  report.print("stoke-kernel-elementwise", device, size, reps, failed);
   return failed ? 1 : 0;
 }

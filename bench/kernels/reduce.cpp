@@ -86,13 +86,13 @@ double validate(const Op& op, DType d, const Path& p) {
   std::uniform_real_distribution<float> dist(-1.f, 1.f);
   std::vector<float> x(total);
   for (float& v : x) v = sb::round_to(d, dist(rng));
-  sb::Bytes dx(total * sb::elem(d)), dout(outer * inner * sb::elem(d)), didx(outer * inner * 8);
+  sb::Bytes dx(total * dtype_size(d)), dout(outer * inner * dtype_size(d)), didx(outer * inner * 8);
   dx.upload(sb::encode(d, x));
   cuda::reduce(op.op, d, dx.at(0), op.values ? dout.at(0) : nullptr,
                op.indices ? reinterpret_cast<int64_t*>(didx.at(0)) : nullptr, outer, n, inner,
                nullptr);
   STOKE_CUDA_CHECK(cudaDeviceSynchronize());
-  const std::vector<float> got = sb::decode(d, dout.download(outer * inner * sb::elem(d)));
+  const std::vector<float> got = sb::decode(d, dout.download(outer * inner * dtype_size(d)));
   std::vector<int64_t> got_idx(outer * inner);
   const auto raw = didx.download(outer * inner * 8);
   std::memcpy(got_idx.data(), raw.data(), raw.size());
@@ -175,44 +175,20 @@ int main(int argc, char** argv) {
     x16.upload(sb::encode(DType::bf16, host));
   }
   // The memcpy roofline: a copy of half the input (read + write = the input's bytes).
-  const double copy_ms = sb::median_event_ms(
-      [&] {
-        STOKE_CUDA_CHECK(
-            cudaMemcpyAsync(out.at(0), x32.at(0), total * 2, cudaMemcpyDeviceToDevice, nullptr));
-      },
-      reps, warmup);
-  const double copy_gbs = 4.0 * total / (copy_ms * 1e-3) / 1e9;
-
-  bench::Table table({"path", "op", "dtype", "shape", "valid", "ms", "GB/s", "% copy", "% peak"});
-  std::vector<std::string> rows;
-  auto add = [&](const std::string& path, const std::string& op, const std::string& dtype,
-                 const std::string& shape, const std::string& valid, double ms, double bytes) {
-    const double gbs = bytes / (ms * 1e-3) / 1e9;
-    table.add({path, op, dtype, shape, valid, bench::fmt(ms, 4), bench::fmt(gbs, 1),
-               bench::fmt(100 * gbs / copy_gbs, 1),
-               bench::fmt(peak > 0 ? 100 * gbs / peak : NAN, 1)});
-    rows.push_back(bench::JsonObject()
-                       .add("path", path)
-                       .add("op", op)
-                       .add("dtype", dtype)
-                       .add("shape", shape)
-                       .add("valid", valid)
-                       .add("ms", ms)
-                       .add("gbs", gbs)
-                       .add("copy_pct", 100 * gbs / copy_gbs)
-                       .str());
-  };
-  add("cudaMemcpy d2d", "copy", "f32", std::to_string(total / 2), "ref", copy_ms, 4.0 * total);
+  sb::BandwidthReport report({"path", "op", "dtype", "shape"}, peak);
+  report.add_copy_reference({"cudaMemcpy d2d", "copy", "f32", std::to_string(total / 2)},
+                            sb::copy_ms(out.at(0), x32.at(0), total * 2, reps, warmup),
+                            4.0 * total);
   for (const Config& c : configs) {
     int64_t outer, n, inner;
     timed_shape(*c.path, total, outer, n, inner);
     const std::string shape =
         std::to_string(outer) + "x" + std::to_string(n) + "x" + std::to_string(inner);
-    const size_t e = sb::elem(c.dtype);
+    const size_t e = dtype_size(c.dtype);
     const double bytes = double(outer * n * inner) * double(e) +
                          double(outer * inner) * ((c.op->values ? e : 0) + (c.op->indices ? 8 : 0));
     if (do_validate && !(c.error <= 1)) {
-      add(c.path->name, c.op->name, dtype_name(c.dtype), shape, "FAIL", NAN, bytes);
+      report.add({c.path->name, c.op->name, dtype_name(c.dtype), shape}, "FAIL", NAN, bytes);
       continue;
     }
     const void* x = (c.dtype == DType::f32 ? x32 : x16).at(0);
@@ -223,19 +199,9 @@ int main(int argc, char** argv) {
                        inner, nullptr);
         },
         reps, warmup);
-    add(c.path->name, c.op->name, dtype_name(c.dtype), shape, do_validate ? "ok" : "-", ms, bytes);
+    report.add({c.path->name, c.op->name, dtype_name(c.dtype), shape}, do_validate ? "ok" : "-", ms,
+               bytes);
   }
-  table.print(std::cout);
-  std::cout << bench::JsonObject()
-                   .add("bench", "stoke-kernel-reduce")
-                   .add("device", device)
-                   .add("size", size)
-                   .add("reps", reps)
-                   .add("peak_bandwidth_gbs", peak)
-                   .add("copy_gbs", copy_gbs)
-                   .add("validation_failures", failed)
-                   .raw("rows", bench::json_array(rows))
-                   .str()
-            << std::endl;
+  report.print("stoke-kernel-reduce", device, size, reps, failed);
   return failed ? 1 : 0;
 }

@@ -9,16 +9,21 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "bench/cuda_bench_util.h"
 #include "core/dtype.h"
 #include "core/half.h"
 #include "cuda/compat.h"
 #include "cuda/runtime/device.h"
 
 namespace stoke::bench::sandbox {
+
+// The shared CUDA benchmark helpers (bench/cuda_bench_util.h), as sb:: in the sandboxes.
+using bench::decode, bench::encode, bench::flush_l2, bench::median_event_ms, bench::round_to;
 
 // The first device's name, or "" when there is no usable device (no driver, no device: never a
 // failure).
@@ -68,60 +73,6 @@ class DeviceBuffer {
   size_t n_;
 };
 
-// Writes over a device buffer twice the L2 size (allocated on first use, kept for the program's
-// life) on the default stream, so that the next timed run finds none of its data in the cache.
-inline void flush_l2(int salt) {
-  static size_t bytes = 0;
-  static void* buffer = nullptr;
-  if (!buffer) {
-    int l2 = 0;
-    STOKE_CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0));
-    bytes = std::max<size_t>(2 * static_cast<size_t>(l2), size_t{1} << 20);
-    STOKE_CUDA_CHECK(cudaMalloc(&buffer, bytes));
-  }
-  STOKE_CUDA_CHECK(cudaMemsetAsync(buffer, salt & 0xff, bytes, nullptr));
-}
-
-// Bytes of one element of the float storage dtypes the sandboxes use (f32, f16, bf16).
-inline size_t elem(DType d) {
-  return d == DType::f32 ? 4 : 2;
-}
-
-// v rounded to the nearest value of dtype d (round to nearest even), as f32.
-inline float round_to(DType d, float v) {
-  if (d == DType::f16) return detail::half_bits_to_float(detail::float_to_half_bits(v));
-  if (d == DType::bf16) return detail::bf16_bits_to_float(detail::float_to_bf16_bits(v));
-  return v;
-}
-
-// f32 values as the bytes of dtype d (f32, f16, bf16), and back.
-inline std::vector<unsigned char> encode(DType d, const std::vector<float>& v) {
-  std::vector<unsigned char> out(v.size() * elem(d));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (d == DType::f32) {
-      std::memcpy(&out[4 * i], &v[i], 4);
-    } else {
-      const uint16_t h =
-          d == DType::f16 ? detail::float_to_half_bits(v[i]) : detail::float_to_bf16_bits(v[i]);
-      std::memcpy(&out[2 * i], &h, 2);
-    }
-  }
-  return out;
-}
-inline std::vector<float> decode(DType d, const std::vector<unsigned char>& bytes) {
-  std::vector<float> out(bytes.size() / elem(d));
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (d == DType::f32) {
-      std::memcpy(&out[i], &bytes[4 * i], 4);
-    } else {
-      uint16_t h;
-      std::memcpy(&h, &bytes[2 * i], 2);
-      out[i] = d == DType::f16 ? detail::half_bits_to_float(h) : detail::bf16_bits_to_float(h);
-    }
-  }
-  return out;
-}
-
 // Untyped device memory of `bytes` plus 16 spare bytes (room to misalign by one element).
 struct Bytes {
   DeviceBuffer buf;
@@ -139,30 +90,74 @@ struct Bytes {
   }
 };
 
-// Median milliseconds of fn() measured with CUDA events on the default stream, after `warmup`
-// untimed calls; the L2 cache is flushed (flush_l2) before each timed call, outside the events.
-template <class Fn>
-double median_event_ms(Fn&& fn, int reps, int warmup) {
-  cudaEvent_t start, stop;
-  STOKE_CUDA_CHECK(cudaEventCreate(&start));
-  STOKE_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < warmup; ++i) fn();
-  STOKE_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    flush_l2(i);
-    STOKE_CUDA_CHECK(cudaEventRecord(start, nullptr));
-    fn();
-    STOKE_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-    STOKE_CUDA_CHECK(cudaEventSynchronize(stop));
-    float ms = 0.f;
-    STOKE_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return median(std::move(times));
+// Median milliseconds of a cudaMemcpyAsync d2d of `bytes` (2 * bytes of traffic: a read and a
+// write each), the practical roofline of a memory-bound kernel.
+inline double copy_ms(void* dst, const void* src, size_t bytes, int reps, int warmup) {
+  return median_event_ms(
+      [&] {
+        STOKE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr));
+      },
+      reps, warmup);
 }
+
+// The table and the JSON line of a memory-bound sandbox: per row the key columns, "valid", ms,
+// GB/s and its percentage of the reference copy's GB/s and of the device's peak bandwidth.
+class BandwidthReport {
+ public:
+  // keys: the columns that name a row (also their JSON keys); peak_gbs <= 0: unknown.
+  BandwidthReport(std::vector<std::string> keys, double peak_gbs)
+      : keys_(keys), peak_gbs_(peak_gbs), table_(columns(std::move(keys))) {}
+
+  // The first row: the d2d copy (copy_ms) that moved `bytes` in `ms`, which the "% copy" column
+  // of every row compares with.
+  void add_copy_reference(std::vector<std::string> key_values, double ms, double bytes) {
+    copy_gbs_ = bytes / (ms * 1e-3) / 1e9;
+    add(std::move(key_values), "ref", ms, bytes);
+  }
+
+  // One row: `bytes` of DRAM traffic moved in `ms` (NaN: not timed).
+  void add(std::vector<std::string> key_values, const std::string& valid, double ms, double bytes) {
+    const double gbs = bytes / (ms * 1e-3) / 1e9;
+    JsonObject json;
+    for (size_t i = 0; i < keys_.size(); ++i) json.add(keys_[i], key_values[i]);
+    rows_.push_back(json.add("valid", valid)
+                        .add("ms", ms)
+                        .add("gbs", gbs)
+                        .add("copy_pct", 100 * gbs / copy_gbs_)
+                        .str());
+    key_values.insert(key_values.end(),
+                      {valid, fmt(ms, 4), fmt(gbs, 1), fmt(100 * gbs / copy_gbs_, 1),
+                       fmt(peak_gbs_ > 0 ? 100 * gbs / peak_gbs_ : NAN, 1)});
+    table_.add(std::move(key_values));
+  }
+
+  // The table, then one JSON line with the run's settings and every row.
+  void print(const char* bench, const std::string& device, int size, int reps, int failed) const {
+    table_.print(std::cout);
+    std::cout << JsonObject()
+                     .add("bench", bench)
+                     .add("device", device)
+                     .add("size", size)
+                     .add("reps", reps)
+                     .add("peak_bandwidth_gbs", peak_gbs_)
+                     .add("copy_gbs", copy_gbs_)
+                     .add("validation_failures", failed)
+                     .raw("rows", json_array(rows_))
+                     .str()
+              << std::endl;
+  }
+
+ private:
+  static std::vector<std::string> columns(std::vector<std::string> keys) {
+    keys.insert(keys.end(), {"valid", "ms", "GB/s", "% copy", "% peak"});
+    return keys;
+  }
+
+  std::vector<std::string> keys_;
+  double peak_gbs_, copy_gbs_ = NAN;
+  Table table_;
+  std::vector<std::string> rows_;
+};
 
 // The largest |got - want| / (atol + rtol * |want|) over all elements (<= 1: within tolerance;
 // NaN counts as a failure).
