@@ -94,6 +94,13 @@ inline Leaf leaf(const Tensor& cpu_f32, DType dtype) {
   l.cpu.set_requires_grad(true);
   return l;
 }
+// Back-propagates one gradient (f32 values on the CPU) through a device result and its CPU twin:
+// the device gets it in `dtype`, the CPU the values that dtype holds.
+inline void backward_both(const Tensor& got, const Tensor& ref, const Tensor& grad_f32,
+                          DType dtype) {
+  got.backward(upload(grad_f32, dtype));
+  ref.backward(rounded(grad_f32, dtype));
+}
 // Adds a row comparing a device result of `dtype` (checked) with an f32/CPU reference.
 inline void compare_on(Suite& s, const std::string& op, const std::string& shape, DType dtype,
                        const Tensor& got, const Tensor& ref, double tol) {

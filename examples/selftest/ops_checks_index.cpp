@@ -29,6 +29,25 @@ double scatter_tol(DType dt) {
 const DType kIndexTypes[] = {DType::f32, DType::f16, DType::bf16,   DType::i32,
                              DType::i64, DType::u8,  DType::boolean};
 
+// One index op (index_select or gather along `dim`): ops::name on every dtype, then stoke::name's
+// backward on the float dtypes, the device against the CPU. Inputs are drawn from seed, seed + 1
+// and seed + 2.
+template <class Raw, class Differentiable>
+void check_index_op(Suite& s, const std::string& name, const std::string& label, const Shape& xs,
+                    const Tensor& index, uint64_t seed, Raw raw, Differentiable differentiable) {
+  for (DType dt : kIndexTypes) {
+    const Tensor x = randint_cpu(0, dt == DType::boolean ? 2 : 100, xs, DType::i64, seed).to(dt);
+    compare_on(s, name, label, dt, raw(x.to(dev()), index.to(dev())), raw(x, index), 0);
+  }
+  for (DType dt : float_types()) {
+    Leaf x = leaf(randn_cpu(xs, seed + 1), dt);
+    const Tensor got = differentiable(x.dev, index.to(dev()));
+    const Tensor ref = differentiable(x.cpu, index);
+    backward_both(got, ref, randn_cpu(ref.shape(), seed + 2), dt);
+    compare_on(s, name + " backward", label, dt, x.dev.grad(), x.cpu.grad(), scatter_tol(dt));
+  }
+}
+
 }  // namespace index_checks
 
 void check_index(Suite& s, bool quick) {
@@ -38,21 +57,10 @@ void check_index(Suite& s, bool quick) {
   // index_select along each dim, with repeats; every dtype forward.
   for (int64_t dim = 0; dim < 3; ++dim) {
     const Tensor index = randint_cpu(0, xs[dim], {quick ? int64_t{9} : 500}, DType::i64, 300 + dim);
-    const std::string li = l + " dim " + std::to_string(dim);
-    for (DType dt : kIndexTypes) {
-      const Tensor x = randint_cpu(0, dt == DType::boolean ? 2 : 100, xs, DType::i64, 310).to(dt);
-      compare_on(s, "index_select", li, dt, ops::index_select(x.to(dev()), dim, index.to(dev())),
-                 ops::index_select(x, dim, index), 0);
-    }
-    for (DType dt : float_types()) {
-      Leaf x = leaf(randn_cpu(xs, 311), dt);
-      const Tensor got = stoke::index_select(x.dev, dim, index.to(dev()));
-      const Tensor ref = stoke::index_select(x.cpu, dim, index);
-      const Tensor g = randn_cpu(ref.shape(), 312);
-      got.backward(upload(g, dt));
-      ref.backward(rounded(g, dt));
-      compare_on(s, "index_select backward", li, dt, x.dev.grad(), x.cpu.grad(), scatter_tol(dt));
-    }
+    check_index_op(
+        s, "index_select", l + " dim " + std::to_string(dim), xs, index, 310,
+        [dim](const Tensor& x, const Tensor& i) { return ops::index_select(x, dim, i); },
+        [dim](const Tensor& x, const Tensor& i) { return stoke::index_select(x, dim, i); });
   }
   // gather along each dim (index of another size than x in that dim), and its backward.
   for (int64_t dim = 0; dim < 3; ++dim) {
@@ -60,21 +68,10 @@ void check_index(Suite& s, bool quick) {
     is[0] = std::max<int64_t>(1, xs[0] - 1);
     is[dim] = xs[dim] + 3;  // more positions than the dim: repeats are certain
     const Tensor index = randint_cpu(0, xs[dim], is, DType::i64, 320 + dim);
-    const std::string li = l + " dim " + std::to_string(dim) + " index " + shape_str(is);
-    for (DType dt : kIndexTypes) {
-      const Tensor x = randint_cpu(0, dt == DType::boolean ? 2 : 100, xs, DType::i64, 321).to(dt);
-      compare_on(s, "gather", li, dt, ops::gather(x.to(dev()), dim, index.to(dev())),
-                 ops::gather(x, dim, index), 0);
-    }
-    for (DType dt : float_types()) {
-      Leaf x = leaf(randn_cpu(xs, 322), dt);
-      const Tensor got = stoke::gather(x.dev, dim, index.to(dev()));
-      const Tensor ref = stoke::gather(x.cpu, dim, index);
-      const Tensor g = randn_cpu(ref.shape(), 323);
-      got.backward(upload(g, dt));
-      ref.backward(rounded(g, dt));
-      compare_on(s, "gather backward", li, dt, x.dev.grad(), x.cpu.grad(), scatter_tol(dt));
-    }
+    check_index_op(
+        s, "gather", l + " dim " + std::to_string(dim) + " index " + shape_str(is), xs, index, 321,
+        [dim](const Tensor& x, const Tensor& i) { return ops::gather(x, dim, i); },
+        [dim](const Tensor& x, const Tensor& i) { return stoke::gather(x, dim, i); });
   }
   // embedding: a (V, D) table looked up by a (B, T) index, and its gradient.
   const int64_t V = quick ? 50 : 30000, D = quick ? 12 : 300;
@@ -85,9 +82,7 @@ void check_index(Suite& s, bool quick) {
     const Tensor got = stoke::embedding(w.dev, ids.to(dev()));
     const Tensor ref = stoke::embedding(w.cpu, ids);
     compare_on(s, "embedding", le, dt, got, ref, 0);
-    const Tensor g = randn_cpu(ref.shape(), 332);
-    got.backward(upload(g, dt));
-    ref.backward(rounded(g, dt));
+    backward_both(got, ref, randn_cpu(ref.shape(), 332), dt);
     compare_on(s, "embedding backward", le, dt, w.dev.grad(), w.cpu.grad(), scatter_tol(dt));
   }
   // A bad index fails on the device with the CPU's message (the device range check's one

@@ -62,9 +62,7 @@ void check_conv2d(Suite& s, bool quick) {
         const Tensor got = stoke::conv2d(x.dev, w.dev, c.bias ? b.dev : Tensor(), o);
         const Tensor ref = stoke::conv2d(x.cpu, w.cpu, c.bias ? b.cpu : Tensor(), o);
         compare_on(s, "conv2d" + tag, l, dt, got, ref, tol);
-        const Tensor g = randn_cpu(ref.shape(), 203);
-        got.backward(upload(g, dt));
-        ref.backward(rounded(g, dt));
+        backward_both(got, ref, randn_cpu(ref.shape(), 203), dt);
         compare_on(s, "conv2d backward dx" + tag, l, dt, x.dev.grad(), x.cpu.grad(), tol);
         compare_on(s, "conv2d backward dW" + tag, l, dt, w.dev.grad(), w.cpu.grad(), tol);
         if (c.bias)
@@ -105,8 +103,7 @@ void check_pooling(Suite& s, bool quick) {
         const Tensor got = stoke::max_pool2d(x.dev, o), ref = stoke::max_pool2d(x.cpu, o);
         compare_on(s, "max_pool2d", l, dt, got, ref, 0);
         const Tensor g = randn_cpu(ref.shape(), 211);
-        got.backward(upload(g, dt));
-        ref.backward(rounded(g, dt));
+        backward_both(got, ref, g, dt);
         compare_on(s, "max_pool2d backward", l, dt, x.dev.grad(), x.cpu.grad(), tol);
         // The indices, and the backward without the window (every output scanned).
         const auto gi = ops::max_pool2d_with_indices(x.dev.detach(), o);
@@ -120,9 +117,7 @@ void check_pooling(Suite& s, bool quick) {
         Leaf x = leaf(x0, dt);
         const Tensor got = stoke::avg_pool2d(x.dev, o), ref = stoke::avg_pool2d(x.cpu, o);
         compare_on(s, "avg_pool2d", l, dt, got, ref, tol);
-        const Tensor g = randn_cpu(ref.shape(), 212);
-        got.backward(upload(g, dt));
-        ref.backward(rounded(g, dt));
+        backward_both(got, ref, randn_cpu(ref.shape(), 212), dt);
         compare_on(s, "avg_pool2d backward", l, dt, x.dev.grad(), x.cpu.grad(), tol);
       }
     }
@@ -139,9 +134,7 @@ void check_pooling(Suite& s, bool quick) {
       const Tensor got = stoke::adaptive_avg_pool2d(x.dev, out);
       const Tensor ref = stoke::adaptive_avg_pool2d(x.cpu, out);
       compare_on(s, "adaptive_avg_pool2d", l, dt, got, ref, tol);
-      const Tensor g = randn_cpu(ref.shape(), 214);
-      got.backward(upload(g, dt));
-      ref.backward(rounded(g, dt));
+      backward_both(got, ref, randn_cpu(ref.shape(), 214), dt);
       compare_on(s, "adaptive_avg_pool2d backward", l, dt, x.dev.grad(), x.cpu.grad(), tol);
     }
   }
@@ -173,9 +166,7 @@ void check_batch_norm(Suite& s, bool quick) {
           compare_on(s, "batch_norm running_mean", l, DType::f32, rm_d, rm_c, tol);
           compare_on(s, "batch_norm running_var", l, DType::f32, rv_d, rv_c, tol);
         }
-        const Tensor g = randn_cpu(shape, 225);
-        got.backward(upload(g, dt));
-        ref.backward(rounded(g, dt));
+        backward_both(got, ref, randn_cpu(shape, 225), dt);
         compare_on(s, "batch_norm backward dx" + mode, l, dt, x.dev.grad(), x.cpu.grad(), tol);
         compare_on(s, "batch_norm backward dweight" + mode, l, DType::f32, w.dev.grad(),
                    w.cpu.grad(), tol);
@@ -211,8 +202,7 @@ void check_dropout(Suite& s, bool quick) {
         const Tensor yd = stoke::dropout(x.dev, p, true, &ad);
         const Tensor yc = stoke::dropout(x.cpu, p, true, &ac);
         compare_on(s, "dropout (autograd)" + pl, l, dt, yd, yc, tol);
-        yd.backward(upload(g0, dt));
-        yc.backward(rounded(g0, dt));
+        backward_both(yd, yc, g0, dt);
         compare_on(s, "dropout backward (autograd)" + pl, l, dt, x.dev.grad(), x.cpu.grad(), tol);
       }
     }

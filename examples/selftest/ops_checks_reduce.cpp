@@ -152,8 +152,7 @@ void check_softmax_cross_entropy(Suite& s, bool quick) {
       const Tensor ref = stoke::cross_entropy(x.cpu, target, c.o);
       compare_on(s, "cross_entropy", l, dt, got, ref, tol);
       if (c.o.reduction == Reduction::none) {
-        got.backward(upload(gout, dt));
-        ref.backward(rounded(gout, dt));
+        backward_both(got, ref, gout, dt);
       } else {
         got.backward();
         ref.backward();
@@ -193,8 +192,7 @@ void check_linear_algebra(Suite& s, bool quick) {
       const Tensor got = stoke::matmul(ad, b.dev), ref = stoke::matmul(ac, b.cpu);
       compare_on(s, "matmul", l, dt, got, ref, tol);
       // Both gradients through autograd (ops::matmul_backward on the device).
-      got.backward(upload(g, dt));
-      ref.backward(rounded(g, dt));
+      backward_both(got, ref, g, dt);
       compare_on(s, "matmul backward dA", l, dt, a.dev.grad(), a.cpu.grad(), tol);
       compare_on(s, "matmul backward dB", l, dt, b.dev.grad(), b.cpu.grad(), tol);
     }
@@ -208,8 +206,7 @@ void check_linear_algebra(Suite& s, bool quick) {
       Leaf a = leaf(a0, dt), b = leaf(b0, dt);
       const Tensor got = stoke::matmul(a.dev, b.dev), ref = stoke::matmul(a.cpu, b.cpu);
       compare_on(s, "matmul batched", "3x1x7x5 @ 4x5x6", dt, got, ref, tol);
-      got.backward(upload(g, dt));
-      ref.backward(rounded(g, dt));
+      backward_both(got, ref, g, dt);
       compare_on(s, "matmul batched backward dA", "3x1x7x5 @ 4x5x6", dt, a.dev.grad(), a.cpu.grad(),
                  tol);
       compare_on(s, "matmul batched backward dB", "3x1x7x5 @ 4x5x6", dt, b.dev.grad(), b.cpu.grad(),
@@ -237,8 +234,7 @@ void check_linear_algebra(Suite& s, bool quick) {
       const Tensor got = stoke::linear(x.dev, w.dev, c.bias ? b.dev : Tensor());
       const Tensor ref = stoke::linear(x.cpu, w.cpu, c.bias ? b.cpu : Tensor());
       compare_on(s, "linear", l, dt, got, ref, tol);
-      got.backward(upload(g, dt));
-      ref.backward(rounded(g, dt));
+      backward_both(got, ref, g, dt);
       compare_on(s, "linear backward dx", l, dt, x.dev.grad(), x.cpu.grad(), tol);
       compare_on(s, "linear backward dW", l, dt, w.dev.grad(), w.cpu.grad(), tol);
       if (c.bias) compare_on(s, "linear backward db", l, dt, b.dev.grad(), b.cpu.grad(), tol);
