@@ -19,14 +19,11 @@ namespace stoke::selftest {
 namespace kernel_checks {
 
 using ops_checks::dev;
+using ops_checks::dev_empty;
 using ops_checks::randint_cpu;
 using ops_checks::randn_cpu;
 using ops_checks::rounded;
 using ops_checks::upload;
-
-Tensor dev_empty(const Shape& shape, DType dtype) {
-  return empty(shape, {.dtype = dtype, .device = dev()});
-}
 
 // stoke's SGEMM versions and tiles, NN / NT / TN, odd sizes and a misaligned (offset by one) A.
 void check_sgemm(Suite& s, bool quick) {

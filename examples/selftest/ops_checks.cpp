@@ -36,23 +36,11 @@ void run_ops_checks(Suite& s, bool quick) {
   for (const Entry& e : kChecks) s.run(e.name, [&](Suite& suite) { e.fn(suite, quick); });
 }
 
-namespace {
-
-const DType kAllTypes[] = {DType::f32, DType::f16, DType::bf16,   DType::i32,
-                           DType::i64, DType::u8,  DType::boolean};
-
-// Values every dtype holds exactly: integers in [0, 100) (0/1 for bool).
-Tensor exact_values(const Shape& shape, DType dtype, uint64_t seed) {
-  return randint_cpu(0, dtype == DType::boolean ? 2 : 100, shape, DType::i64, seed).to(dtype);
-}
-
-}  // namespace
-
 void check_fill_copy(Suite& s, bool quick) {
   const Shape shape = quick ? Shape{3, 129} : Shape{37, 1029};
   const std::string sh = shape_str(shape);
   // fill: full() on the device, and fill_ of a strided view.
-  for (DType dt : kAllTypes) {
+  for (DType dt : all_types()) {
     const double v = dt == DType::boolean ? 1.0 : is_floating(dt) ? 2.5 : 7.0;
     const Tensor got = full(shape, v, {.dtype = dt, .device = dev()});
     compare_on(s, "fill (full)", sh, dt, got, full(shape, v, {.dtype = dt}), 0);
@@ -63,12 +51,12 @@ void check_fill_copy(Suite& s, bool quick) {
     compare_on(s, "fill_ (strided view)", "6x10[:,1:9:3]", dt, d, c, 0);
   }
   // Casts: every pair of dtypes, on the device (the strided copy kernel converting).
-  for (DType from : kAllTypes) {
+  for (DType from : all_types()) {
     // Floating sources carry fractions (truncated by integer targets), the others integers.
     const Tensor x =
         is_floating(from) ? uniform_cpu(shape, 0, 100, 3).to(from) : exact_values(shape, from, 4);
     const Tensor d = x.to(dev());
-    for (DType to : kAllTypes) {
+    for (DType to : all_types()) {
       if (to == from) continue;
       compare_on(s, std::string("cast ") + dtype_name(from) + "->" + dtype_name(to), sh, to,
                  d.to(to), x.to(to), 0);

@@ -55,6 +55,12 @@ inline const std::vector<DType>& float_types() {
   static const std::vector<DType> t = {DType::f32, DType::f16, DType::bf16};
   return t;
 }
+// Every dtype the copy, cast and index kernels take.
+inline const std::vector<DType>& all_types() {
+  static const std::vector<DType> t = {DType::f32, DType::f16, DType::bf16,   DType::i32,
+                                       DType::i64, DType::u8,  DType::boolean};
+  return t;
+}
 // Standard-normal f32 values on the CPU, reproducible from `seed`.
 inline Tensor randn_cpu(const Shape& shape, uint64_t seed) {
   Generator g(seed);
@@ -70,9 +76,17 @@ inline Tensor randint_cpu(int64_t lo, int64_t hi, const Shape& shape, DType dtyp
   Generator g(seed);
   return randint(lo, hi, shape, {.dtype = dtype}, &g);
 }
+// Values every dtype holds exactly: integers in [0, 100) (0/1 for bool), on the CPU.
+inline Tensor exact_values(const Shape& shape, DType dtype, uint64_t seed) {
+  return randint_cpu(0, dtype == DType::boolean ? 2 : 100, shape, DType::i64, seed).to(dtype);
+}
 // The f32 values an input of `dtype` really holds: the CPU reference computes from these.
 inline Tensor rounded(const Tensor& cpu_f32, DType dtype) {
   return cpu_f32.to(dtype).to(DType::f32);
+}
+// An uninitialized tensor on the device.
+inline Tensor dev_empty(const Shape& shape, DType dtype) {
+  return empty(shape, {.dtype = dtype, .device = dev()});
 }
 // cpu_f32 cast to `dtype` on the CPU, then copied to the device.
 inline Tensor upload(const Tensor& cpu_f32, DType dtype) {

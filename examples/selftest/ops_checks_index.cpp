@@ -26,17 +26,14 @@ double scatter_tol(DType dt) {
   return 2 * tolerance(dt);
 }
 
-const DType kIndexTypes[] = {DType::f32, DType::f16, DType::bf16,   DType::i32,
-                             DType::i64, DType::u8,  DType::boolean};
-
 // One index op (index_select or gather along `dim`): ops::name on every dtype, then stoke::name's
 // backward on the float dtypes, the device against the CPU. Inputs are drawn from seed, seed + 1
 // and seed + 2.
 template <class Raw, class Differentiable>
 void check_index_op(Suite& s, const std::string& name, const std::string& label, const Shape& xs,
                     const Tensor& index, uint64_t seed, Raw raw, Differentiable differentiable) {
-  for (DType dt : kIndexTypes) {
-    const Tensor x = randint_cpu(0, dt == DType::boolean ? 2 : 100, xs, DType::i64, seed).to(dt);
+  for (DType dt : all_types()) {
+    const Tensor x = exact_values(xs, dt, seed);
     compare_on(s, name, label, dt, raw(x.to(dev()), index.to(dev())), raw(x, index), 0);
   }
   for (DType dt : float_types()) {

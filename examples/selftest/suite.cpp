@@ -111,16 +111,14 @@ void Suite::print(std::FILE* out, bool failures_only) const {
   }
 }
 
-std::string dims(std::initializer_list<int64_t> sizes) {
-  std::string s;
-  for (int64_t x : sizes) s.append(s.empty() ? "" : "x").append(std::to_string(x));
-  return s.empty() ? "scalar" : s;
-}
-
 std::string shape_str(const Shape& shape) {
   std::string s;
   for (int64_t x : shape) s.append(s.empty() ? "" : "x").append(std::to_string(x));
   return s.empty() ? "scalar" : s;
+}
+
+std::string dims(std::initializer_list<int64_t> sizes) {
+  return shape_str(Shape(sizes));
 }
 
 double tolerance(DType dtype, bool tf32) {

@@ -7,35 +7,27 @@
 
 #include <string>
 
-#include "cuda/runtime/copy.h"
 #include "cuda/runtime/device.h"
 #include "cuda/runtime/stream.h"
 #include "cuda/vendor/cublas_gemm.h"
 #include "cuda/vendor/cudnn_batch_norm.h"
 #include "cuda/vendor/cudnn_conv.h"
 #include "cuda/vendor/cudnn_pool.h"
+#include "examples/selftest/ops_checks.h"
 #include "stoke/stoke.h"
 
 namespace stoke::selftest {
 namespace {
 
-const DType kFloatTypes[] = {DType::f32, DType::f16, DType::bf16};
+using ops_checks::dev_empty;
+using ops_checks::float_types;
+using ops_checks::rounded;
+using ops_checks::upload;
 
-// A cpu f32 tensor converted to `dtype` and copied to cuda:0.
-Tensor upload(const Tensor& cpu_f32, DType dtype) {
-  return cuda::to_device(cpu_f32.to(dtype), Device::cuda(0));
-}
 // A device tensor back on the cpu as f32 (after the device finished).
 Tensor download(const Tensor& device_tensor) {
   STOKE_CUDA_CHECK(cudaDeviceSynchronize());
-  return cuda::to_device(device_tensor, Device::cpu()).to(DType::f32);
-}
-// The f32 values a `dtype` input really holds: the reference computes from these.
-Tensor rounded(const Tensor& cpu_f32, DType dtype) {
-  return cpu_f32.to(dtype).to(DType::f32);
-}
-Tensor cuda_empty(const Shape& shape, DType dtype) {
-  return empty(shape, {.dtype = dtype, .device = Device::cuda(0)});
+  return device_tensor.to(Device::cpu()).to(DType::f32);
 }
 
 // cuBLAS GEMM: NN, NT, TN and a strided batch, f32 / tf32 / f16 / bf16; cublas_linear.
@@ -44,7 +36,7 @@ void check_cublas_gemm(Suite& s) {
     int64_t m, n, k;
   };
   for (Case c : {Case{64, 64, 64}, Case{127, 33, 65}, Case{256, 512, 128}}) {
-    for (DType dt : kFloatTypes) {
+    for (DType dt : float_types()) {
       for (bool tf32 : {false, true}) {
         if (tf32 && dt != DType::f32) continue;
         const std::string dname = tf32 ? "tf32" : dtype_name(dt);
@@ -55,7 +47,7 @@ void check_cublas_gemm(Suite& s) {
           Tensor ra = rounded(a, dt), rb = rounded(b, dt);
           Tensor ref = ops::matmul(ta ? ra.t() : ra, tb ? rb.t() : rb);
           Tensor da = upload(a, dt), db = upload(b, dt);
-          Tensor dc = cuda_empty({c.m, c.n}, dt);
+          Tensor dc = dev_empty({c.m, c.n}, dt);
           cuda::gemm(dt, c.m, c.n, c.k, da.data_ptr(), ta ? c.m : c.k, db.data_ptr(),
                      tb ? c.k : c.n, dc.data_ptr(), c.n,
                      {.trans_a = ta, .trans_b = tb, .allow_tf32 = tf32}, cuda::current_stream());
@@ -72,7 +64,7 @@ void check_cublas_gemm(Suite& s) {
     }
   }
   // Strided batch through the tensor form.
-  for (DType dt : kFloatTypes) {
+  for (DType dt : float_types()) {
     Tensor a = randn({3, 17, 40}), b = randn({3, 40, 9});
     Tensor ref = ops::matmul(rounded(a, dt), rounded(b, dt));
     Tensor got = cuda::cublas_matmul(upload(a, dt), upload(b, dt));
@@ -89,7 +81,7 @@ void check_cudnn_conv(Suite& s) {
   for (Case c : {Case{2, 3, 8, 8, 4, 3, 1, 1, 1, 1}, Case{4, 16, 15, 15, 8, 3, 2, 1, 1, 1},
                  Case{2, 8, 7, 9, 8, 1, 1, 0, 1, 1}, Case{2, 8, 9, 9, 6, 3, 1, 1, 1, 2},
                  Case{2, 4, 11, 10, 6, 3, 1, 2, 2, 1}, Case{1, 6, 13, 12, 6, 3, 2, 3, 3, 3}}) {
-    for (DType dt : kFloatTypes) {
+    for (DType dt : float_types()) {
       cuda::ConvGeometry g{.n = c.n,
                            .c = c.c,
                            .h = c.h,
@@ -116,15 +108,15 @@ void check_cudnn_conv(Suite& s) {
                                 std::to_string(c.groups);
       const double tol = 2 * tolerance(dt);
       const Tensor ref_y = ops::conv2d(rx, rw, Tensor(), o);
-      Tensor y = cuda_empty({c.n, c.k, g.out_h(), g.out_w()}, dt);
+      Tensor y = dev_empty({c.n, c.k, g.out_h(), g.out_w()}, dt);
       cuda::conv2d_forward(g, dx_.data_ptr(), dw_.data_ptr(), y.data_ptr(), cuda::current_stream());
       s.compare("cudnn conv2d fwd", shape, dtype_name(dt), download(y), ref_y, tol);
-      Tensor gx = cuda_empty(x.shape(), dt);
+      Tensor gx = dev_empty(x.shape(), dt);
       cuda::conv2d_backward_data(g, ddy.data_ptr(), dw_.data_ptr(), gx.data_ptr(),
                                  cuda::current_stream());
       s.compare("cudnn conv2d bwd-data", shape, dtype_name(dt), download(gx),
                 ops::conv2d_backward_input(rdy, rx, rw, o), tol);
-      Tensor gw = cuda_empty(w.shape(), dt);
+      Tensor gw = dev_empty(w.shape(), dt);
       cuda::conv2d_backward_filter(g, dx_.data_ptr(), ddy.data_ptr(), gw.data_ptr(),
                                    cuda::current_stream());
       s.compare("cudnn conv2d bwd-filter", shape, dtype_name(dt), download(gw),
@@ -139,7 +131,7 @@ void check_cudnn_conv(Suite& s) {
 // and backward.
 void check_cudnn_batch_norm(Suite& s) {
   for (Shape shape : {Shape{8, 4, 5, 5}, Shape{16, 3, 7, 1}, Shape{32, 10, 1, 1}}) {
-    for (DType dt : kFloatTypes) {
+    for (DType dt : float_types()) {
       const int64_t C = shape[1];
       Tensor x = randn(shape), dy = randn(shape);
       Tensor w = rand({C}), b = randn({C});
@@ -160,13 +152,13 @@ void check_cudnn_batch_norm(Suite& s) {
       const std::string sh = shape_str(shape), dn = dtype_name(dt);
       const double tol = 2 * tolerance(dt);
       // Inference first: it reads the running statistics the training call then updates.
-      Tensor ye = cuda_empty(shape, dt);
+      Tensor ye = dev_empty(shape, dt);
       cuda::batch_norm_forward_inference(g, dx_.data_ptr(), ye.data_ptr(), dw_.data<float>(),
                                          db_.data<float>(), drm.data<float>(), drv.data<float>(),
                                          o.eps, cuda::current_stream());
       s.compare("cudnn batch_norm fwd inference", sh, dn, download(ye), ref_eval, tol);
-      Tensor y = cuda_empty(shape, dt), sm = cuda_empty({C}, DType::f32);
-      Tensor si = cuda_empty({C}, DType::f32);
+      Tensor y = dev_empty(shape, dt), sm = dev_empty({C}, DType::f32);
+      Tensor si = dev_empty({C}, DType::f32);
       cuda::batch_norm_forward_training(g, dx_.data_ptr(), y.data_ptr(), dw_.data<float>(),
                                         db_.data<float>(), drm.data<float>(), drv.data<float>(),
                                         o.momentum, o.eps, sm.data<float>(), si.data<float>(),
@@ -176,8 +168,8 @@ void check_cudnn_batch_norm(Suite& s) {
       s.compare("cudnn batch_norm save_invstd", sh, dn, download(si), ref.save_invstd, tol);
       s.compare("cudnn batch_norm running_mean", sh, dn, download(drm), ref_rm, tol);
       s.compare("cudnn batch_norm running_var", sh, dn, download(drv), ref_rv, tol);
-      Tensor gx = cuda_empty(shape, dt), gw = cuda_empty({C}, DType::f32);
-      Tensor gb = cuda_empty({C}, DType::f32);
+      Tensor gx = dev_empty(shape, dt), gw = dev_empty({C}, DType::f32);
+      Tensor gb = dev_empty({C}, DType::f32);
       cuda::batch_norm_backward(g, dx_.data_ptr(), ddy.data_ptr(), gx.data_ptr(), dw_.data<float>(),
                                 gw.data<float>(), gb.data<float>(), sm.data<float>(),
                                 si.data<float>(), o.eps, cuda::current_stream());
@@ -198,7 +190,7 @@ void check_cudnn_pool(Suite& s) {
                  Case{2, 4, 9, 11, 3, 2, 1, cuda::PoolMode::max},
                  Case{2, 3, 8, 8, 3, 1, 1, cuda::PoolMode::avg_include_pad},
                  Case{1, 5, 7, 7, 3, 2, 1, cuda::PoolMode::avg_exclude_pad}}) {
-    for (DType dt : kFloatTypes) {
+    for (DType dt : float_types()) {
       const cuda::PoolGeometry g{.n = c.n,
                                  .c = c.c,
                                  .h = c.h,
@@ -224,7 +216,7 @@ void check_cudnn_pool(Suite& s) {
         ref_dx = ops::avg_pool2d_backward(rdy, rx.shape(), o);
       }
       Tensor dx_ = upload(x, dt), ddy = upload(dy, dt);
-      Tensor y = cuda_empty(ref_y.shape(), dt), gx = cuda_empty(x.shape(), dt);
+      Tensor y = dev_empty(ref_y.shape(), dt), gx = dev_empty(x.shape(), dt);
       cuda::pool2d_forward(g, dx_.data_ptr(), y.data_ptr(), cuda::current_stream());
       cuda::pool2d_backward(g, y.data_ptr(), ddy.data_ptr(), dx_.data_ptr(), gx.data_ptr(),
                             cuda::current_stream());
