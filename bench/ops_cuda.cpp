@@ -34,12 +34,9 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "cuda/kernels/sgemm.h"
 #include "cuda/vendor/cublas_gemm.h"
 #include "cuda/vendor/cudnn_conv.h"
-#if __has_include("cuda/kernels/sgemm.h")
-#include "cuda/kernels/sgemm.h"
-#define STOKE_BENCH_SGEMM 1
-#endif
 
 namespace stoke::bench::ops_cuda {
 
@@ -63,7 +60,6 @@ void bench_gemm(Bench& b) {
       });
       if (ref == 0) ref = rate;
     }
-#ifdef STOKE_BENCH_SGEMM
     Buffer a(n * n * 4), bb(n * n * 4), c(n * n * 4, DType::f32, Fill::zero);
     for (cuda::SgemmVersion v : cuda::kSgemmVersions) {
       if (v == cuda::SgemmVersion::naive && n > 2048) continue;  // seconds per run; nothing new
@@ -73,7 +69,6 @@ void bench_gemm(Bench& b) {
                             c.as<float>(), n, nullptr, {.version = v});
               });
     }
-#endif
   }
 }
 

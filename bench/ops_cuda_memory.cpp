@@ -13,18 +13,9 @@
 #include <string>
 
 #include "bench/ops_cuda.h"
-#if __has_include("cuda/kernels/elementwise.h")
-#include "cuda/kernels/elementwise.h"
-#define STOKE_BENCH_ELEMENTWISE 1
-#endif
-#if __has_include("cuda/kernels/cast.h")
 #include "cuda/kernels/cast.h"
-#define STOKE_BENCH_CAST 1
-#endif
-#if __has_include("cuda/kernels/reduce.h")
+#include "cuda/kernels/elementwise.h"
 #include "cuda/kernels/reduce.h"
-#define STOKE_BENCH_REDUCE 1
-#endif
 
 namespace stoke::bench::ops_cuda {
 namespace {
@@ -54,7 +45,6 @@ void bench_memory(Bench& b) {
     add("copy d2d f32", "cudaMemcpyAsync", 8.0 * n, [&] {
       STOKE_CUDA_CHECK(cudaMemcpyAsync(out.ptr, x.ptr, n * 4, cudaMemcpyDeviceToDevice, nullptr));
     });
-#ifdef STOKE_BENCH_ELEMENTWISE
     add("add f32", "stoke binary", 12.0 * n,
         [&] { cuda::binary(cuda::BinaryOp::add, DType::f32, x.ptr, y.ptr, out.ptr, n, nullptr); });
     add("add f16", "stoke binary", 6.0 * n, [&] {
@@ -68,14 +58,10 @@ void bench_memory(Bench& b) {
       cuda::unary_backward(cuda::UnaryBackwardOp::relu, DType::f32, x.ptr, y.ptr, out.ptr, n,
                            nullptr);
     });
-#endif
-#ifdef STOKE_BENCH_CAST
     add("cast f32->f16", "stoke cast", 6.0 * n,
         [&] { cuda::cast(DType::f32, x.ptr, DType::f16, out.ptr, n, nullptr); });
     add("cast f16->f32", "stoke cast", 6.0 * n,
         [&] { cuda::cast(DType::f16, xh.ptr, DType::f32, out.ptr, n, nullptr); });
-#endif
-#ifdef STOKE_BENCH_REDUCE
     add("sum all f32", "stoke reduce", 4.0 * n, [&] {
       cuda::reduce(cuda::ReduceOp::sum, DType::f32, x.ptr, out.ptr, nullptr, 1, n, 1, nullptr);
     });
@@ -97,7 +83,6 @@ void bench_memory(Bench& b) {
           cuda::reduce(cuda::ReduceOp::max, DType::f32, x.ptr, out.ptr, indices.as<int64_t>(), rows,
                        row, 1, nullptr);
         });
-#endif
   }
 }
 

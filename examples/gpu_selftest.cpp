@@ -22,7 +22,7 @@
 
 // STOKE_HAS_CUDA comes with the real stoke_cuda library and STOKE_HAS_CUDA_OPS with its ops glue
 // (their CMake targets set them); examples/CMakeLists.txt adds selftest/ to such builds only.
-#if defined(STOKE_HAS_CUDA) && defined(STOKE_HAS_CUDA_OPS) && __has_include("cuda/runtime/device.h")
+#if defined(STOKE_HAS_CUDA) && defined(STOKE_HAS_CUDA_OPS)
 #define STOKE_SELFTEST_CUDA 1
 #endif
 
