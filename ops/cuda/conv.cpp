@@ -2,17 +2,16 @@
 //  - cudnn (real builds, the default there): cuda/vendor/cudnn_conv.h, f32/f16/bf16, the
 //    algorithm chosen once per shape and cached, workspaces from our allocator;
 //  - stoke (the only one in the emulated build): the implicit-GEMM forward kernel, and for the
-//    backward im2col + SGEMM (weight gradient) and SGEMM + col2im (input gradient), a chunk of
-//    samples at a time so the column matrix stays under kColumnBudget floats. The GEMM is f32:
+//    backward cuda::conv2d_backward (cuda/kernels/conv2d_backward.h: im2col + SGEMM for the weight
+//    gradient, SGEMM + col2im for the input gradient), a chunk of samples at a time so the column
+//    matrix stays under column_budget() floats. The GEMM is f32:
 //    f16/bf16 operands are cast to f32 on the device first and the results cast back.
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
 
+#include "cuda/kernels/conv2d_backward.h"
 #include "cuda/kernels/conv2d_implicit_gemm.h"
-#include "cuda/kernels/im2col.h"
-#include "cuda/kernels/sgemm.h"
 #include "ops/conv.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
@@ -28,7 +27,7 @@ namespace {
 
 // Floats of column matrix one step of the stoke backward may hold (64 MiB by default).
 int64_t& column_budget() {
-  static int64_t floats = int64_t{16} << 20;
+  static int64_t floats = cuda::kConv2dBackwardColumnBudget;
   return floats;
 }
 
@@ -49,9 +48,6 @@ ConvImpl& impl_setting() {
 struct Geometry {
   int64_t N, C, H, W, K, kh, kw, OH, OW, groups;
   Conv2dOptions o;
-  int64_t Cg() const { return C / groups; }
-  int64_t Kg() const { return K / groups; }
-  int64_t P() const { return OH * OW; }
 };
 
 Geometry geometry_of(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
@@ -60,102 +56,53 @@ Geometry geometry_of(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
           w.size(3), out[0],    out[1],    o.groups,  o};
 }
 
-// The im2col geometry of `samples` samples of one group.
-cuda::Im2colGeometry columns_of(const Geometry& g, int64_t samples) {
-  cuda::Im2colGeometry c;
-  c.samples = samples;
-  c.channels = g.Cg();
-  c.sample_stride = g.C * g.H * g.W;
-  c.height = g.H;
-  c.width = g.W;
-  c.kernel_h = g.kh;
-  c.kernel_w = g.kw;
-  c.out_h = g.OH;
-  c.out_w = g.OW;
-  c.stride_h = g.o.stride[0];
-  c.stride_w = g.o.stride[1];
-  c.pad_h = g.o.padding[0];
-  c.pad_w = g.o.padding[1];
-  c.dilation_h = g.o.dilation[0];
-  c.dilation_w = g.o.dilation[1];
-  return c;
-}
-
-// Samples per step so that one group's column matrix fits kColumnBudget (at least one).
-int64_t chunk_of(const Geometry& g) {
-  const int64_t per_sample = std::max<int64_t>(1, g.Cg() * g.kh * g.kw * g.P());
-  return std::clamp<int64_t>(column_budget() / per_sample, 1, std::max<int64_t>(1, g.N));
-}
-
 Tensor as_f32(const Tensor& t) {
   return t.dtype() == DType::f32 ? t.contiguous() : t.to(DType::f32).contiguous();
+}
+
+// The launchers' geometry of this convolution.
+cuda::Conv2dGeometry kernel_geometry(const Geometry& g) {
+  return {.batch = g.N,
+          .channels = g.C,
+          .height = g.H,
+          .width = g.W,
+          .out_channels = g.K,
+          .kernel_h = g.kh,
+          .kernel_w = g.kw,
+          .stride_h = g.o.stride[0],
+          .stride_w = g.o.stride[1],
+          .pad_h = g.o.padding[0],
+          .pad_w = g.o.padding[1],
+          .dilation_h = g.o.dilation[0],
+          .dilation_w = g.o.dilation[1],
+          .groups = g.groups};
 }
 
 Tensor stoke_forward(const Geometry& g, const Tensor& x, const Tensor& w, const Tensor& bias) {
   const Tensor xf = as_f32(x), wf = as_f32(w);
   const Tensor bf = bias.defined() ? as_f32(bias) : Tensor();
   Tensor y = empty_on({g.N, g.K, g.OH, g.OW}, DType::f32, x.device());
-  cuda::Conv2dGeometry c;
-  c.batch = g.N;
-  c.channels = g.C;
-  c.height = g.H;
-  c.width = g.W;
-  c.out_channels = g.K;
-  c.kernel_h = g.kh;
-  c.kernel_w = g.kw;
-  c.stride_h = g.o.stride[0];
-  c.stride_w = g.o.stride[1];
-  c.pad_h = g.o.padding[0];
-  c.pad_w = g.o.padding[1];
-  c.dilation_h = g.o.dilation[0];
-  c.dilation_w = g.o.dilation[1];
-  c.groups = g.groups;
-  cuda::conv2d_implicit_gemm_forward(c, typed<float>(xf), typed<float>(wf),
+  cuda::conv2d_implicit_gemm_forward(kernel_geometry(g), typed<float>(xf), typed<float>(wf),
                                      bf.defined() ? typed<float>(bf) : nullptr, typed<float>(y),
                                      launch_stream());
   return x.dtype() == DType::f32 ? y : y.to(x.dtype());
 }
 
-// grad_input and/or grad_weight (f32) by im2col / col2im and SGEMM, a chunk of samples at a time.
+// grad_input and/or grad_weight (f32) by cuda::conv2d_backward (im2col / col2im and SGEMM), a
+// chunk of samples at a time under the column budget.
 void stoke_backward(const Geometry& g, const Tensor& gy_in, const Tensor& x_in, const Tensor& w_in,
                     Tensor* grad_input, Tensor* grad_weight) {
   const Tensor gy = as_f32(gy_in), x = as_f32(x_in), w = as_f32(w_in);
   const Device dev = x.device();
-  const cudaStream_t s = launch_stream();
   if (grad_input) *grad_input = empty_on(x.shape(), DType::f32, dev);
   if (grad_weight) *grad_weight = empty_on(w.shape(), DType::f32, dev);
-  const int64_t R = g.Cg() * g.kh * g.kw, P = g.P(), chunk = chunk_of(g);
-  // The column matrix of a chunk of nb samples is (R, nb * P) with row stride nb * P (im2col and
-  // col2im write and read it packed), so the GEMMs take cols = nb * P as its leading dimension:
-  // the last chunk may be shorter than the buffer's rows.
-  Tensor col = empty_on({R, chunk * P}, DType::f32, dev);
-  // dY of a chunk with the channels first, (K, nb * P): the GEMMs' operand layout.
-  Tensor gy_t = empty_on({g.K, chunk * P}, DType::f32, dev);
-  for (int64_t n0 = 0; n0 < g.N; n0 += chunk) {
-    const int64_t nb = std::min(chunk, g.N - n0);
-    const int64_t cols = nb * P;
-    Tensor gy_chunk = gy_t.narrow(1, 0, cols).view({g.K, nb, P});
-    gy_chunk.copy_(gy.narrow(0, n0, nb).view({nb, g.K, P}).permute({1, 0, 2}));
-    const cuda::Im2colGeometry cg = columns_of(g, nb);
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      const float* x0 = typed<float>(x) + (n0 * g.C + grp * g.Cg()) * g.H * g.W;
-      const float* dy = typed<float>(gy_t) + grp * g.Kg() * gy_t.size(1);
-      const float* wg = typed<float>(w) + grp * g.Kg() * R;
-      if (grad_weight) {
-        // dW_g (Kg, R) += dY_g (Kg, cols) * col^T (cols, R); the first chunk overwrites.
-        cuda::im2col(cg, x0, typed<float>(col), s);
-        cuda::sgemm(false, true, g.Kg(), R, cols, 1.f, dy, gy_t.size(1), typed<float>(col), cols,
-                    n0 == 0 ? 0.f : 1.f, typed<float>(*grad_weight) + grp * g.Kg() * R, R, s);
-      }
-      if (grad_input) {
-        // col (R, cols) = W_g^T (R, Kg) * dY_g (Kg, cols), scattered back by col2im.
-        cuda::sgemm(true, false, R, cols, g.Kg(), 1.f, wg, R, dy, gy_t.size(1), 0.f,
-                    typed<float>(col), cols, s);
-        float* dx0 = typed<float>(*grad_input) + (n0 * g.C + grp * g.Cg()) * g.H * g.W;
-        cuda::col2im(cg, typed<float>(col), dx0, s);
-      }
-    }
-  }
+  const cuda::Conv2dGeometry kg = kernel_geometry(g);
+  const int64_t chunk = cuda::conv2d_backward_chunk(kg, column_budget());
+  Tensor workspace = empty_on({cuda::conv2d_backward_workspace_floats(kg, chunk)}, DType::f32, dev);
+  cuda::conv2d_backward(kg, typed<float>(gy), typed<float>(x), typed<float>(w),
+                        grad_input ? typed<float>(*grad_input) : nullptr,
+                        grad_weight ? typed<float>(*grad_weight) : nullptr, typed<float>(workspace),
+                        chunk, launch_stream());
 }
 
 }  // namespace
