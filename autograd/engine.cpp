@@ -1,6 +1,5 @@
 #include "autograd/engine.h"
 
-#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -15,9 +14,8 @@ namespace stoke::autograd {
 namespace {
 
 Tensor zeros_for(const OutputInfo& info) {
-  Tensor z = empty(info.shape, {.dtype = info.dtype, .device = info.device});
-  std::memset(z.data_ptr(), 0, z.numel() * z.element_size());
-  return z;
+  // zeros() fills on the tensor's device: the host never writes device memory.
+  return zeros(info.shape, {.dtype = info.dtype, .device = info.device});
 }
 
 struct Capture {

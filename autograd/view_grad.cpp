@@ -1,12 +1,17 @@
 // Makes core's view and copy methods differentiable (registered with core at start-up; see
 // core/tensor.h, detail::AutogradHooks). One backward serves every view: the gradient of a view
-// is scattered into a zero buffer laid out like the base's memory, through the view's own
-// strides, and read back through the base's strides.
-#include <cstring>
+// is written into a zero buffer laid out like the base's memory, through the view's own strides,
+// and read back through the base's strides. Everything runs as ops on the gradient's device: the
+// host never touches a device buffer, and each dtype accumulates in its own precision.
+#include <algorithm>
+#include <numeric>
+
 #include "autograd/engine.h"
 #include "autograd/function.h"
-
 #include "core/strided.h"
+#include "ops/creation.h"
+#include "ops/elementwise.h"
+#include "ops/reduce.h"
 
 namespace stoke::autograd {
 namespace {
@@ -17,8 +22,25 @@ bool overlaps(const Tensor& t) {
   return false;
 }
 
-// dst += src elementwise, where dst may alias itself (stride 0): runs serially then.
-void accumulate_into(const Tensor& dst, const Tensor& src) {
+// True when no two indices of (shape, strides) address one element: with the dims of size > 1
+// sorted by stride, each stride steps over the whole extent of the dims below it.
+bool distinct_addresses(const Shape& shape, const Shape& strides) {
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] > 1) dims.push_back(d);
+  std::sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return strides[a] < strides[b]; });
+  int64_t extent = 1;
+  for (size_t d : dims) {
+    if (strides[d] < extent) return false;
+    extent = strides[d] * shape[d];
+  }
+  return true;
+}
+
+// dst += src elementwise where dst's strides may address one element several times (a view made
+// with as_strided): runs serially on the CPU, accumulating in the gradient's own dtype (f16/bf16
+// through f32). Only such views come here; expand's stride-0 dims are summed on the device first.
+void accumulate_serially(const Tensor& dst, const Tensor& src) {
   const Tensor s = src.contiguous();
   const auto g = coalesce<2>(dst.shape(), {dst.strides(), s.strides()});
   dispatch_all(dst.dtype(), "view backward", [&](auto tag) {
@@ -29,11 +51,43 @@ void accumulate_into(const Tensor& dst, const Tensor& src) {
       T* d = static_cast<T*>(dst.data_ptr());
       const T* sp = static_cast<const T*>(s.data_ptr());
       for_each_row(g, 0, g.rows(), [&](const auto& off, int64_t n, const auto& st) {
-        for (int64_t i = 0; i < n; ++i)
-          d[off[0] + i * st[0]] = T(float(d[off[0] + i * st[0]]) + float(sp[off[1] + i * st[1]]));
+        for (int64_t i = 0; i < n; ++i) {
+          T& out = d[off[0] + i * st[0]];
+          if constexpr (std::is_arithmetic_v<T>)
+            out = static_cast<T>(out + sp[off[1] + i * st[1]]);
+          else
+            out = T(float(out) + float(sp[off[1] + i * st[1]]));
+        }
       });
     }
   });
+}
+
+// The gradient of `base` from the gradient `grad` of the view (view_shape, view_strides,
+// rel_offset) of it.
+Tensor view_backward(const Tensor& grad, const Shape& base_shape, const Shape& base_strides,
+                     const Shape& view_shape, const Shape& view_strides, int64_t rel_offset,
+                     DType dtype) {
+  Tensor g = grad.to(dtype);
+  Shape shape = view_shape;
+  // Dims of stride 0 (expand) read one element many times: sum their gradient first, keeping the
+  // dim with size 1, so that what is left addresses each element once.
+  std::vector<int64_t> repeated;
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (view_strides[d] == 0 && shape[d] > 1) repeated.push_back(static_cast<int64_t>(d));
+  if (!repeated.empty()) {
+    g = ops::sum(g, repeated, /*keepdim=*/true);
+    for (int64_t d : repeated) shape[static_cast<size_t>(d)] = 1;
+  }
+  const int64_t span = storage_span(base_shape, base_strides);
+  if (distinct_addresses(shape, view_strides)) {
+    Tensor buffer = zeros({span}, {.dtype = dtype, .device = g.device()});
+    buffer.as_strided(shape, view_strides, rel_offset).copy_(g);
+    return buffer.as_strided(base_shape, base_strides, 0);
+  }
+  Tensor buffer = zeros({span}, {.dtype = dtype});
+  accumulate_serially(buffer.as_strided(shape, view_strides, rel_offset), g.to(Device::cpu()));
+  return buffer.to(g.device()).as_strided(base_shape, base_strides, 0);
 }
 
 void record_view(const Tensor& base, Tensor& view) {
@@ -44,11 +98,8 @@ void record_view(const Tensor& base, Tensor& view) {
   const int64_t rel_offset = view.offset() - base.offset();
   const DType dtype = base.dtype();
   record("ViewBackward", {base}, {view}, [=](const GradList& g, const NeedList&) -> GradList {
-    const int64_t span = storage_span(base_shape, base_strides);
-    Tensor buffer = empty({span}, {.dtype = dtype, .device = g[0].device()});
-    std::memset(buffer.data_ptr(), 0, buffer.numel() * buffer.element_size());
-    accumulate_into(buffer.as_strided(view_shape, view_strides, rel_offset), g[0]);
-    return {buffer.as_strided(base_shape, base_strides, 0)};
+    return {
+        view_backward(g[0], base_shape, base_strides, view_shape, view_strides, rel_offset, dtype)};
   });
 }
 

@@ -110,3 +110,70 @@ TEST_CASE("autograd: backward returning a wrong shape is reported with the node 
                     Catch::Contains("BadShapeBackward returned a gradient of f64 [5]") &&
                         Catch::Contains("f64 [4]"));
 }
+
+TEST_CASE("view grads: f64 gradients through every view are exact, not rounded to f32",
+          "[autograd][views]") {
+  // 1/3 is not an f32 value: a backward that goes through float gives 0.3333333432674408.
+  const double third = 1.0 / 3;
+  using View = std::function<Tensor(const Tensor&)>;
+  const std::vector<std::pair<const char*, View>> views = {
+      {"t", [](const Tensor& t) { return t.flatten(1).t(); }},
+      {"transpose", [](const Tensor& t) { return t.transpose(0, 2); }},
+      {"permute",
+       [](const Tensor& t) {
+         return t.permute({2, 0, 1});
+       }},
+      {"view",
+       [](const Tensor& t) {
+         return t.view({6, 4});
+       }},
+      {"reshape", [](const Tensor& t) { return t.reshape({-1}); }},
+      {"narrow", [](const Tensor& t) { return t.narrow(2, 1, 3); }},
+      {"slice", [](const Tensor& t) { return t.slice(2, 0, 4, 2); }},
+      {"select", [](const Tensor& t) { return t.select(1, 2); }},
+      {"squeeze/unsqueeze", [](const Tensor& t) { return t.unsqueeze(0).squeeze(0); }},
+      {"flatten", [](const Tensor& t) { return t.flatten(); }},
+      {"contiguous of a transpose", [](const Tensor& t) { return t.transpose(0, 1).contiguous(); }},
+      {"clone", [](const Tensor& t) { return t.clone(); }},
+      {"view of a view",
+       [](const Tensor& t) { return t.transpose(1, 2).narrow(0, 1, 1).select(2, 1); }},
+  };
+  for (const auto& [name, view] : views) {
+    INFO(name);
+    Tensor x = zeros({2, 3, 4}, {.dtype = DType::f64}).set_requires_grad(true);
+    const Tensor y = view(x);
+    y.backward(full(y.shape(), third, {.dtype = DType::f64}));
+    // Every element the view reads gets exactly 1/3, the others 0 (a copy reads them all).
+    Tensor mask = zeros({2, 3, 4}, {.dtype = DType::f64});
+    Tensor marked = view(mask);
+    const bool is_view = marked.storage() == mask.storage();
+    (is_view ? marked : mask).copy_(ones({}, {.dtype = DType::f64}));
+    const auto g = x.grad().to_vector<double>(), m = mask.to_vector<double>();
+    for (size_t i = 0; i < g.size(); ++i) REQUIRE(g[i] == (m[i] != 0 ? third : 0.0));
+  }
+  // expand sums in f64: four thirds, as torch computes them (1.3333333333333333).
+  Tensor e = zeros({3, 1}, {.dtype = DType::f64}).set_requires_grad(true);
+  e.expand({3, 4}).backward(full({3, 4}, third, {.dtype = DType::f64}));
+  const double four_thirds = ((third + third) + third) + third;
+  CHECK(e.grad().to_vector<double>() == std::vector<double>(3, four_thirds));
+  // Overlapping windows (as_strided) accumulate serially, in f64: torch gives 1/3, 2/3, 2/3, 1/3.
+  Tensor w = zeros({4}, {.dtype = DType::f64}).set_requires_grad(true);
+  w.as_strided({3, 2}, {1, 1}, 0).backward(full({3, 2}, third, {.dtype = DType::f64}));
+  CHECK(w.grad().to_vector<double>() ==
+        std::vector<double>{third, third + third, third + third, third});
+}
+
+TEST_CASE("view grads: f64 layers with a transposed input keep f64 precision",
+          "[autograd][views]") {
+  // x.t() @ w with a gradient of 1/3: dx[i][j] = sum_k g[j][k] * w[i][k] = (w[i][0] + w[i][1]) / 3.
+  // Through f32 the error would be ~1e-8; f64 keeps it at the last bits (BLAS may fuse the
+  // multiply-add, so the bound is 1e-15 rather than bit equality).
+  const double third = 1.0 / 3;
+  Tensor x = from_vector<double>({1, 2, 3, 4, 5, 6}, {3, 2}, {.dtype = DType::f64});
+  x.set_requires_grad(true);
+  const Tensor w = from_vector<double>({1, -2, 3, 4, 0, -1}, {3, 2}, {.dtype = DType::f64});
+  stoke::matmul(x.t(), w).backward(full({2, 2}, third, {.dtype = DType::f64}));
+  const std::vector<double> want = {-1.0 / 3, -1.0 / 3, 7.0 / 3, 7.0 / 3, -1.0 / 3, -1.0 / 3};
+  const auto got = x.grad().to_vector<double>();
+  for (size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-15);
+}
