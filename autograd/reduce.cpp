@@ -1,6 +1,7 @@
 #include "autograd/reduce.h"
 
 #include "autograd/function.h"
+#include "ops/elementwise.h"
 
 namespace stoke {
 
@@ -50,12 +51,17 @@ ValuesIndices record_extremum(const char* name, const Tensor& x, ValuesIndices r
   return r;
 }
 
-Tensor record_extremum_all(const char* name, const Tensor& x, const Tensor& value,
-                           const Tensor& index) {
+// max(x)/min(x) over all elements: like torch, the gradient is shared evenly among every element
+// equal to the result (all NaNs when the result is NaN), not sent to the first one.
+Tensor record_extremum_all(const char* name, const Tensor& x, const Tensor& value) {
   if (autograd::any_requires_grad({x}))
     autograd::record(name, {x}, {value},
-                     [index, shape = x.shape()](const GradList& g, const NeedList&) {
-                       return GradList{ops::flat_index_backward(g[0], index, shape)};
+                     [xd = x.detach(), value = value.detach()](const GradList& g, const NeedList&) {
+                       const DType dt = xd.dtype();
+                       const Tensor hit = ops::maximum(
+                           ops::eq(xd, value).to(dt),
+                           ops::mul(ops::ne(xd, xd).to(dt), ops::ne(value, value).to(dt)));
+                       return GradList{ops::mul(hit, ops::div(g[0], ops::sum(hit)))};
                      });
   return value;
 }
@@ -74,12 +80,10 @@ Tensor min(const Tensor& x, int64_t dim, bool keepdim) {
   return min_with_indices(x, dim, keepdim).values;
 }
 Tensor max(const Tensor& x) {
-  const ValuesIndices r = ops::max_all_with_index(x);
-  return record_extremum_all("max", x, r.values, r.indices);
+  return record_extremum_all("max", x, ops::max(x));
 }
 Tensor min(const Tensor& x) {
-  const ValuesIndices r = ops::min_all_with_index(x);
-  return record_extremum_all("min", x, r.values, r.indices);
+  return record_extremum_all("min", x, ops::min(x));
 }
 
 }  // namespace stoke

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include <limits>
+
 #include "autograd/reduce.h"
 #include "autograd/softmax.h"
 #include "stoke/stoke.h"
@@ -78,11 +80,33 @@ TEST_CASE("reduce grad: max and min route the gradient to the extremum", "[autog
   x.set_requires_grad(true);
   stoke::sum(stoke::max(x, 1)).backward();
   CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0});
-  Tensor y = from_vector<double>({1, 3, 3, 2}, {4}, {.dtype = DType::f64});
+  CHECK(stoke::argmax(from_vector<double>({1, 3, 3, 2}, {4}, {.dtype = DType::f64}), 0)
+            .item<int64_t>() == 1);
+}
+
+TEST_CASE("reduce grad: max and min over all elements share the gradient among ties, as torch",
+          "[autograd][reduce]") {
+  // torch.tensor([1., 0, 1, 1]).max() backward gives [1/3, 0, 1/3, 1/3] (the along-a-dim
+  // versions send it to the returned index, as above).
+  auto grad_of = [](std::vector<double> v, bool is_max, double seed_grad) {
+    Tensor x =
+        from_vector<double>(v, {2, static_cast<int64_t>(v.size()) / 2}, {.dtype = DType::f64});
+    x.set_requires_grad(true);
+    Tensor r = is_max ? stoke::max(x.t()) : stoke::min(x.t());
+    r.backward(full({}, seed_grad, {.dtype = DType::f64}));
+    return x.grad().to_vector<double>();
+  };
+  CHECK(grad_of({1, 0, 1, 1}, true, 1) == std::vector<double>{1.0 / 3, 0, 1.0 / 3, 1.0 / 3});
+  CHECK(grad_of({2, -1, 5, -1}, false, 3) == std::vector<double>{0, 1.5, 0, 1.5});
+  CHECK(grad_of({4, 2, 7, 1}, true, 1) == std::vector<double>{0, 0, 1, 0});
+  // A NaN is the maximum (torch propagates it) and takes the whole gradient.
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  CHECK(grad_of({1, nan, 9, 2}, true, 1) == std::vector<double>{0, 1, 0, 0});
+  // f32 ties split too.
+  Tensor y = from_vector<float>({3, 3}, {2});
   y.set_requires_grad(true);
   stoke::max(y).backward();
-  CHECK(y.grad().to_vector<double>() == std::vector<double>{0, 1, 0, 0});
-  CHECK(stoke::argmax(y, 0).item<int64_t>() == 1);
+  CHECK(y.grad().to_vector<float>() == std::vector<float>{0.5f, 0.5f});
 }
 
 TEST_CASE("reduce grad: backward fills leaf grads with the input's shape", "[autograd][reduce]") {
