@@ -462,11 +462,16 @@ Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correct
   STOKE_CHECK(correction >= 0, "var", "expected correction >= 0, got ", correction);
   const auto mask = reduce_mask(x.dim(), dims, "var");
   if (device_dispatch("var", {&x_in})) {
-    // Other devices compose it from their kernels: two passes (mean, then squared deviations),
-    // as numerically safe as the CPU's.
+    // Other devices compose it from their kernels: two passes (mean, then squared deviations).
+    // The corrected two-pass formula (sum d^2 - (sum d)^2 / n): the second term removes, to
+    // first order, the error of a mean rounded to the input's precision.
     const Tensor d = sub(x, mean(x, dims, true));
-    const int64_t denom = std::max<int64_t>(0, reduced_count(x.shape(), mask) - correction);
-    return div(sum(mul(d, d), dims, keepdim), static_cast<double>(denom));
+    const int64_t n = reduced_count(x.shape(), mask);
+    const int64_t denom = std::max<int64_t>(0, n - correction);
+    const Tensor s1 = sum(d, dims, keepdim);
+    const Tensor s2 = sum(mul(d, d), dims, keepdim);
+    return div(sub(s2, div(mul(s1, s1), static_cast<double>(std::max<int64_t>(n, 1)))),
+               static_cast<double>(denom));
   }
   check_cpu("var", {&x_in});
   check_float("var", x, "input");
@@ -474,14 +479,16 @@ Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correct
   Tensor out = empty(shape_after(x.shape(), mask, keepdim), {.dtype = x.dtype()});
   dispatch_float(x.dtype(), "var", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    const auto s = sums<T>(l);
-    std::vector<T> m(s.size());
+    // Two passes, both accumulated in f64 lanes: sum()'s f32 lanes and a mean rounded to f32 (an
+    // ulp of 1e4 is 1e-3) biased the squared deviations of offset data by up to 4e-5 relative.
+    std::vector<double> m(static_cast<size_t>(l.outer * l.inner));
+    run_reduce<double, double, T>(l, m.data(), [](T v, int64_t) { return static_cast<double>(v); });
     const double n = static_cast<double>(l.red);
-    for (size_t i = 0; i < s.size(); ++i) m[i] = static_cast<T>(s[i] / n);
-    std::vector<double> sq(s.size());
-    const T* mp = m.data();
-    run_reduce<T, double, T>(l, sq.data(), [mp](T v, int64_t i) {
-      const T d = v - mp[i];
+    for (double& v : m) v /= n;
+    std::vector<double> sq(m.size());
+    const double* mp = m.data();
+    run_reduce<double, double, T>(l, sq.data(), [mp](T v, int64_t i) {
+      const double d = static_cast<double>(v) - mp[i];
       return d * d;
     });
     const double div = static_cast<double>(std::max<int64_t>(0, l.red - correction));
