@@ -42,7 +42,8 @@ std::string usage() {
   --prefetch N (2)        batches each loader thread prepares ahead
   --recipe fast           a tuned speedrun recipe (sets model, schedule, smoothing, augmentation)
   --epochs N (2)  --batch N (128)  --lr X (0.05)  --seed N (0)  --threads N
-  --optimizer sgd|adam|adamw (sgd)  --momentum X (0.9)  --nesterov  --weight-decay X
+  --optimizer sgd|adam|adamw (sgd)  --momentum X (0.9)  --nesterov
+  --weight-decay X (0; adamw: 1e-2, as torch.optim.AdamW)
   --schedule none|step|multistep|cosine|onecycle  --step-size EPOCHS  --milestones E1,E2
   --gamma X (0.1)  --warmup STEPS
   --label-smoothing X  --clip-grad NORM  --accum K (gradient accumulation)  --augment

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace stoke::train {
@@ -19,10 +20,10 @@ struct Flags {
   double lr = 0.05;
   double momentum = 0.9;
   bool nesterov = false;
-  double weight_decay = 0;
-  std::string schedule = "none";  // none | step | multistep | cosine | onecycle
-  int64_t step_size = 1;          // epochs, for --schedule step
-  std::string milestones;         // epochs, comma separated, for --schedule multistep
+  std::optional<double> weight_decay;  // unset: the optimizer's default (AdamW 1e-2, else 0)
+  std::string schedule = "none";       // none | step | multistep | cosine | onecycle
+  int64_t step_size = 1;               // epochs, for --schedule step
+  std::string milestones;              // epochs, comma separated, for --schedule multistep
   double gamma = 0.1;
   int64_t warmup = 0;  // optimizer steps of linear warm-up
   double label_smoothing = 0;

@@ -149,16 +149,19 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device) {
 std::unique_ptr<nn::optim::Optimizer> make_optimizer(const Flags& f, std::vector<Tensor> params) {
   using namespace nn::optim;
   if (f.optimizer == "sgd")
-    return std::make_unique<SGD>(std::move(params), SGDOptions{.lr = f.lr,
-                                                               .momentum = f.momentum,
-                                                               .weight_decay = f.weight_decay,
-                                                               .nesterov = f.nesterov});
+    return std::make_unique<SGD>(std::move(params),
+                                 SGDOptions{.lr = f.lr,
+                                            .momentum = f.momentum,
+                                            .weight_decay = f.weight_decay.value_or(0),
+                                            .nesterov = f.nesterov});
   if (f.optimizer == "adam")
-    return std::make_unique<Adam>(std::move(params),
-                                  AdamOptions{.lr = f.lr, .weight_decay = f.weight_decay});
+    return std::make_unique<Adam>(
+        std::move(params), AdamOptions{.lr = f.lr, .weight_decay = f.weight_decay.value_or(0)});
   if (f.optimizer == "adamw")
-    return std::make_unique<AdamW>(std::move(params),
-                                   AdamOptions{.lr = f.lr, .weight_decay = f.weight_decay});
+    return std::make_unique<AdamW>(
+        std::move(params),
+        AdamWOptions{.lr = f.lr,
+                     .weight_decay = f.weight_decay.value_or(AdamWOptions{}.weight_decay)});
   STOKE_FAIL("stoke-train", "unknown optimizer '", f.optimizer, "' (known: sgd, adam, adamw)");
 }
 

@@ -78,11 +78,27 @@ class Adam : public Optimizer {
   std::vector<int64_t> steps_;
 };
 
-// AdamW (Loshchilov & Hutter): p *= 1 - lr * weight_decay, then the Adam step. PyTorch's default
-// weight_decay for AdamW is 1e-2.
+// AdamW's options: Adam's, with torch.optim.AdamW's default weight decay (1e-2). A struct of its
+// own so that `AdamW opt(params, {.lr = 1e-3})` decays as in PyTorch.
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;  // decoupled: p *= 1 - lr * weight_decay before the Adam step
+};
+
+// AdamW (Loshchilov & Hutter): p *= 1 - lr * weight_decay, then the Adam step.
 class AdamW : public Adam {
  public:
-  AdamW(std::vector<Tensor> params, AdamOptions options) : Adam(std::move(params), options, true) {}
+  AdamW(std::vector<Tensor> params, AdamWOptions o)
+      : Adam(std::move(params),
+             {.lr = o.lr,
+              .beta1 = o.beta1,
+              .beta2 = o.beta2,
+              .eps = o.eps,
+              .weight_decay = o.weight_decay},
+             true) {}
 };
 
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before

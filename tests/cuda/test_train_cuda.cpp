@@ -135,7 +135,7 @@ TEST_CASE("training on cuda: AdamW steps match the CPU and the state round-trips
   SmallNet cpu_net(&g1), cuda_net(&g2);
   auto adamw = [](std::vector<Tensor> p) {
     return std::make_unique<nn::optim::AdamW>(
-        std::move(p), nn::optim::AdamOptions{.lr = 1e-2, .weight_decay = 1e-2});
+        std::move(p), nn::optim::AdamWOptions{.lr = 1e-2, .weight_decay = 1e-2});
   };
   const auto want = train(cpu_net, Device::cpu(), adamw);
   const auto got = train(cuda_net, kCuda, adamw);

@@ -35,9 +35,14 @@ std::unique_ptr<optim::Optimizer> make(const FixtureCase& c, std::vector<Tensor>
                              .beta1 = get("beta1", 0.9),
                              .beta2 = get("beta2", 0.999),
                              .eps = get("eps", 1e-8),
-                             .weight_decay = get("weight_decay", kind == "adamw" ? 1e-2 : 0)};
+                             .weight_decay = get("weight_decay", 0)};
   if (kind == "adam") return std::make_unique<optim::Adam>(params, o);
-  return std::make_unique<optim::AdamW>(params, o);
+  return std::make_unique<optim::AdamW>(
+      params, optim::AdamWOptions{.lr = o.lr,
+                                  .beta1 = o.beta1,
+                                  .beta2 = o.beta2,
+                                  .eps = o.eps,
+                                  .weight_decay = get("weight_decay", 1e-2)});
 }
 }  // namespace
 
@@ -57,6 +62,19 @@ TEST_CASE("optimizers: three steps match torch.optim", "[nn][optim]") {
         REQUIRE(got[i] == Approx(want[i]).epsilon(1e-5).margin(1e-6));
     }
   }
+}
+
+TEST_CASE("optimizers: AdamW's default weight decay is torch.optim.AdamW's 1e-2", "[nn][optim]") {
+  Tensor p = ones({3}).set_requires_grad(true);
+  optim::AdamW opt({p}, {.lr = 0.1});
+  CHECK(opt.options.weight_decay == 1e-2);
+  // A zero gradient leaves only the decoupled decay: p *= 1 - lr * weight_decay
+  // (torch.optim.AdamW([p], lr=0.1) gives 0.999 too).
+  p.set_grad(zeros({3}));
+  opt.step();
+  for (float v : p.to_vector<float>()) CHECK(v == Approx(0.999).epsilon(1e-7));
+  optim::Adam adam({p}, {.lr = 0.1});
+  CHECK(adam.options.weight_decay == 0);  // torch.optim.Adam's default
 }
 
 TEST_CASE("optimizers: state_dict round trip resumes exactly", "[nn][optim]") {
