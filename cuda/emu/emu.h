@@ -92,6 +92,22 @@ bool in_kernel();
 std::size_t set_device_memory_limit(std::size_t bytes);
 inline constexpr std::size_t kDefaultDeviceMemory = std::size_t{16} << 30;
 
+/// While one of these lives (any thread), device memory is readable and writable by host code:
+/// the emulator opens it around kernel launches and its own copies and memsets. Outside them
+/// cudaMalloc'd memory is PROT_NONE, so host code touching it faults as on a GPU
+/// (cuda/emu/device_memory.cpp). Tests that inspect device memory directly open one too.
+class DeviceAccess {
+ public:
+  DeviceAccess();
+  ~DeviceAccess();
+  DeviceAccess(const DeviceAccess&) = delete;
+  DeviceAccess& operator=(const DeviceAccess&) = delete;
+};
+
+/// Turns the fault on host access to device memory on or off (on by default; the environment
+/// variable STOKE_EMU_DEVICE_GUARD=0 starts with it off). Returns the previous setting.
+bool set_device_memory_guard(bool on);
+
 /// The emulator presents this many identical devices, so that code selecting cuda:1 (the device
 /// guard of every op, allocation on the tensor's device) is tested too.
 inline constexpr int kDeviceCount = 2;

@@ -32,4 +32,9 @@ void count_launch();
 /// The calling host thread's current device (cudaSetDevice).
 int current_device();
 
+/// A block of device memory (page-aligned, in the guarded arena); nullptr when none is left.
+void* device_alloc(std::size_t bytes);
+/// Returns a block from device_alloc(bytes) to the arena.
+void device_free(void* p, std::size_t bytes);
+
 }  // namespace stoke::emu::detail

@@ -338,6 +338,7 @@ void launch(const LaunchConfig& config, void (*body)(void*), void* ctx) {
         static_cast<unsigned char*>(::operator new (config.shared_bytes, std::align_val_t{16})));
   }
   try {
+    const DeviceAccess access;  // the kernel's threads may touch device memory
     pool().run(job);
   } catch (const std::system_error& e) {
     // Only thread creation throws here, and only before any worker of this job started.

@@ -1,9 +1,9 @@
 // cuda/emu: the subset of the CUDA runtime API the backend uses, on the host (the device itself
-// and the error strings are in device.cpp). Device memory is exactly-sized heap blocks (so
-// AddressSanitizer sees an overrun of a cudaMalloc'd buffer) under a settable limit; streams and
-// events are in-order host work that runs synchronously. Every failing call also becomes the host
-// thread's last error, as in CUDA, so a stale error from an earlier call shows up in the next
-// cudaGetLastError() exactly as on a GPU. The declarations are the toolkit's
+// and the error strings are in device.cpp). Device memory is blocks of a guarded arena that host
+// code cannot touch outside launches and copies (device_memory.cpp), under a settable limit;
+// streams and events are in-order host work that runs synchronously. Every failing call also
+// becomes the host thread's last error, as in CUDA, so a stale error from an earlier call shows up
+// in the next cudaGetLastError() exactly as on a GPU. The declarations are the toolkit's
 // (cuda_runtime_api.h); these are their definitions.
 #include <chrono>
 #include <cstdlib>
@@ -180,10 +180,9 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
   std::lock_guard lock(s.m);
   if (size > s.limit || s.stats.device_bytes_live > s.limit - size)
     return fail(cudaErrorMemoryAllocation);
-  void* p = nullptr;
-  // posix_memalign keeps the block exactly `size` bytes for AddressSanitizer.
-  if (posix_memalign(&p, stoke::emu::kDeviceAlignment, size) != 0)
-    return fail(cudaErrorMemoryAllocation);
+  // A page-aligned block that host code cannot touch (device_memory.cpp).
+  void* p = stoke::emu::detail::device_alloc(size);
+  if (p == nullptr) return fail(cudaErrorMemoryAllocation);
   s.device.emplace(reinterpret_cast<std::uintptr_t>(p),
                    stoke::emu::State::Block{size, stoke::emu::detail::current_device()});
   s.stats.device_bytes_live += size;
@@ -201,8 +200,8 @@ cudaError_t cudaFree(void* devPtr) {
   if (it == s.device.end()) return fail(cudaErrorInvalidValue);
   s.stats.device_bytes_live -= it->second.bytes;
   --s.stats.device_allocations;
+  stoke::emu::detail::device_free(devPtr, it->second.bytes);
   s.device.erase(it);
-  std::free(devPtr);
   return cudaSuccess;
 }
 
@@ -250,7 +249,10 @@ cudaError_t cudaFreeHost(void* ptr) {
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
   if (const cudaError_t e = stoke::emu::check_copy(dst, src, count, kind); e != cudaSuccess)
     return e;
-  if (count > 0) std::memmove(dst, src, count);
+  if (count > 0) {
+    const stoke::emu::DeviceAccess access;
+    std::memmove(dst, src, count);
+  }
   return cudaSuccess;
 }
 
@@ -268,6 +270,7 @@ cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
     if (devPtr == nullptr || !stoke::emu::in_device_block(s, devPtr, count))
       return fail(cudaErrorInvalidValue);
   }
+  const stoke::emu::DeviceAccess access;
   std::memset(devPtr, value, count);
   return cudaSuccess;
 }

@@ -1,11 +1,15 @@
 // cuda/emu's runtime API and failure reporting: allocation and copies, streams and events, the
 // device-memory limit, launch-configuration errors, and kernels that throw.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda/compat.h"
@@ -290,4 +294,73 @@ TEST_CASE("cuda emu: device intrinsics outside a kernel are errors", "[cuda][emu
                     Catch::Contains("stoke::emu: __syncthreads() called outside a kernel"));
   CHECK_THROWS_WITH(__shfl_sync(0xffffffffu, 1, 0), Catch::Contains("outside a kernel"));
   CHECK_FALSE(stoke::emu::in_kernel());
+}
+
+namespace {
+// Runs `body` in a forked child with stderr captured; returns (exited normally with 0, stderr).
+std::pair<bool, std::string> run_in_child(void (*body)(void*), void* arg) {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    close(fds[0]);
+    dup2(fds[1], STDERR_FILENO);
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, STDOUT_FILENO);  // the test framework's own crash report
+    body(arg);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string err;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) err.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {WIFEXITED(status) && WEXITSTATUS(status) == 0, err};
+}
+
+void host_reads(void* p) {
+  volatile float v = *static_cast<volatile float*>(p);
+  (void)v;
+}
+void host_writes(void* p) {
+  *static_cast<volatile float*>(p) = 1.0f;
+}
+}  // namespace
+
+TEST_CASE("cuda emu: host code touching cudaMalloc'd memory faults as on a GPU", "[cuda][emu]") {
+  const bool guard_was = stoke::emu::set_device_memory_guard(true);  // whatever the environment
+  float* d = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&d), 64 * sizeof(float)) == cudaSuccess);
+  // What is allowed: copies, memsets, kernels, and an explicit DeviceAccess scope.
+  std::vector<float> h(64, 2.0f);
+  REQUIRE(cudaMemcpy(d, h.data(), 64 * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  STOKE_LAUNCH(add_one, 1, 64, 0, nullptr)(d, 64);
+  REQUIRE(cudaGetLastError() == cudaSuccess);
+  REQUIRE(cudaMemcpy(h.data(), d, 64 * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(h[63] == 3.0f);
+  {
+    const stoke::emu::DeviceAccess open;
+    CHECK(d[0] == 3.0f);
+  }
+  // What is not: a plain host read or write, each in a child process that must die with the
+  // emulator's message.
+  for (auto body : {host_reads, host_writes}) {
+    const auto [ok, err] = run_in_child(body, d + 5);
+    CHECK_FALSE(ok);
+    CHECK_THAT(err, Catch::Contains("host code read or wrote device memory"));
+  }
+  // Pinned host memory stays host memory.
+  float* pinned = nullptr;
+  REQUIRE(cudaMallocHost(reinterpret_cast<void**>(&pinned), 16) == cudaSuccess);
+  pinned[0] = 4.0f;
+  CHECK(pinned[0] == 4.0f);
+  CHECK(cudaFreeHost(pinned) == cudaSuccess);
+  // With the guard off (STOKE_EMU_DEVICE_GUARD=0) host access works, as in a plain emulator.
+  CHECK(stoke::emu::set_device_memory_guard(false));
+  CHECK(d[0] == 3.0f);
+  stoke::emu::set_device_memory_guard(guard_was);
+  CHECK(cudaFree(d) == cudaSuccess);
 }
