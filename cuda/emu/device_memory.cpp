@@ -46,6 +46,11 @@ struct Arena {
   int open = 0;                             // DeviceAccess scopes alive
   bool guard = true;                        // PROT_NONE outside them
   struct sigaction previous {};
+
+  Arena() {
+    const char* env = std::getenv("STOKE_EMU_DEVICE_GUARD");
+    guard = !(env && std::strcmp(env, "0") == 0);
+  }
 };
 
 Arena& arena() {
@@ -86,8 +91,6 @@ void reserve(Arena& a) {
       mmap(nullptr, kArenaBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return;  // cudaMalloc then fails with cudaErrorMemoryAllocation
   a.base = static_cast<unsigned char*>(p);
-  if (const char* env = std::getenv("STOKE_EMU_DEVICE_GUARD"); env && std::strcmp(env, "0") == 0)
-    a.guard = false;
 }
 
 // Puts on_segv in front of whatever SIGSEGV handler is installed now. Checked at every allocation
