@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -56,7 +57,8 @@ struct LaunchConfig {
 /// Runs body(ctx) as every thread of the grid and returns when the grid is done. Configuration
 /// errors and exceptions thrown by a kernel thread are reported through cudaGetLastError
 /// (cudaErrorInvalidConfiguration, cudaErrorInvalidValue, cudaErrorLaunchFailure), never thrown.
-void launch(const LaunchConfig& config, void (*body)(void*), void* ctx);
+/// `keep` owns ctx until the grid has run (it may run later, in deferred-streams mode).
+void launch(const LaunchConfig& config, void (*body)(void*), void* ctx, std::shared_ptr<void> keep);
 
 /// The block's dynamic shared memory (exactly the launch's shared_bytes, so AddressSanitizer sees
 /// an overrun); nullptr when the launch asked for none.
@@ -108,6 +110,12 @@ class DeviceAccess {
 /// variable STOKE_EMU_DEVICE_GUARD=0 starts with it off). Returns the previous setting.
 bool set_device_memory_guard(bool on);
 
+/// Deferred streams: launches, asynchronous copies and memsets queue on their stream and run
+/// only when something waits for them (a synchronize, a query, an event wait, a synchronous copy),
+/// so missing waits show up as wrong values (cuda/emu/streams.cpp). Off by default;
+/// STOKE_EMU_STREAMS=deferred starts with it on. Returns the previous setting.
+bool set_deferred_streams(bool on);
+
 /// The emulator presents this many identical devices, so that code selecting cuda:1 (the device
 /// guard of every op, allocation on the tensor's device) is tested too.
 inline constexpr int kDeviceCount = 2;
@@ -157,8 +165,10 @@ class Launch {
   void operator()(A&&... args) const {
     static_assert(sizeof...(A) == sizeof...(P),
                   "STOKE_LAUNCH: the number of arguments differs from the kernel's parameters");
-    detail::Bound<P...> bound{kernel_, std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)};
-    launch(config_, &detail::Bound<P...>::run, &bound);
+    auto bound = std::make_shared<detail::Bound<P...>>(
+        detail::Bound<P...>{kernel_, std::tuple<std::decay_t<P>...>(std::forward<A>(args)...)});
+    void* ctx = bound.get();
+    launch(config_, &detail::Bound<P...>::run, ctx, std::move(bound));
   }
 
  private:

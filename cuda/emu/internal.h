@@ -1,6 +1,8 @@
 // cuda/emu internals shared by launch.cpp and runtime.cpp; not part of the emulator's interface.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 
 #include "cuda/emu/emu.h"
@@ -23,11 +25,16 @@ void set_failure_detail(std::string detail);
 /// True for the default stream, cudaStreamLegacy, cudaStreamPerThread and created streams.
 bool valid_stream(cudaStream_t stream);
 
+/// A created stream's flags (cudaStreamNonBlocking); 0 for the default streams and unknown ones.
+unsigned stream_flags(cudaStream_t stream);
+
 /// The dynamic shared memory a kernel may use: cudaFuncSetAttribute's opt-in, else 48 KiB.
 std::size_t max_dynamic_shared(const void* kernel);
 
-/// Counts a finished launch in stats() and records the calling thread's current device.
+/// Counts a finished launch in stats().
 void count_launch();
+/// Records the device of a launch as it is issued (stats().last_launch_device).
+void note_launch(int device);
 
 /// The calling host thread's current device (cudaSetDevice).
 int current_device();
@@ -36,5 +43,32 @@ int current_device();
 void* device_alloc(std::size_t bytes);
 /// Returns a block from device_alloc(bytes) to the arena.
 void device_free(void* p, std::size_t bytes);
+
+// ---- streams (streams.cpp) ----
+
+/// A point in a stream's work: done once the stream has run its task number `seq`.
+struct StreamMark {
+  cudaStream_t stream = nullptr;  // nullptr: the legacy default stream
+  std::uint64_t seq = 0;
+};
+/// True in deferred-streams mode.
+bool deferred_streams();
+/// Queues `work` on `stream` (deferred mode) or runs it now; returns the mark of its completion.
+StreamMark enqueue(cudaStream_t stream, std::function<void()> work);
+/// Runs everything `stream` must have finished by now (deferred mode), then `host_work` (may be
+/// empty): a synchronous operation ordered after the stream's work.
+void wait_for(cudaStream_t stream, const std::function<void()>& host_work);
+/// Makes the next work queued on `stream` wait for `mark` (cudaStreamWaitEvent).
+void add_wait(cudaStream_t stream, StreamMark mark);
+/// Runs work until `mark` is reached.
+void run_until(StreamMark mark);
+/// True once `mark` has run.
+bool reached(StreamMark mark);
+/// True when `stream` has no queued work.
+bool idle(cudaStream_t stream);
+/// Runs all queued work of every stream.
+void run_all();
+/// Runs and drops the queue of a stream being destroyed.
+void forget_stream(cudaStream_t stream);
 
 }  // namespace stoke::emu::detail

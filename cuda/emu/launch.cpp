@@ -309,6 +309,8 @@ cudaError_t check_config(const LaunchConfig& c, std::string& why) {
   return cudaSuccess;
 }
 
+void run_grid(const LaunchConfig& config, void (*body)(void*), void* ctx);
+
 cudaError_t fail_launch(cudaError_t error, const std::string& why) {
   detail::set_failure_detail(stoke::detail::str_cat("launch rejected: ", why));
   return detail::set_last_error(error);
@@ -316,7 +318,8 @@ cudaError_t fail_launch(cudaError_t error, const std::string& why) {
 
 }  // namespace
 
-void launch(const LaunchConfig& config, void (*body)(void*), void* ctx) {
+void launch(const LaunchConfig& config, void (*body)(void*), void* ctx,
+            std::shared_ptr<void> keep) {
   std::string why;
   if (const cudaError_t e = check_config(config, why); e != cudaSuccess) {
     fail_launch(e, why);
@@ -326,6 +329,22 @@ void launch(const LaunchConfig& config, void (*body)(void*), void* ctx) {
     fail_launch(cudaErrorNotSupported, "a kernel launched from a kernel (no dynamic parallelism)");
     return;
   }
+  // Configuration errors are reported at the launch; the grid runs on its stream (now, or when
+  // waited for in deferred-streams mode), on the device that was current at the launch.
+  int device = 0;
+  cudaGetDevice(&device);
+  detail::note_launch(device);
+  detail::enqueue(config.stream, [config, body, ctx, keep = std::move(keep), device] {
+    int current = 0;
+    cudaGetDevice(&current);
+    if (current != device) cudaSetDevice(device);
+    run_grid(config, body, ctx);
+    if (current != device) cudaSetDevice(current);
+  });
+}
+
+namespace {
+void run_grid(const LaunchConfig& config, void (*body)(void*), void* ctx) {
   std::lock_guard serialize(launch_mutex());
   Job job;
   job.config = config;
@@ -352,6 +371,7 @@ void launch(const LaunchConfig& config, void (*body)(void*), void* ctx) {
     detail::set_last_error(cudaErrorLaunchFailure);
   }
 }
+}  // namespace
 
 void* dynamic_shared_memory() {
   return kernel_context("STOKE_DYNAMIC_SHARED").job->shared.get();

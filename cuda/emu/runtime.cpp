@@ -10,9 +10,11 @@
 #include <cstring>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <unordered_map>
+#include <vector>
 
 #include "cuda/emu/internal.h"
 
@@ -25,6 +27,7 @@ struct CUevent_st {
   unsigned flags = 0;
   bool recorded = false;
   std::chrono::steady_clock::time_point time;
+  stoke::emu::detail::StreamMark mark;  // the last cudaEventRecord's place in its stream
 };
 
 namespace stoke::emu {
@@ -38,8 +41,8 @@ struct State {
     std::size_t bytes;
     int device;  // current when it was allocated
   };
-  std::map<std::uintptr_t, Block> device;  // base -> block
-  std::unordered_map<void*, std::size_t> host;
+  std::map<std::uintptr_t, Block> device;      // base -> block
+  std::map<std::uintptr_t, std::size_t> host;  // pinned: base -> bytes
   std::set<cudaStream_t> streams;
   std::set<cudaEvent_t> events;
   std::unordered_map<const void*, std::size_t> shared_optin;
@@ -66,6 +69,22 @@ bool in_device_block(const State& s, const void* p, std::size_t bytes) {
   if (it == s.device.begin()) return false;
   --it;
   return a >= it->first && a - it->first + bytes <= it->second.bytes;
+}
+
+// True when [p, p + bytes) lies inside one pinned host block; called with the state locked.
+bool in_pinned_block(const State& s, const void* p, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  auto it = s.host.upper_bound(a);
+  if (it == s.host.begin()) return false;
+  --it;
+  return a >= it->first && a - it->first + bytes <= it->second;
+}
+
+// Pageable host memory: neither a device block nor a pinned one.
+bool pageable(const void* p, std::size_t bytes) {
+  State& s = state();
+  std::lock_guard lock(s.m);
+  return !in_device_block(s, p, bytes) && !in_pinned_block(s, p, bytes);
 }
 
 // Checks that the device side(s) of a copy are device memory, as a GPU would fault otherwise.
@@ -122,6 +141,11 @@ std::size_t max_dynamic_shared(const void* kernel) {
   const auto it = s.shared_optin.find(kernel);
   return it == s.shared_optin.end() ? detail::kDefaultDynamicShared : it->second;
 }
+unsigned stream_flags(cudaStream_t stream) {
+  State& s = state();
+  std::lock_guard lock(s.m);
+  return s.streams.count(stream) != 0 ? stream->flags : 0;
+}
 std::size_t device_memory_limit() {
   State& s = state();
   std::lock_guard lock(s.m);
@@ -131,7 +155,11 @@ void count_launch() {
   State& s = state();
   std::lock_guard lock(s.m);
   ++s.stats.launches;
-  s.stats.last_launch_device = current_device();
+}
+void note_launch(int device) {
+  State& s = state();
+  std::lock_guard lock(s.m);
+  s.stats.last_launch_device = device;
 }
 }  // namespace detail
 
@@ -194,6 +222,7 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
 
 cudaError_t cudaFree(void* devPtr) {
   if (devPtr == nullptr) return cudaSuccess;
+  stoke::emu::detail::run_all();  // as CUDA: cudaFree waits for the device
   auto& s = state();
   std::lock_guard lock(s.m);
   const auto it = s.device.find(reinterpret_cast<std::uintptr_t>(devPtr));
@@ -212,7 +241,8 @@ cudaError_t cudaMallocAsync(void** devPtr, size_t size, cudaStream_t stream) {
 
 cudaError_t cudaFreeAsync(void* devPtr, cudaStream_t stream) {
   if (const cudaError_t e = stoke::emu::check_stream(stream); e != cudaSuccess) return e;
-  return cudaFree(devPtr);
+  stoke::emu::detail::enqueue(stream, [devPtr] { cudaFree(devPtr); });
+  return cudaSuccess;
 }
 
 cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
@@ -224,7 +254,7 @@ cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int /*flags*/) {
     return fail(cudaErrorMemoryAllocation);
   auto& s = state();
   std::lock_guard lock(s.m);
-  s.host.emplace(p, size);
+  s.host.emplace(reinterpret_cast<std::uintptr_t>(p), size);
   s.stats.host_bytes_live += size;
   *pHost = p;
   return cudaSuccess;
@@ -236,9 +266,10 @@ cudaError_t cudaMallocHost(void** ptr, size_t size) {
 
 cudaError_t cudaFreeHost(void* ptr) {
   if (ptr == nullptr) return cudaSuccess;
+  stoke::emu::detail::run_all();  // as CUDA: freeing pinned memory waits for the device
   auto& s = state();
   std::lock_guard lock(s.m);
-  const auto it = s.host.find(ptr);
+  const auto it = s.host.find(reinterpret_cast<std::uintptr_t>(ptr));
   if (it == s.host.end()) return fail(cudaErrorInvalidValue);
   s.stats.host_bytes_live -= it->second;
   s.host.erase(it);
@@ -249,17 +280,39 @@ cudaError_t cudaFreeHost(void* ptr) {
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
   if (const cudaError_t e = stoke::emu::check_copy(dst, src, count, kind); e != cudaSuccess)
     return e;
-  if (count > 0) {
+  if (count == 0) return cudaSuccess;
+  // Synchronous: on the legacy default stream, which waits for the blocking streams' work but not
+  // for streams created with cudaStreamNonBlocking.
+  stoke::emu::detail::wait_for(nullptr, [=] {
     const stoke::emu::DeviceAccess access;
     std::memmove(dst, src, count);
-  }
+  });
   return cudaSuccess;
 }
 
 cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
                             cudaStream_t stream) {
   if (const cudaError_t e = stoke::emu::check_stream(stream); e != cudaSuccess) return e;
-  return cudaMemcpy(dst, src, count, kind);
+  if (const cudaError_t e = stoke::emu::check_copy(dst, src, count, kind); e != cudaSuccess)
+    return e;
+  if (count == 0) return cudaSuccess;
+  using stoke::emu::detail::enqueue;
+  auto copy = [dst, count](const void* from) {
+    const stoke::emu::DeviceAccess access;
+    std::memmove(dst, from, count);
+  };
+  if (stoke::emu::pageable(dst, count)) {
+    // To pageable host memory CUDA copies synchronously (after the stream's work).
+    stoke::emu::detail::wait_for(stream, [&] { copy(src); });
+  } else if (stoke::emu::pageable(src, count)) {
+    // From pageable host memory CUDA stages the source before returning: read it now.
+    auto staged = std::make_shared<std::vector<unsigned char>>(
+        static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + count);
+    enqueue(stream, [copy, staged] { copy(staged->data()); });
+  } else {
+    enqueue(stream, [copy, src] { copy(src); });  // pinned or device memory: read when it runs
+  }
+  return cudaSuccess;
 }
 
 cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
@@ -270,14 +323,27 @@ cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
     if (devPtr == nullptr || !stoke::emu::in_device_block(s, devPtr, count))
       return fail(cudaErrorInvalidValue);
   }
-  const stoke::emu::DeviceAccess access;
-  std::memset(devPtr, value, count);
+  stoke::emu::detail::wait_for(nullptr, [=] {
+    const stoke::emu::DeviceAccess access;
+    std::memset(devPtr, value, count);
+  });
   return cudaSuccess;
 }
 
 cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
   if (const cudaError_t e = stoke::emu::check_stream(stream); e != cudaSuccess) return e;
-  return cudaMemset(devPtr, value, count);
+  if (count == 0) return cudaSuccess;
+  {
+    auto& s = state();
+    std::lock_guard lock(s.m);
+    if (devPtr == nullptr || !stoke::emu::in_device_block(s, devPtr, count))
+      return fail(cudaErrorInvalidValue);
+  }
+  stoke::emu::detail::enqueue(stream, [=] {
+    const stoke::emu::DeviceAccess access;
+    std::memset(devPtr, value, count);
+  });
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* pStream, unsigned int flags, int priority) {
@@ -299,6 +365,7 @@ cudaError_t cudaStreamCreate(cudaStream_t* pStream) {
 }
 
 cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (stoke::emu::detail::valid_stream(stream)) stoke::emu::detail::forget_stream(stream);
   auto& s = state();
   std::lock_guard lock(s.m);
   if (s.streams.erase(stream) == 0) return fail(cudaErrorInvalidResourceHandle);
@@ -307,11 +374,14 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
-  return stoke::emu::check_stream(stream);  // work already ran: streams are synchronous
+  if (const cudaError_t e = stoke::emu::check_stream(stream); e != cudaSuccess) return e;
+  stoke::emu::detail::wait_for(stream, nullptr);
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
-  return stoke::emu::check_stream(stream);
+  if (const cudaError_t e = stoke::emu::check_stream(stream); e != cudaSuccess) return e;
+  return stoke::emu::detail::idle(stream) ? cudaSuccess : cudaErrorNotReady;  // not sticky
 }
 
 cudaError_t cudaStreamGetFlags(cudaStream_t stream, unsigned int* flags) {
@@ -340,13 +410,16 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int* leastPriority, int* greatestPr
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int /*flags*/) {
   if (const cudaError_t e = stoke::emu::check_stream(stream); e != cudaSuccess) return e;
-  return stoke::emu::live_event(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!stoke::emu::live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  // The stream's later work waits for the event's stream up to the record made before this call.
+  stoke::emu::detail::add_wait(stream, event->mark);
+  return cudaSuccess;
 }
 
 cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userData) {
   if (const cudaError_t e = stoke::emu::check_stream(stream); e != cudaSuccess) return e;
   if (fn == nullptr) return fail(cudaErrorInvalidValue);
-  fn(userData);
+  stoke::emu::detail::enqueue(stream, [fn, userData] { fn(userData); });
   return cudaSuccess;
 }
 
@@ -366,6 +439,7 @@ cudaError_t cudaEventCreate(cudaEvent_t* event) {
 }
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (stoke::emu::live_event(event)) stoke::emu::detail::run_until(event->mark);
   auto& s = state();
   std::lock_guard lock(s.m);
   if (s.events.erase(event) == 0) return fail(cudaErrorInvalidResourceHandle);
@@ -376,18 +450,24 @@ cudaError_t cudaEventDestroy(cudaEvent_t event) {
 cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (const cudaError_t e = stoke::emu::check_stream(stream); e != cudaSuccess) return e;
   if (!stoke::emu::live_event(event)) return fail(cudaErrorInvalidResourceHandle);
-  // The stream's earlier work has run (synchronously), so the event completes now.
-  event->recorded = true;
-  event->time = std::chrono::steady_clock::now();
+  // The event completes when the stream's earlier work has run (now, unless streams are deferred).
+  event->recorded = false;
+  event->mark = stoke::emu::detail::enqueue(stream, [event] {
+    event->recorded = true;
+    event->time = std::chrono::steady_clock::now();
+  });
   return cudaSuccess;
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  return stoke::emu::live_event(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!stoke::emu::live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  stoke::emu::detail::run_until(event->mark);
+  return cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
-  return stoke::emu::live_event(event) ? cudaSuccess : fail(cudaErrorInvalidResourceHandle);
+  if (!stoke::emu::live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  return stoke::emu::detail::reached(event->mark) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
@@ -402,6 +482,7 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+  stoke::emu::detail::run_all();
   return cudaSuccess;
 }
 

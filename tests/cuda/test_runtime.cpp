@@ -157,11 +157,13 @@ TEST_CASE("runtime: blocks are cached per stream and cross-stream uses are respe
   REQUIRE(q != p);
   REQUIRE(a.device_stats(0).cuda_malloc_calls == 2);
   // Used on s2 as well: reusable only after an event recorded on s2 at free time completes
-  // (immediately in emu, whose streams run work synchronously).
+  // (once s2 has run its work: at once in emu's default mode, after the synchronize when
+  // streams are deferred).
   void* r = a.allocate(4096, 0, s1.handle());
   REQUIRE(r == p);
   a.record_stream(r, s2.handle());
   a.free(r);
+  s2.synchronize();
   REQUIRE(a.allocate(4096, 0, s1.handle()) == p);
   a.free(p);
   a.free(q);
@@ -245,6 +247,7 @@ TEST_CASE("runtime: streams and events", "[cuda][runtime]") {
   REQUIRE(s.handle() == nullptr);
   Event untimed(EventOptions{.timing = false});
   untimed.record();
+  untimed.synchronize();  // done at once in emu's default mode; waited for when deferred
   REQUIRE(untimed.query());
 }
 
@@ -301,6 +304,7 @@ TEST_CASE("runtime: pinned host allocator caches power-of-two blocks", "[cuda][r
   a.free(p);
   REQUIRE_FALSE(a.is_pinned(p));  // no longer live
   // Same power of two: the cached block comes back once the stream's use has completed.
+  stream.synchronize();
   void* q = a.allocate(6000);
   REQUIRE(q == p);
   REQUIRE(a.pinned_stats().host_alloc_calls == 1);

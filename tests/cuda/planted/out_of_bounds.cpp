@@ -1,6 +1,7 @@
 // Planted bug for tests/cuda/planted/run.sh: a kernel that reads one element past the end of a
-// cudaMalloc'd buffer. emu's cudaMalloc returns exactly-sized heap blocks, so under
-// -fsanitize=address the overflow must be reported at the read's line (its PLANTED comment).
+// cudaMalloc'd buffer. emu's cudaMalloc poisons the bytes past each block
+// (cuda/emu/device_memory.cpp), so under -fsanitize=address the overflow must be reported at the
+// read's line (its PLANTED comment).
 #include <cstdio>
 #include <vector>
 

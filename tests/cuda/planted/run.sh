@@ -45,7 +45,7 @@ plant() {
 }
 
 plant missing_syncthreads thread "WARNING: ThreadSanitizer: data race"
-plant out_of_bounds address "ERROR: AddressSanitizer: heap-buffer-overflow"
+plant out_of_bounds address "ERROR: AddressSanitizer: use-after-poison"
 
 if [[ $failures != 0 ]]; then
   echo "planted: $failures planted bug(s) not caught" >&2
