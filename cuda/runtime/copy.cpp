@@ -51,7 +51,12 @@ void check_operand(const Tensor& t, const char* which) {
 void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind) {
   if (nbytes == 0) return;
   STOKE_NVTX_RANGE("stoke::cuda::copy_bytes");
-  STOKE_CUDA_CHECK(cudaMemcpy(dst, src, nbytes, to_cuda_kind(kind)));
+  // On the current stream, then waited for: cudaMemcpy would run on the legacy default stream,
+  // which does not wait for the current stream's kernels (it is created non-blocking), so a
+  // read-back could see the data before they wrote it.
+  cudaStream_t stream = current_stream();
+  STOKE_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, to_cuda_kind(kind), stream));
+  STOKE_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
 void copy_bytes_async(void* dst, const void* src, size_t nbytes, CopyKind kind,
