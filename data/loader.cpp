@@ -216,11 +216,14 @@ DataLoader::Item DataLoader::build(int64_t b, Scratch& s) {
 
 void DataLoader::recycle_lent() {
   // A buffer is free again when only the pool refers to it: every tensor of the batch was
-  // dropped. Checked here, on the consumer thread that dropped them.
+  // dropped. Checked here, on the consumer thread that dropped them. A buffer from a custom
+  // allocator (pinned memory) goes back to that allocator instead: an asynchronous upload from
+  // it may still be queued on a stream after its tensors are gone, and only the allocator knows
+  // (record_stream) when the block may be written again.
   std::lock_guard lock(mu_);
   for (size_t i = 0; i < lent_.size();) {
     if (lent_[i].use_count() == 1) {
-      free_.push_back(std::move(lent_[i]));
+      if (!options_.allocator) free_.push_back(std::move(lent_[i]));
       lent_[i] = std::move(lent_.back());
       lent_.pop_back();
     } else {

@@ -49,7 +49,10 @@ struct LoaderOptions {
   int64_t workers = 0;     // worker threads; 0 builds each batch in the caller, inside next()
   int64_t prefetch = 2;    // finished batches each worker may hold ahead of the consumer
   std::shared_ptr<const Transform> transform = nullptr;  // applied to every sample; null = none
-  BatchAllocator allocator = nullptr;                    // batch buffers; null = the CPU allocator
+  // Batch buffers; null = CPU memory pooled by the loader. A custom allocator (pinned memory) is
+  // asked for every batch and gets each buffer back when the batch's tensors are dropped: it
+  // caches blocks and knows when a queued asynchronous copy from one has run.
+  BatchAllocator allocator = nullptr;
 };
 
 // One batch, uint8 until the consumer normalizes it (data/normalize.h).
@@ -67,7 +70,8 @@ struct LoaderStats {
   int64_t batches = 0;           // batches delivered
   double wait_seconds = 0;       // total time the consumer spent inside next()
   double last_wait_seconds = 0;  // for the latest batch
-  int64_t pool_buffers = 0;      // batch buffers allocated so far
+  int64_t pool_buffers = 0;      // batch buffers allocated so far (with a custom allocator,
+                                 // one per batch: the allocator caches them)
 };
 
 class DataLoader {

@@ -8,6 +8,7 @@
 #include "cuda/emu/emu.h"
 #include "cuda/runtime/device.h"
 #include "cuda/runtime/pinned.h"
+#include "cuda/runtime/stream.h"
 #include "data/loader.h"
 #include "data/normalize.h"
 #include "nn/models/models.h"
@@ -218,4 +219,37 @@ TEST_CASE("training on cuda: the loader fills pinned batches that upload asynchr
   CHECK(after.host_alloc_calls > before.host_alloc_calls);
   // Blocks are reused across batches: far fewer host allocations than batch buffers handed out.
   CHECK(after.host_alloc_calls - before.host_alloc_calls < 20);
+}
+
+TEST_CASE("training on cuda: a pinned batch is not refilled before its upload has run",
+          "[train_cuda]") {
+  // Streams deferred: the asynchronous uploads run only at the final read-back, after the loader
+  // has built every later batch. A batch buffer handed back to the loader's workers as soon as
+  // the batch's tensors are dropped would be refilled with later samples before its copy ran.
+  const bool was = emu::set_deferred_streams(true);
+  cuda::Stream stream;  // a non-blocking stream, as a training loop would use for uploads
+  const cuda::StreamGuard current(stream);
+  data::DataLoader loader(
+      std::make_shared<CountingDataset>(),
+      {.batch_size = 4, .shuffle = false, .workers = 2, .prefetch = 2, .allocator = [](size_t n) {
+         return cuda::pinned_storage(n);
+       }});
+  loader.set_epoch(0);
+  std::vector<Tensor> images, labels;
+  while (auto batch = loader.next()) {
+    images.push_back(batch->images.to(kCuda, /*non_blocking=*/true));
+    labels.push_back(batch->labels.to(kCuda, /*non_blocking=*/true));
+  }  // each batch's host tensors are dropped here, before any upload ran
+  REQUIRE(images.size() == 10);
+  for (size_t b = 0; b < images.size(); ++b) {
+    INFO("batch " << b);
+    const auto px = images[b].to(Device::cpu()).to_vector<uint8_t>();
+    const auto lb = labels[b].to(Device::cpu()).to_vector<int64_t>();
+    for (size_t s = 0; s < 4; ++s) {
+      const int64_t sample = static_cast<int64_t>(b * 4 + s);
+      REQUIRE(lb[s] == sample % 10);
+      REQUIRE(px[s * 12] == sample % 251);
+    }
+  }
+  emu::set_deferred_streams(was);
 }
