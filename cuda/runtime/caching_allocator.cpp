@@ -293,14 +293,17 @@ struct CachingAllocator::Impl {
       free_block(*s, b);
       return;
     }
-    DeviceGuard guard(b->device);
+    int previous = b->device;
+    (void)cudaGetDevice(&previous);
+    if (previous != b->device) (void)cudaSetDevice(b->device);
     for (cudaStream_t use : b->stream_uses) {
-      cudaEvent_t event = nullptr;
-      STOKE_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-      STOKE_CUDA_CHECK(cudaEventRecord(event, use));
+      cudaEvent_t event = record_pending_use(use, "cuda::caching_allocator::free");
+      // A use that cannot be tracked keeps the block out of circulation: one pending event that
+      // never completes.
       ++b->pending_events;
-      s->pending.emplace_back(event, b);
+      if (event) s->pending.emplace_back(event, b);
     }
+    if (previous != b->device) (void)cudaSetDevice(previous);
   }
 
   void record_stream(void* ptr, cudaStream_t stream) {
@@ -346,7 +349,12 @@ void* CachingAllocator::allocate(size_t nbytes, int device, cudaStream_t stream)
 }
 
 void CachingAllocator::deallocate(void* ptr, size_t /*nbytes: the block knows its size*/) {
-  impl_->free(ptr);
+  // Called from Storage's destructor: report and continue rather than terminate.
+  try {
+    impl_->free(ptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stoke: %s\n", e.what());
+  }
 }
 
 void CachingAllocator::free(void* ptr) {

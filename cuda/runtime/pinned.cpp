@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -11,6 +12,7 @@
 
 #include "core/error.h"
 #include "cuda/runtime/device.h"
+#include "cuda/runtime/stream.h"
 
 namespace stoke::cuda {
 namespace {
@@ -120,7 +122,12 @@ void* PinnedAllocator::allocate(size_t nbytes) {
 }
 
 void PinnedAllocator::deallocate(void* ptr, size_t /*nbytes: the block knows its size*/) {
-  free(ptr);
+  // Called from Storage's destructor: report and continue rather than terminate.
+  try {
+    free(ptr);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "stoke: %s\n", e.what());
+  }
 }
 
 void PinnedAllocator::free(void* ptr) {
@@ -139,11 +146,9 @@ void PinnedAllocator::free(void* ptr) {
     return;
   }
   for (cudaStream_t s : b->stream_uses) {
-    cudaEvent_t event = nullptr;
-    STOKE_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
-    STOKE_CUDA_CHECK(cudaEventRecord(event, s));
-    ++b->pending_events;
-    m.pending.emplace_back(event, b);
+    cudaEvent_t event = record_pending_use(s, "cuda::pinned_allocator::free");
+    ++b->pending_events;  // never completes without an event: the block is not reused
+    if (event) m.pending.emplace_back(event, b);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "cuda/runtime/stream.h"
 
 #include <array>
+#include <cstdio>
 #include <utility>
 
 #include "core/error.h"
@@ -114,6 +115,26 @@ float Event::elapsed_ms(const Event& end) const {
   float ms = 0;
   STOKE_CUDA_CHECK(cudaEventElapsedTime(&ms, handle_, end.handle_));
   return ms;
+}
+
+cudaEvent_t record_pending_use(cudaStream_t stream, const char* who) noexcept {
+  cudaEvent_t event = nullptr;
+  cudaError_t err = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+  if (err == cudaSuccess) {
+    err = cudaEventRecord(event, stream);
+    if (err != cudaSuccess) {
+      (void)cudaEventDestroy(event);
+      event = nullptr;
+    }
+  }
+  if (err != cudaSuccess) {
+    (void)cudaGetLastError();
+    std::fprintf(stderr,
+                 "stoke: %s: cannot record the pending use of a freed block on stream %p (%s); "
+                 "the block is not reused\n",
+                 who, static_cast<void*>(stream), cudaGetErrorString(err));
+  }
+  return event;
 }
 
 cudaStream_t current_stream(int device) {

@@ -71,6 +71,12 @@ class Event {
 };
 
 // The calling thread's current stream on `device` (-1: the current device).
+// For allocators freeing a block that `stream` may still use (record_stream): an event recorded
+// on the stream, or nullptr when that fails (a destroyed stream, a sticky device error). Never
+// throws, since frees run in destructors; the error is cleared and reported on stderr, naming
+// `who`.
+cudaEvent_t record_pending_use(cudaStream_t stream, const char* who) noexcept;
+
 cudaStream_t current_stream(int device = -1);
 // Sets the calling thread's current stream on `device` (-1: the current device).
 void set_current_stream(cudaStream_t stream, int device = -1);
