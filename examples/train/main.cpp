@@ -3,10 +3,12 @@
 // loader (uint8 batches, normalized here in one fused pass), progress bar with the data wait,
 // evaluation in eval mode under no-grad, per-epoch summary, JSONL metrics, best and last
 // checkpoints, exact mid-epoch resume, gradient accumulation, early stopping.
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <sstream>
 
@@ -223,6 +225,21 @@ std::string meta(const std::map<std::string, std::string>& m, const std::string&
   return it->second;
 }
 
+// "nan", "inf" or "-inf", whatever sign bit a NaN carries.
+const char* non_finite_name(double v) {
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+
+// A non-finite test loss means the weights diverged in the last steps: stop before it is logged
+// (it would not be valid JSON) or the model is saved.
+void check_finite_eval(const EvalResult& r, const Position& pos, const std::string& last_good) {
+  STOKE_CHECK(std::isfinite(r.loss), "stoke-train", "the test loss is ", non_finite_name(r.loss),
+              " after step ", pos.global_step, " (epoch ", pos.epoch + 1,
+              "): the weights diverged; the last good checkpoint is ",
+              last_good.empty() ? "none" : last_good,
+              ". Stopping: lower --lr, add --clip-grad, or check the data");
+}
+
 void save_last(const std::string& path, const nn::Module& model, const nn::optim::Optimizer& opt,
                const Position& p, const Flags& f) {
   nn::NamedTensors all = on_cpu(model.state_dict());
@@ -329,7 +346,12 @@ int run(Flags f) {
   if (f.metrics.empty() && !f.checkpoint.empty()) f.metrics = f.checkpoint + "/metrics.jsonl";
 
   Position pos;
+  // For the divergence message: the last finite training loss and the last checkpoint written
+  // (or resumed from) by this run.
+  double last_finite_loss = std::numeric_limits<double>::quiet_NaN();
+  std::string last_good;
   if (f.resume && std::filesystem::exists(last_path)) {
+    last_good = last_path;
     pos = load_last(last_path, *model, *opt, f);
     if (sched) sched->set_last_step(pos.global_step);
     std::printf("resumed from %s at epoch %lld, batch %lld (step %lld)\n", last_path.c_str(),
@@ -366,6 +388,15 @@ int run(Flags f) {
       Tensor logits = (*model)(b.images);
       Tensor loss = cross_entropy(logits, b.labels, {.label_smoothing = f.label_smoothing});
       const double loss_value = loss.item();
+      // Divergence stops the run before the step that would put it into the weights: nothing
+      // non-finite is trained on, logged (it would not be valid JSON) or saved.
+      STOKE_CHECK(std::isfinite(loss_value), "stoke-train", "the training loss is ",
+                  non_finite_name(loss_value), " at epoch ", pos.epoch + 1, ", batch ",
+                  pos.batch + 1, " (step ", pos.global_step + 1, "); the last finite loss was ",
+                  last_finite_loss, "; the last good checkpoint is ",
+                  last_good.empty() ? "none" : last_good,
+                  ". Stopping: lower --lr, add --clip-grad, or check the data");
+      last_finite_loss = loss_value;
       // Each micro-batch's mean loss is scaled so that k micro-batches of b give the gradient of
       // one batch of k*b (when the micro-batches have equal size).
       if (group_size > 1) loss = loss * (1.0 / static_cast<double>(group_size));
@@ -397,9 +428,11 @@ int run(Flags f) {
           Position next = pos;
           ++next.batch;
           save_last(last_path, *model, *opt, next, f);
+          last_good = last_path;
         }
         if (f.eval_every > 0 && pos.global_step % f.eval_every == 0) {
           const EvalResult r = evaluate(*model, *test_loader, device);
+          check_finite_eval(r, pos, last_good);
           if (metrics.is_open())
             metrics << "{\"type\":\"eval\",\"step\":" << pos.global_step
                     << ",\"test_loss\":" << r.loss << ",\"test_acc\":" << r.acc << "}\n";
@@ -428,6 +461,7 @@ int run(Flags f) {
                              static_cast<double>(std::max<int64_t>(pos.epoch_seen, 1));
     const auto t_eval = Clock::now();
     const EvalResult r = evaluate(*model, *test_loader, device);
+    check_finite_eval(r, pos, last_good);
     const double eval_time = seconds_since(t_eval);
     const double ips = static_cast<double>(epoch_images) / std::max(epoch_time, 1e-9);
     std::printf(
@@ -471,6 +505,7 @@ int run(Flags f) {
       Position next = pos;
       ++next.epoch;
       save_last(last_path, *model, *opt, next, f);
+      last_good = last_path;
     }
   }
   std::printf("done: best test acc %.2f%% | total %.1f s | %.0f img/s training\n", pos.best_acc,
