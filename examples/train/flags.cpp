@@ -1,5 +1,7 @@
 #include "flags.h"
 
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -12,20 +14,35 @@ namespace stoke::train {
 
 namespace {
 
-int64_t to_int(const std::string& flag, const std::string& v) {
+// Flags that count things are bounded so that products with them (epochs x steps, batch x image
+// bytes) cannot overflow: the bounds are far above any real run.
+constexpr int64_t kMaxCount = int64_t{1} << 31;
+
+int64_t to_int(const std::string& flag, const std::string& v, int64_t lo = 0,
+               int64_t hi = kMaxCount) {
   char* end = nullptr;
+  errno = 0;
   const long long x = std::strtoll(v.c_str(), &end, 10);
-  STOKE_CHECK(!v.empty() && *end == '\0', "stoke-train", "flag ", flag,
-              " expects an integer, got '", v, "'");
+  STOKE_CHECK(!v.empty() && *end == '\0' && errno != ERANGE && x >= lo && x <= hi, "stoke-train",
+              "flag ", flag, " expects an integer in [", lo, ", ", hi, "], got '", v, "'");
   return x;
 }
 
 double to_double(const std::string& flag, const std::string& v) {
   char* end = nullptr;
+  errno = 0;
   const double x = std::strtod(v.c_str(), &end);
-  STOKE_CHECK(!v.empty() && *end == '\0', "stoke-train", "flag ", flag, " expects a number, got '",
-              v, "'");
+  STOKE_CHECK(!v.empty() && *end == '\0' && errno != ERANGE && std::isfinite(x), "stoke-train",
+              "flag ", flag, " expects a finite number, got '", v, "'");
   return x;
+}
+
+// A switch given as --flag or --flag=true|false|1|0.
+bool to_bool(const std::string& flag, const std::string& v, bool has_value) {
+  if (!has_value || v == "true" || v == "1") return true;
+  STOKE_CHECK(v == "false" || v == "0", "stoke-train", "flag ", flag,
+              " is a switch: give it alone or as ", flag, "=true|false, got '", v, "'");
+  return false;
 }
 
 }  // namespace
@@ -67,26 +84,27 @@ Flags parse_flags(int argc, char** argv) {
       {"--model", [&](auto&, auto& v) { f.model = v; }},
       {"--data", [&](auto&, auto& v) { f.data = v; }},
       {"--data-format", [&](auto&, auto& v) { f.data_format = v; }},
-      {"--workers", [&](auto& k, auto& v) { f.workers = to_int(k, v); }},
-      {"--prefetch", [&](auto& k, auto& v) { f.prefetch = to_int(k, v); }},
+      {"--workers", [&](auto& k, auto& v) { f.workers = to_int(k, v, 0, 256); }},
+      {"--prefetch", [&](auto& k, auto& v) { f.prefetch = to_int(k, v, 1, 1024); }},
       {"--recipe", [&](auto&, auto& v) { f.recipe = v; }},
-      {"--epochs", [&](auto& k, auto& v) { f.epochs = to_int(k, v); }},
-      {"--batch", [&](auto& k, auto& v) { f.batch = to_int(k, v); }},
+      {"--epochs", [&](auto& k, auto& v) { f.epochs = to_int(k, v, 1, 1 << 20); }},
+      {"--batch", [&](auto& k, auto& v) { f.batch = to_int(k, v, 1, 1 << 20); }},
       {"--optimizer", [&](auto&, auto& v) { f.optimizer = v; }},
       {"--lr", [&](auto& k, auto& v) { f.lr = to_double(k, v); }},
       {"--momentum", [&](auto& k, auto& v) { f.momentum = to_double(k, v); }},
       {"--weight-decay", [&](auto& k, auto& v) { f.weight_decay = to_double(k, v); }},
       {"--schedule", [&](auto&, auto& v) { f.schedule = v; }},
-      {"--step-size", [&](auto& k, auto& v) { f.step_size = to_int(k, v); }},
+      {"--step-size", [&](auto& k, auto& v) { f.step_size = to_int(k, v, 1, 1 << 20); }},
       {"--milestones", [&](auto&, auto& v) { f.milestones = v; }},
       {"--gamma", [&](auto& k, auto& v) { f.gamma = to_double(k, v); }},
       {"--warmup", [&](auto& k, auto& v) { f.warmup = to_int(k, v); }},
       {"--label-smoothing", [&](auto& k, auto& v) { f.label_smoothing = to_double(k, v); }},
       {"--clip-grad", [&](auto& k, auto& v) { f.clip_grad = to_double(k, v); }},
-      {"--accum", [&](auto& k, auto& v) { f.accum = to_int(k, v); }},
+      {"--accum", [&](auto& k, auto& v) { f.accum = to_int(k, v, 1, 1 << 20); }},
       {"--patience", [&](auto& k, auto& v) { f.patience = to_int(k, v); }},
-      {"--seed", [&](auto& k, auto& v) { f.seed = static_cast<uint64_t>(to_int(k, v)); }},
-      {"--threads", [&](auto& k, auto& v) { f.threads = static_cast<int>(to_int(k, v)); }},
+      {"--seed",
+       [&](auto& k, auto& v) { f.seed = static_cast<uint64_t>(to_int(k, v, 0, INT64_MAX)); }},
+      {"--threads", [&](auto& k, auto& v) { f.threads = static_cast<int>(to_int(k, v, 0, 1024)); }},
       {"--checkpoint", [&](auto&, auto& v) { f.checkpoint = v; }},
       {"--checkpoint-every", [&](auto& k, auto& v) { f.checkpoint_every = to_int(k, v); }},
       {"--eval-every", [&](auto& k, auto& v) { f.eval_every = to_int(k, v); }},
@@ -97,16 +115,17 @@ Flags parse_flags(int argc, char** argv) {
       {"--device", [&](auto&, auto& v) { f.device = v; }},
       {"--kill-at-step", [&](auto& k, auto& v) { f.kill_at_step = to_int(k, v); }},
   };
-  const std::map<std::string, std::function<void()>> switches = {
-      {"--nesterov", [&] { f.nesterov = true; }},
-      {"--augment", [&] { f.augment = true; }},
-      {"--resume", [&] { f.resume = true; }},
-      {"--allow-cpu-fallback", [&] { f.allow_cpu_fallback = true; }},
-      {"--tf32", [&] { f.tf32 = true; }},
-      {"--no-progress", [&] { f.progress = false; }},
+  const std::map<std::string, std::function<void(bool)>> switches = {
+      {"--nesterov", [&](bool on) { f.nesterov = on; }},
+      {"--augment", [&](bool on) { f.augment = on; }},
+      {"--resume", [&](bool on) { f.resume = on; }},
+      {"--allow-cpu-fallback", [&](bool on) { f.allow_cpu_fallback = on; }},
+      {"--tf32", [&](bool on) { f.tf32 = on; }},
+      {"--no-progress", [&](bool on) { f.progress = !on; }},
   };
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i], value;
+    bool has_value = false;
     if (arg == "--help" || arg == "-h") {
       std::fputs(usage().c_str(), stdout);
       std::exit(0);
@@ -114,6 +133,7 @@ Flags parse_flags(int argc, char** argv) {
     if (const auto eq = arg.find('='); eq != std::string::npos) {
       value = arg.substr(eq + 1);
       arg = arg.substr(0, eq);
+      has_value = true;
     } else if (with_value.count(arg)) {
       STOKE_CHECK(i + 1 < argc, "stoke-train", "flag ", arg, " needs a value");
       value = argv[++i];
@@ -121,13 +141,17 @@ Flags parse_flags(int argc, char** argv) {
     if (auto it = with_value.find(arg); it != with_value.end()) {
       it->second(arg, value);
     } else if (auto sw = switches.find(arg); sw != switches.end()) {
-      sw->second();
+      sw->second(to_bool(arg, value, has_value));
     } else {
       STOKE_FAIL("stoke-train", "unknown flag '", arg, "' (see --help)");
     }
   }
   STOKE_CHECK(f.epochs > 0 && f.batch > 0 && f.accum > 0, "stoke-train",
               "--epochs, --batch and --accum must be positive");
+  STOKE_CHECK(f.lr > 0, "stoke-train", "--lr must be positive, got ", f.lr);
+  std::stringstream milestones(f.milestones);
+  for (std::string item; std::getline(milestones, item, ',');)
+    to_int("--milestones", item, 1, 1 << 20);
   STOKE_CHECK(f.recipe.empty() || f.recipe == "fast", "stoke-train", "unknown recipe '", f.recipe,
               "' (known: fast)");
   STOKE_CHECK(f.data_format == "idx" || f.data_format == "packed" || f.data_format == "folder",

@@ -333,10 +333,11 @@ int run(Flags f) {
   const int64_t steps_per_epoch = (loader->num_batches() + f.accum - 1) / f.accum;
   auto sched = make_scheduler(f, *opt, steps_per_epoch);
   std::printf(
-      "model: %s, %lld parameters on %s | %s lr %g, batch %lld x %lld accum, %lld epochs, %d "
+      "model: %s, %lld parameters on %s | %s%s lr %g, batch %lld x %lld accum, %lld epochs, %d "
       "threads\n",
       f.model.c_str(), static_cast<long long>(model->num_parameters()),
-      device.is_cpu() ? "cpu" : f.device.c_str(), f.optimizer.c_str(), f.lr,
+      device.is_cpu() ? "cpu" : f.device.c_str(), f.optimizer.c_str(),
+      f.optimizer == "sgd" && f.nesterov ? " (nesterov)" : "", f.lr,
       static_cast<long long>(f.batch), static_cast<long long>(f.accum),
       static_cast<long long>(f.epochs), num_threads());
 

@@ -1,6 +1,7 @@
-// stoke-train stops at the first non-finite loss instead of training on NaN to the end: exit
-// non-zero, a message naming the step, the last finite loss and the last good checkpoint, no
-// non-finite model saved and every metrics line valid JSON.
+// stoke-train as a careless user drives it: a diverging run stops at the first non-finite loss
+// (exit non-zero, a message naming the step, the last finite loss and the last good checkpoint, no
+// non-finite model saved, every metrics line valid JSON), and flags are checked before anything
+// runs (switch values, ranges, non-finite numbers), each error naming the flag.
 #include <sys/wait.h>
 #include <unistd.h>
 #include <catch2/catch.hpp>
@@ -71,4 +72,41 @@ TEST_CASE("stoke-train: a diverging run stops at the first non-finite loss", "[n
     CHECK_NOTHROW(nlohmann::json::parse(line));
   CHECK(lines > 0);
   fs::remove_all(dir);
+}
+
+TEST_CASE("stoke-train: flag values are checked and named", "[nn][train]") {
+  struct Bad {
+    const char* args;
+    const char* says;
+  };
+  for (const Bad& b : {
+           Bad{"--nesterov=maybe", "flag --nesterov is a switch"},
+           Bad{"--limit-train -5", "flag --limit-train expects an integer in [0, "},
+           Bad{"--batch 9223372036854775807", "flag --batch expects an integer in [1, "},
+           Bad{"--batch 99999999999999999999", "flag --batch expects an integer"},
+           Bad{"--accum 9223372036854775807", "flag --accum expects an integer"},
+           Bad{"--warmup -9223372036854775807", "flag --warmup expects an integer in [0, "},
+           Bad{"--step-size 9223372036854775807", "flag --step-size expects an integer"},
+           Bad{"--milestones 1,x", "flag --milestones expects an integer"},
+           Bad{"--threads 100000", "flag --threads expects an integer in [0, 1024]"},
+           Bad{"--workers 100000", "flag --workers expects an integer in [0, 256]"},
+           Bad{"--lr inf", "flag --lr expects a finite number, got 'inf'"},
+           Bad{"--gamma nan", "flag --gamma expects a finite number, got 'nan'"},
+           Bad{"--lr 0", "--lr must be positive"},
+           Bad{"--epochs abc", "flag --epochs expects an integer"},
+       }) {
+    INFO(b.args);
+    const Run r = run_train(b.args);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains(b.says));
+  }
+  // --nesterov=false turns Nesterov off (it used to turn it on); the run line says which.
+  const std::string quick = " --epochs 1 --limit-train 128 --limit-test 128 --no-progress";
+  const Run off = run_train("--nesterov=false" + quick);
+  CHECK(off.exit_code == 0);
+  CHECK_THAT(off.output, Catch::Contains("| sgd lr"));
+  const Run on = run_train("--nesterov" + quick);
+  CHECK(on.exit_code == 0);
+  CHECK_THAT(on.output, Catch::Contains("| sgd (nesterov) lr"));
+  CHECK_THAT(run_train("--nesterov=true" + quick).output, Catch::Contains("sgd (nesterov)"));
 }
