@@ -27,8 +27,8 @@ struct Run {
   std::string output;  // stdout and stderr
 };
 
-Run run_train(const std::string& args) {
-  const std::string cmd = std::string(STOKE_TRAIN_EXE) + " " + args + " 2>&1";
+Run run(const char* exe, const std::string& args) {
+  const std::string cmd = std::string(exe) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   REQUIRE(p != nullptr);
   Run r{0, {}};
@@ -37,6 +37,10 @@ Run run_train(const std::string& args) {
   const int status = pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
   return r;
+}
+
+Run run_train(const std::string& args) {
+  return run(STOKE_TRAIN_EXE, args);
 }
 
 }  // namespace
@@ -109,4 +113,31 @@ TEST_CASE("stoke-train: flag values are checked and named", "[nn][train]") {
   CHECK(on.exit_code == 0);
   CHECK_THAT(on.output, Catch::Contains("| sgd (nesterov) lr"));
   CHECK_THAT(run_train("--nesterov=true" + quick).output, Catch::Contains("sgd (nesterov)"));
+}
+
+TEST_CASE("stoke-logits: bad flags explain instead of aborting; logits of a trained model",
+          "[nn][train]") {
+  for (const char* args :
+       {"--count abc", "--count 99999999999999999999", "--count 0", "--count", "", "--bogus 1"}) {
+    INFO(args);
+    const Run r = run(STOKE_LOGITS_EXE, args);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("stoke-logits:"));
+  }
+  const Run help = run(STOKE_LOGITS_EXE, "--help");
+  CHECK(help.exit_code == 0);
+  CHECK_THAT(help.output, Catch::StartsWith("usage: stoke-logits"));
+  // A checkpoint from a short run: 4 images give 4 x 10 finite logits in one JSON line.
+  const fs::path dir = fs::temp_directory_path() / ("stoke-logits-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  REQUIRE(run_train("--epochs 1 --limit-train 256 --limit-test 128 --no-progress --checkpoint " +
+                    dir.string())
+              .exit_code == 0);
+  const Run r =
+      run(STOKE_LOGITS_EXE, "--weights " + (dir / "best.safetensors").string() + " --count 4");
+  REQUIRE(r.exit_code == 0);
+  const auto j = nlohmann::json::parse(r.output);
+  CHECK(j["count"] == 4);
+  CHECK(j["logits"].size() == 40);
+  fs::remove_all(dir);
 }
