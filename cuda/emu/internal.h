@@ -51,8 +51,6 @@ struct StreamMark {
   cudaStream_t stream = nullptr;  // nullptr: the legacy default stream
   std::uint64_t seq = 0;
 };
-/// True in deferred-streams mode.
-bool deferred_streams();
 /// Queues `work` on `stream` (deferred mode) or runs it now; returns the mark of its completion.
 StreamMark enqueue(cudaStream_t stream, std::function<void()> work);
 /// Runs everything `stream` must have finished by now (deferred mode), then `host_work` (may be

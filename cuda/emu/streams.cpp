@@ -93,12 +93,6 @@ void run_to(Scheduler& s, cudaStream_t key, std::uint64_t seq) {
 
 namespace detail {
 
-bool deferred_streams() {
-  Scheduler& s = scheduler();
-  std::lock_guard lock(s.m);
-  return s.deferred;
-}
-
 StreamMark enqueue(cudaStream_t stream, std::function<void()> work) {
   Scheduler& s = scheduler();
   std::unique_lock lock(s.m);
