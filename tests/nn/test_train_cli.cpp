@@ -115,7 +115,7 @@ TEST_CASE("stoke-train: flag values are checked and named", "[nn][train]") {
   CHECK_THAT(run_train("--nesterov=true" + quick).output, Catch::Contains("sgd (nesterov)"));
 }
 
-TEST_CASE("stoke-logits: bad flags explain instead of aborting; logits of a trained model",
+TEST_CASE("stoke-logits: bad flags explain instead of aborting, and logits of a trained model",
           "[nn][train]") {
   for (const char* args :
        {"--count abc", "--count 99999999999999999999", "--count 0", "--count", "", "--bogus 1"}) {
