@@ -65,11 +65,17 @@ std::string usage() {
   --gamma X (0.1)  --warmup STEPS
   --label-smoothing X  --clip-grad NORM  --accum K (gradient accumulation)  --augment
   --patience EPOCHS       early stopping on test loss
-  --checkpoint DIR        keep DIR/best.safetensors and DIR/last.safetensors
+  --checkpoint DIR        keep DIR/best.safetensors and DIR/last.safetensors (DIR is created,
+                          and must be writable, before anything is loaded)
   --checkpoint-every N    also save DIR/last.safetensors every N optimizer steps
-  --resume                continue from DIR/last.safetensors (mid-epoch if it was saved there)
+  --resume                continue from DIR/last.safetensors (mid-epoch if it was saved there),
+                          appending to the metrics (records past that step are written again)
+  --overwrite             start over in a DIR (or --metrics FILE) that holds an earlier run's
+                          results, removing them; without --resume or --overwrite such a run
+                          refuses to start (exit 2)
   --eval-every N          evaluate every N optimizer steps (default: once per epoch)
-  --metrics FILE          JSONL metrics (default DIR/metrics.jsonl with --checkpoint)
+  --metrics FILE          JSONL metrics (default DIR/metrics.jsonl with --checkpoint), written
+                          at every record; a failed write stops the run
   --log-every N (50)      steps between step records in the metrics
   --limit-train N  --limit-test N   use the first N images only
   --device cpu|cuda|cuda:I  --allow-cpu-fallback   --no-progress
@@ -119,6 +125,7 @@ Flags parse_flags(int argc, char** argv) {
       {"--nesterov", [&](bool on) { f.nesterov = on; }},
       {"--augment", [&](bool on) { f.augment = on; }},
       {"--resume", [&](bool on) { f.resume = on; }},
+      {"--overwrite", [&](bool on) { f.overwrite = on; }},
       {"--allow-cpu-fallback", [&](bool on) { f.allow_cpu_fallback = on; }},
       {"--tf32", [&](bool on) { f.tf32 = on; }},
       {"--no-progress", [&](bool on) { f.progress = !on; }},
@@ -160,6 +167,9 @@ Flags parse_flags(int argc, char** argv) {
   STOKE_CHECK(f.workers >= 0 && f.prefetch >= 1, "stoke-train",
               "--workers must be >= 0 and --prefetch >= 1, got ", f.workers, " and ", f.prefetch);
   STOKE_CHECK(!f.resume || !f.checkpoint.empty(), "stoke-train", "--resume needs --checkpoint DIR");
+  STOKE_CHECK(!f.resume || !f.overwrite, "stoke-train",
+              "--resume and --overwrite exclude each other: --resume continues the run in DIR, "
+              "--overwrite starts a new one over it");
   return f;
 }
 

@@ -36,6 +36,7 @@ struct Flags {
   std::string checkpoint;        // directory for best.safetensors and last.safetensors
   int64_t checkpoint_every = 0;  // optimizer steps; 0 = at the end of each epoch only
   bool resume = false;
+  bool overwrite = false;   // a new run may replace an earlier run's checkpoints and metrics
   int64_t eval_every = 0;   // optimizer steps between evaluations; 0 = once per epoch
   std::string metrics;      // JSONL file; default <checkpoint>/metrics.jsonl when checkpointing
   int64_t log_every = 50;   // steps between JSONL step records

@@ -7,7 +7,6 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -26,6 +25,7 @@
 #include "ops/device_kernels.h"
 #include "ops/reduce.h"
 #include "progress.h"
+#include "run_dir.h"
 #include "stoke/stoke.h"
 #if STOKE_HAS_CUDA
 #include "cuda/runtime/pinned.h"
@@ -230,6 +230,15 @@ const char* non_finite_name(double v) {
   return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
 }
 
+// One metrics record from its parts, formatted as an ostream formats them.
+template <class... Parts>
+void record(MetricsLog& metrics, const Parts&... parts) {
+  if (!metrics.is_open()) return;
+  std::ostringstream os;
+  (os << ... << parts);
+  metrics.write(os.str());
+}
+
 // A non-finite test loss means the weights diverged in the last steps: stop before it is logged
 // (it would not be valid JSON) or the model is saved.
 void check_finite_eval(const EvalResult& r, const Position& pos, const std::string& last_good) {
@@ -242,6 +251,7 @@ void check_finite_eval(const EvalResult& r, const Position& pos, const std::stri
 
 void save_last(const std::string& path, const nn::Module& model, const nn::optim::Optimizer& opt,
                const Position& p, const Flags& f) {
+  remove_stale_temp_files(f.checkpoint);  // of saves that were killed before their rename
   nn::NamedTensors all = on_cpu(model.state_dict());
   for (auto& [k, t] : on_cpu(opt.state_dict())) all.emplace_back("optimizer." + k, t);
   nn::save_safetensors(path, all, to_metadata(p, f));
@@ -308,6 +318,18 @@ int run(Flags f) {
   if (f.threads > 0) set_num_threads(f.threads);
   manual_seed(f.seed);
 
+  // The run's files, before any data is read: an earlier run's results are not replaced without
+  // --overwrite, the checkpoint directory must be writable, the metrics file must open.
+  if (f.metrics.empty() && !f.checkpoint.empty())
+    f.metrics = (std::filesystem::path(f.checkpoint) / "metrics.jsonl").string();
+  if (const auto refusal = earlier_results(f)) {
+    std::fprintf(stderr, "%s\n", refusal->c_str());
+    return 2;
+  }
+  prepare_checkpoint_dir(f);
+  MetricsLog metrics;
+  if (!f.metrics.empty()) metrics.open(f.metrics, f.resume);
+
   const auto t_load = Clock::now();
   const auto train_set = open_split(f, true);
   const auto test_set = open_split(f, false);
@@ -343,8 +365,6 @@ int run(Flags f) {
 
   const std::string last_path = f.checkpoint.empty() ? "" : f.checkpoint + "/last.safetensors";
   const std::string best_path = f.checkpoint.empty() ? "" : f.checkpoint + "/best.safetensors";
-  if (!f.checkpoint.empty()) std::filesystem::create_directories(f.checkpoint);
-  if (f.metrics.empty() && !f.checkpoint.empty()) f.metrics = f.checkpoint + "/metrics.jsonl";
 
   Position pos;
   // For the divergence message: the last finite training loss and the last checkpoint written
@@ -361,8 +381,14 @@ int run(Flags f) {
   } else if (f.resume) {
     std::printf("no checkpoint at %s: starting from scratch\n", last_path.c_str());
   }
-  std::ofstream metrics;
-  if (!f.metrics.empty()) metrics.open(f.metrics, f.resume ? std::ios::app : std::ios::trunc);
+  if (f.resume) {
+    // The records the interrupted run wrote past its checkpoint are written again from here.
+    const int64_t dropped = metrics.drop_records_after(pos.epoch, pos.global_step);
+    if (dropped > 0)
+      std::printf("metrics: dropped %lld record%s of %s past step %lld (written again here)\n",
+                  static_cast<long long>(dropped), dropped == 1 ? "" : "s", f.metrics.c_str(),
+                  static_cast<long long>(pos.global_step));
+  }
 
   const auto t_total = Clock::now();
   int64_t images_total = 0;
@@ -420,10 +446,10 @@ int run(Flags f) {
         opt->zero_grad();
         if (sched) sched->step();
         ++pos.global_step;
-        if (metrics.is_open() && f.log_every > 0 && pos.global_step % f.log_every == 0)
-          metrics << "{\"type\":\"step\",\"epoch\":" << pos.epoch + 1
-                  << ",\"step\":" << pos.global_step << ",\"loss\":" << loss_value
-                  << ",\"lr\":" << opt->lr() << ",\"data_wait_s\":" << batch->wait_seconds << "}\n";
+        if (f.log_every > 0 && pos.global_step % f.log_every == 0)
+          record(metrics, "{\"type\":\"step\",\"epoch\":", pos.epoch + 1,
+                 ",\"step\":", pos.global_step, ",\"loss\":", loss_value, ",\"lr\":", opt->lr(),
+                 ",\"data_wait_s\":", batch->wait_seconds, "}");
         if (f.checkpoint_every > 0 && pos.global_step % f.checkpoint_every == 0 &&
             !last_path.empty()) {
           Position next = pos;
@@ -434,14 +460,11 @@ int run(Flags f) {
         if (f.eval_every > 0 && pos.global_step % f.eval_every == 0) {
           const EvalResult r = evaluate(*model, *test_loader, device);
           check_finite_eval(r, pos, last_good);
-          if (metrics.is_open())
-            metrics << "{\"type\":\"eval\",\"step\":" << pos.global_step
-                    << ",\"test_loss\":" << r.loss << ",\"test_acc\":" << r.acc << "}\n";
+          record(metrics, "{\"type\":\"eval\",\"step\":", pos.global_step,
+                 ",\"test_loss\":", r.loss, ",\"test_acc\":", r.acc, "}");
         }
-        if (f.kill_at_step > 0 && pos.global_step == f.kill_at_step) {
-          metrics.flush();
-          std::raise(SIGKILL);
-        }
+        // Nothing is flushed first: every record is already written.
+        if (f.kill_at_step > 0 && pos.global_step == f.kill_at_step) std::raise(SIGKILL);
       }
       char extra[96];
       std::snprintf(
@@ -472,17 +495,13 @@ int run(Flags f) {
         train_acc, r.loss, r.acc, epoch_time, ips, 100.0 * data_wait / std::max(epoch_time, 1e-9),
         eval_time, current_rss_mib(), peak_rss_mib());
     std::fflush(stdout);
-    if (metrics.is_open()) {
-      metrics << "{\"type\":\"epoch\",\"epoch\":" << pos.epoch + 1
-              << ",\"step\":" << pos.global_step << ",\"train_loss\":" << train_loss
-              << ",\"train_acc\":" << train_acc << ",\"test_loss\":" << r.loss
-              << ",\"test_acc\":" << r.acc << ",\"time_s\":" << epoch_time
-              << ",\"images_per_s\":" << ips << ",\"data_wait_s\":" << data_wait
-              << ",\"data_wait_pct\":" << 100.0 * data_wait / std::max(epoch_time, 1e-9)
-              << ",\"lr\":" << opt->lr() << ",\"rss_mib\":" << current_rss_mib()
-              << ",\"peak_rss_mib\":" << peak_rss_mib() << "}\n";
-      metrics.flush();
-    }
+    record(metrics, "{\"type\":\"epoch\",\"epoch\":", pos.epoch + 1, ",\"step\":", pos.global_step,
+           ",\"train_loss\":", train_loss, ",\"train_acc\":", train_acc, ",\"test_loss\":", r.loss,
+           ",\"test_acc\":", r.acc, ",\"time_s\":", epoch_time, ",\"images_per_s\":", ips,
+           ",\"data_wait_s\":", data_wait,
+           ",\"data_wait_pct\":", 100.0 * data_wait / std::max(epoch_time, 1e-9),
+           ",\"lr\":", opt->lr(), ",\"rss_mib\":", current_rss_mib(),
+           ",\"peak_rss_mib\":", peak_rss_mib(), "}");
     if (r.acc > pos.best_acc) {
       pos.best_acc = r.acc;
       if (!best_path.empty())
@@ -509,6 +528,7 @@ int run(Flags f) {
       last_good = last_path;
     }
   }
+  metrics.close();
   std::printf("done: best test acc %.2f%% | total %.1f s | %.0f img/s training\n", pos.best_acc,
               seconds_since(t_total),
               static_cast<double>(images_total) / std::max(train_seconds, 1e-9));

@@ -141,3 +141,211 @@ TEST_CASE("stoke-logits: bad flags explain instead of aborting, and logits of a 
   CHECK(j["logits"].size() == 40);
   fs::remove_all(dir);
 }
+
+namespace {
+
+const std::string kQuick =
+    " --model lenet5 --epochs 1 --limit-train 128 --limit-test 64 --no-progress";
+
+// A fresh directory under /tmp for one test, removed again by its destructor.
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& name)
+      : path(fs::temp_directory_path() / (name + "-" + std::to_string(getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_file(const fs::path& p, const std::string& text) {
+  std::ofstream(p, std::ios::binary) << text;
+}
+
+// The metrics records, each parsed (a line that does not parse fails the test).
+std::vector<nlohmann::json> records(const fs::path& p) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);) {
+    INFO(p.string() << ": " << line);
+    REQUIRE_NOTHROW(out.push_back(nlohmann::json::parse(line)));
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("stoke-train: a new run refuses to replace an earlier run's results", "[nn][train]") {
+  const TempDir tmp("stoke-overwrite");
+  const std::string dir = (tmp.path / "ckpt").string();
+  REQUIRE(run_train(kQuick + " --checkpoint " + dir).exit_code == 0);
+  const std::string best = read_file(dir + "/best.safetensors");
+  const std::string metrics = read_file(dir + "/metrics.jsonl");
+  REQUIRE(!best.empty());
+  REQUIRE(records(dir + "/metrics.jsonl").size() == 1);
+
+  // Again without --resume or --overwrite: refused before any data is read, nothing touched.
+  const Run again = run_train(kQuick + " --checkpoint " + dir + " --seed 3");
+  INFO(again.output);
+  CHECK(again.exit_code == 2);
+  CHECK_THAT(again.output, Catch::Contains("--checkpoint " + dir) &&
+                               Catch::Contains("last.safetensors, best.safetensors, "
+                                               "metrics.jsonl (1 line)") &&
+                               Catch::Contains("--resume") && Catch::Contains("--overwrite"));
+  CHECK_THAT(again.output, !Catch::Contains("data:"));
+  CHECK(read_file(dir + "/best.safetensors") == best);
+  CHECK(read_file(dir + "/metrics.jsonl") == metrics);
+
+  // A checkpoint alone is enough to refuse.
+  fs::remove(dir + "/metrics.jsonl");
+  fs::remove(dir + "/best.safetensors");
+  const Run last_only = run_train(kQuick + " --checkpoint " + dir);
+  CHECK(last_only.exit_code == 2);
+  CHECK_THAT(last_only.output, Catch::Contains("results: last.safetensors."));
+
+  CHECK(run_train(kQuick + " --checkpoint " + dir + " --resume --overwrite").exit_code == 1);
+  // --overwrite starts over: one epoch record, a new best.
+  const Run over = run_train(kQuick + " --checkpoint " + dir + " --overwrite --seed 3");
+  INFO(over.output);
+  CHECK(over.exit_code == 0);
+  CHECK(records(dir + "/metrics.jsonl").size() == 1);
+  CHECK(fs::exists(dir + "/best.safetensors"));
+
+  // An explicit --metrics file that is not empty: refused, then replaced with --overwrite; an
+  // empty one is used as it is.
+  const fs::path m = tmp.path / "m.jsonl";
+  write_file(m, "{\"type\":\"note\"}\n{\"type\":\"note\"}\n");
+  const Run metrics_again = run_train(kQuick + " --metrics " + m.string());
+  CHECK(metrics_again.exit_code == 2);
+  CHECK_THAT(metrics_again.output, Catch::Contains("--metrics " + m.string() +
+                                                   " already exists and is not empty (2 "
+                                                   "lines)") &&
+                                       Catch::Contains("--overwrite"));
+  CHECK(read_file(m).size() == 32);
+  CHECK(run_train(kQuick + " --metrics " + m.string() + " --overwrite").exit_code == 0);
+  CHECK(records(m).size() == 1);
+  write_file(m, "");
+  CHECK(run_train(kQuick + " --metrics " + m.string()).exit_code == 0);
+  CHECK(records(m).size() == 1);
+  CHECK_THAT(run_train("--help").output, Catch::Contains("--overwrite"));
+}
+
+TEST_CASE(
+    "stoke-train: metrics are written at every record, and --resume appends without duplicates",
+    "[nn][train]") {
+  const TempDir tmp("stoke-metrics-resume");
+  const std::string dir = (tmp.path / "ckpt").string();
+  // 256 images in batches of 32: 8 steps an epoch, 16 in all; a checkpoint every 3 steps.
+  const std::string args =
+      " --model lenet5 --epochs 2 --limit-train 256 --limit-test 64 --batch 32 "
+      "--no-progress --log-every 1 --checkpoint-every 3 --checkpoint " +
+      dir;
+  const Run killed = run_train(args + " --kill-at-step 5");
+  CHECK(killed.exit_code != 0);
+  // Killed at step 5 with nothing flushed at the kill: every step record is in the file.
+  auto before = records(dir + "/metrics.jsonl");
+  REQUIRE(before.size() == 5);
+  CHECK(before.back()["step"] == 5);
+
+  // Resumed from step 3: the records of steps 4 and 5 are written again, not twice.
+  const Run resumed = run_train(args + " --resume");
+  INFO(resumed.output);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.output,
+             Catch::Contains("dropped 2 records") && Catch::Contains("past step 3"));
+  std::vector<int64_t> steps, epochs;
+  for (const auto& r : records(dir + "/metrics.jsonl")) {
+    if (r["type"] == "step") steps.push_back(r["step"]);
+    if (r["type"] == "epoch") epochs.push_back(r["epoch"]);
+  }
+  std::vector<int64_t> want(16);
+  for (int64_t i = 0; i < 16; ++i) want[i] = i + 1;
+  CHECK(steps == want);
+  CHECK(epochs == std::vector<int64_t>{1, 2});
+
+  // A line cut short by a kill mid-write is dropped too; a resume at the end keeps the rest.
+  const std::string whole = read_file(dir + "/metrics.jsonl");
+  write_file(dir + "/metrics.jsonl", whole + "{\"type\":\"step\",\"ep");
+  const Run done = run_train(args + " --resume");
+  CHECK(done.exit_code == 0);
+  CHECK(read_file(dir + "/metrics.jsonl") == whole);
+}
+
+TEST_CASE("stoke-train: a metrics or checkpoint write that fails stops the run", "[nn][train]") {
+  const TempDir tmp("stoke-write-errors");
+  // A full disk: the first record fails, naming the file and the OS error.
+  const Run full = run_train(kQuick + " --metrics /dev/full");
+  INFO(full.output);
+  CHECK(full.exit_code == 1);
+  CHECK_THAT(full.output,
+             Catch::Contains("metrics file /dev/full failed: No space left on device"));
+  CHECK_THAT(full.output, !Catch::Contains("done:"));
+  // A file that cannot be created: refused at start, before the data is read.
+  write_file(tmp.path / "file", "x");
+  const std::string bad = (tmp.path / "file" / "m.jsonl").string();
+  const Run cannot = run_train(kQuick + " --metrics " + bad);
+  CHECK(cannot.exit_code == 1);
+  CHECK_THAT(cannot.output,
+             Catch::Contains("cannot open the metrics file " + bad + ": Not a directory"));
+  CHECK_THAT(cannot.output, !Catch::Contains("data:"));
+  // A checkpoint that cannot be saved (best.safetensors is a directory with a file in it).
+  const fs::path dir = tmp.path / "ckpt";
+  fs::create_directories(dir / "best.safetensors");
+  write_file(dir / "best.safetensors" / "keep", "x");
+  const Run save = run_train(kQuick + " --resume --checkpoint " + dir.string());
+  INFO(save.output);
+  CHECK(save.exit_code == 1);
+  CHECK_THAT(save.output, Catch::Contains((dir / "best.safetensors").string() + ": renaming"));
+  CHECK_THAT(save.output, !Catch::Contains("done:"));
+}
+
+TEST_CASE("stoke-train: the checkpoint directory is checked before anything is loaded",
+          "[nn][train]") {
+  const TempDir tmp("stoke-ckpt-dir");
+  write_file(tmp.path / "file", "x");
+  struct Bad {
+    std::string dir, says;
+  };
+  std::vector<Bad> bad = {
+      {(tmp.path / "file" / "ckpt").string(), ": cannot create the directory: Not a directory"},
+      {(tmp.path / "file").string(), ": exists and is not a directory"},
+  };
+  // Read-only file systems (root writes through permission bits, not through these).
+  if (fs::is_directory("/sys")) bad.push_back({"/sys", ": the directory is not writable"});
+  if (fs::is_directory("/proc")) bad.push_back({"/proc", ": the directory is not writable"});
+  for (const Bad& b : bad) {
+    const Run r = run_train(kQuick + " --checkpoint " + b.dir);
+    INFO(r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains("--checkpoint " + b.dir + b.says));
+    CHECK_THAT(r.output, !Catch::Contains("data:"));
+  }
+  // A missing directory is created, parents included.
+  const fs::path fresh = tmp.path / "a" / "b";
+  CHECK(run_train(kQuick + " --checkpoint " + fresh.string()).exit_code == 0);
+  CHECK(fs::exists(fresh / "last.safetensors"));
+}
+
+TEST_CASE("stoke-train: temp files of killed saves are removed, a live process's are not",
+          "[nn][train]") {
+  const TempDir tmp("stoke-stale-tmp");
+  long long pid_max = 4194304;  // the kernel's limit when /proc does not say
+  std::ifstream("/proc/sys/kernel/pid_max") >> pid_max;
+  const fs::path stale = tmp.path / ("last.safetensors.tmp." + std::to_string(pid_max + 1));
+  const fs::path live = tmp.path / ("best.safetensors.tmp." + std::to_string(getpid()));
+  const fs::path other = tmp.path / "notes.tmp.1";
+  for (const fs::path& p : {stale, live, other}) write_file(p, "partial");
+  const Run r = run_train(kQuick + " --checkpoint " + tmp.path.string());
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("removed " + stale.string()));
+  CHECK(!fs::exists(stale));
+  CHECK(fs::exists(live));
+  CHECK(fs::exists(other));
+  CHECK(fs::exists(tmp.path / "last.safetensors"));
+}
