@@ -53,6 +53,7 @@ struct DeviceState {
   Pool large_pool;
   std::unordered_map<void*, Block*> active;
   std::deque<std::pair<cudaEvent_t, Block*>> pending;  // cross-stream uses not yet complete
+  std::vector<Block*> untracked;  // freed with a stream use no event could track: never reused
   CachingAllocatorStats stats;
 };
 
@@ -93,6 +94,40 @@ struct CachingAllocator::Impl {
   // and cudaMalloc (which happens under it) serializes anyway.
   mutable std::mutex mutex;
   std::vector<std::unique_ptr<DeviceState>> devices;
+
+  // A local allocator (tests, a user's own) gives back what it holds: after waiting for pending
+  // stream uses, every block not handed out is freed and its wholly free segments cudaFree'd.
+  // Blocks still live belong to their Storage. The process-wide allocator is never destroyed.
+  ~Impl() {
+    for (size_t d = 0; d < devices.size(); ++d) {
+      if (!devices[d]) continue;
+      DeviceState& s = *devices[d];
+      try {
+        process_events(s, /*wait=*/true);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "stoke: cuda::caching_allocator: at destruction: %s\n", e.what());
+      }
+      std::vector<Block*> owned;
+      for (auto& [event, block] : s.pending) {
+        (void)cudaEventDestroy(event);
+        owned.push_back(block);
+      }
+      s.pending.clear();
+      owned.insert(owned.end(), s.untracked.begin(), s.untracked.end());
+      s.untracked.clear();
+      std::sort(owned.begin(), owned.end());
+      owned.erase(std::unique(owned.begin(), owned.end()), owned.end());
+      for (Block* b : owned) {
+        b->pending_events = 0;
+        free_block(s, b);
+      }
+      try {
+        release_cached(s, static_cast<int>(d));
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "stoke: cuda::caching_allocator: at destruction: %s\n", e.what());
+      }
+    }
+  }
 
   DeviceState& state(int device) {
     STOKE_CHECK(device >= 0, "cuda::caching_allocator", "expected a device index >= 0, got ",
@@ -301,7 +336,11 @@ struct CachingAllocator::Impl {
       // A use that cannot be tracked keeps the block out of circulation: one pending event that
       // never completes.
       ++b->pending_events;
-      if (event) s->pending.emplace_back(event, b);
+      if (event) {
+        s->pending.emplace_back(event, b);
+      } else {
+        s->untracked.push_back(b);
+      }
     }
     if (previous != b->device) (void)cudaSetDevice(previous);
   }

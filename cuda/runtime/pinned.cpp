@@ -38,7 +38,35 @@ struct PinnedAllocator::Impl {
   std::map<void*, HostBlock*> live;  // ordered: block_containing() looks up by address
   std::multimap<size_t, HostBlock*> free_blocks;
   std::deque<std::pair<cudaEvent_t, HostBlock*>> pending;
+  std::vector<HostBlock*> untracked;  // freed with a stream use no event could track: never reused
   PinnedStats stats;
+
+  // A local allocator (tests, a user's own) gives back what it holds: cached blocks, blocks whose
+  // stream uses are still pending (after waiting for them) and untracked ones. Blocks still live
+  // belong to their Storage. The process-wide allocator is never destroyed.
+  ~Impl() {
+    try {
+      process_events(/*wait=*/true);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "stoke: cuda::pinned_allocator: at destruction: %s\n", e.what());
+    }
+    std::vector<HostBlock*> owned;
+    for (auto& [event, block] : pending) {
+      (void)cudaEventDestroy(event);
+      owned.push_back(block);
+    }
+    for (auto& [size, block] : free_blocks) owned.push_back(block);
+    owned.insert(owned.end(), untracked.begin(), untracked.end());
+    std::sort(owned.begin(), owned.end());
+    owned.erase(std::unique(owned.begin(), owned.end()), owned.end());
+    for (HostBlock* b : owned) {
+      try {
+        release(b);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "stoke: cuda::pinned_allocator: at destruction: %s\n", e.what());
+      }
+    }
+  }
 
   void cache(HostBlock* b) {
     b->stream_uses.clear();
@@ -148,7 +176,11 @@ void PinnedAllocator::free(void* ptr) {
   for (cudaStream_t s : b->stream_uses) {
     cudaEvent_t event = record_pending_use(s, "cuda::pinned_allocator::free");
     ++b->pending_events;  // never completes without an event: the block is not reused
-    if (event) m.pending.emplace_back(event, b);
+    if (event) {
+      m.pending.emplace_back(event, b);
+    } else {
+      m.untracked.push_back(b);
+    }
   }
 }
 

@@ -290,7 +290,7 @@ TEST_CASE("runtime: tensor copies between cpu and device", "[cuda][runtime]") {
                Catch::Contains("cuda::to_device: expected a contiguous tensor on cuda:0"));
 }
 
-TEST_CASE("runtime: frees never throw; a stream use that cannot be tracked keeps the block",
+TEST_CASE("runtime: frees never throw, and a stream use that cannot be tracked keeps the block",
           "[cuda][runtime]") {
   // The stream a block was used on is destroyed before the block is freed: the event that would
   // tell when the use is over cannot be recorded. Frees run in Storage's destructor, so they report
@@ -307,6 +307,25 @@ TEST_CASE("runtime: frees never throw; a stream use that cannot be tracked keeps
   CHECK(q != p);
   a.free(q);
   REQUIRE_NOTHROW(a.deallocate(reinterpret_cast<void*>(0x1000), 8));  // not its pointer: reported
+
+  // The untracked block and the cached ones go back to the device when the allocator does.
+  size_t free_before = 0, free_during = 0, free_after = 0, total = 0;
+  REQUIRE(cudaMemGetInfo(&free_before, &total) == cudaSuccess);
+  {
+    CachingAllocator local;
+    void* u = local.allocate(4096, 0, nullptr);
+    {
+      Stream gone;
+      local.record_stream(u, gone.handle());
+    }
+    local.deallocate(u, 4096);
+    void* big = local.allocate(size_t{12} << 20, 0, nullptr);  // a segment of its own
+    local.free(big);
+    REQUIRE(cudaMemGetInfo(&free_during, &total) == cudaSuccess);
+    CHECK(free_during < free_before);
+  }
+  REQUIRE(cudaMemGetInfo(&free_after, &total) == cudaSuccess);
+  CHECK(free_after == free_before);
 
   PinnedAllocator pinned;
   void* h = pinned.allocate(100);
