@@ -4,6 +4,7 @@
 // answer; sums are combined in a fixed order for a given launch, so results are reproducible.
 #include "cuda/kernels/reduce.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "cuda/kernels/elementwise_util.h"
@@ -126,12 +127,71 @@ __global__ void __launch_bounds__(kColTile* kColRows)
   }
 }
 
+// Slices per row for the two-stage path (1: one stage). Rows of at least kTwoStageMin elements,
+// fewer rows than kTwoStageRows (below, one block per row leaves most SMs idle), slices of at
+// least kChunkMin elements (each block's 256 threads get 16 elements or more), at most kMaxChunks.
+constexpr int64_t kTwoStageMin = 32768, kTwoStageRows = 64, kChunkMin = 4096, kMaxChunks = 1024;
+
+int64_t reduce_chunks(int64_t outer, int64_t n, int64_t inner) {
+  if (inner != 1 || outer >= kTwoStageRows || n < kTwoStageMin) return 1;
+  return std::min<int64_t>(kMaxChunks, (n + kChunkMin - 1) / kChunkMin);
+}
+
+// Two-stage reduction of few long rows (a whole tensor, a clip_grad_norm_'s sum of squares): one
+// block per row would use one SM of a hundred. Stage 1: blockIdx.y is the row, blockIdx.x one of
+// `chunks` contiguous slices of it, reduced to a partial (value, position) in the workspace.
+template <class T, ReduceOp Op>
+__global__ void __launch_bounds__(256)
+    reduce_partial_kernel(const T* x, float* part_v, int64_t* part_i, int64_t n, int64_t chunk) {
+  using R = Reducer<Op>;
+  const int64_t row = blockIdx.y, begin = static_cast<int64_t>(blockIdx.x) * chunk;
+  const int64_t end = begin + chunk < n ? begin + chunk : n;
+  const T* p = x + row * n;
+  Acc a = R::identity();
+  for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x)
+    a = R::combine(a, Acc{to_float(p[j]), j});
+  a = block_reduce_acc<R>(a);
+  if (threadIdx.x == 0) {
+    part_v[row * gridDim.x + blockIdx.x] = a.v;
+    part_i[row * gridDim.x + blockIdx.x] = a.i;
+  }
+}
+
+// Stage 2: one block per row combines its `chunks` partials in a fixed order.
+template <class T, ReduceOp Op>
+__global__ void __launch_bounds__(256)
+    reduce_finish_kernel(const float* part_v, const int64_t* part_i, T* out, int64_t* indices,
+                         int64_t chunks, float scale) {
+  using R = Reducer<Op>;
+  const int64_t row = blockIdx.x;
+  Acc a = R::identity();
+  for (int64_t j = threadIdx.x; j < chunks; j += blockDim.x)
+    a = R::combine(a, Acc{part_v[row * chunks + j], part_i[row * chunks + j]});
+  a = block_reduce_acc<R>(a);
+  if (threadIdx.x == 0) {
+    if (out) out[row] = from_float<T>(a.v * scale);
+    if (indices) indices[row] = a.i;
+  }
+}
+
 template <class T, ReduceOp Op>
 void launch_reduce(const void* xv, void* outv, int64_t* indices, int64_t outer, int64_t n,
-                   int64_t inner, float scale, cudaStream_t stream) {
+                   int64_t inner, float scale, void* workspace, cudaStream_t stream) {
   const T* x = static_cast<const T*>(xv);
   T* out = static_cast<T*>(outv);
-  if (inner == 1) {
+  const int64_t chunks = reduce_chunks(outer, n, inner);
+  if (chunks > 1) {
+    auto* part_v = static_cast<float*>(workspace);
+    auto* part_i = reinterpret_cast<int64_t*>(part_v + ((outer * chunks + 1) / 2) * 2);
+    auto* k1 = &reduce_partial_kernel<T, Op>;
+    STOKE_LAUNCH(k1, dim3(static_cast<unsigned>(chunks), static_cast<unsigned>(outer)), 256, 0,
+                 stream)
+    (x, part_v, part_i, n, (n + chunks - 1) / chunks);
+    STOKE_CUDA_CHECK(cudaGetLastError());
+    auto* k2 = &reduce_finish_kernel<T, Op>;
+    STOKE_LAUNCH(k2, static_cast<unsigned>(outer), 256, 0, stream)
+    (part_v, part_i, out, indices, chunks, scale);
+  } else if (inner == 1) {
     const int64_t rows = outer;
     auto* k = &reduce_rows_kernel<T, Op>;
     if (n <= 1024) {
@@ -153,8 +213,16 @@ void launch_reduce(const void* xv, void* outv, int64_t* indices, int64_t outer, 
 
 }  // namespace
 
+size_t reduce_workspace_bytes(int64_t outer, int64_t n, int64_t inner) {
+  const int64_t chunks = reduce_chunks(outer, n, inner);
+  if (chunks <= 1) return 0;
+  const int64_t parts = outer * chunks;
+  return static_cast<size_t>((parts + 1) / 2 * 2) * sizeof(float) +
+         static_cast<size_t>(parts) * sizeof(int64_t);
+}
+
 void reduce(ReduceOp op, DType dtype, const void* x, void* out, int64_t* indices, int64_t outer,
-            int64_t n, int64_t inner, cudaStream_t stream) {
+            int64_t n, int64_t inner, void* workspace, cudaStream_t stream) {
   STOKE_NVTX_RANGE("stoke::cuda::reduce");
   const char* name = "cuda::reduce";
   STOKE_CHECK(outer >= 0 && n >= 0 && inner >= 0, name,
@@ -165,17 +233,23 @@ void reduce(ReduceOp op, DType dtype, const void* x, void* out, int64_t* indices
               "expected no indices output for sum/mean, got one");
   STOKE_CHECK(!indexed || n > 0, name, "expected a non-empty reduced dim for max/min, got size 0");
   if (outer == 0 || inner == 0) return;
+  STOKE_CHECK(workspace != nullptr || reduce_workspace_bytes(outer, n, inner) == 0, name,
+              "expected a workspace of ", reduce_workspace_bytes(outer, n, inner),
+              " bytes for [outer, n, inner] = [", outer, ", ", n, ", ", inner, "], got none");
   const float scale = op == ReduceOp::mean ? 1.f / static_cast<float>(n) : 1.f;
   ew::dispatch_floating(dtype, name, [&](auto tag) {
     using T = decltype(tag);
     switch (op) {
       case ReduceOp::sum:
       case ReduceOp::mean:
-        return launch_reduce<T, ReduceOp::sum>(x, out, indices, outer, n, inner, scale, stream);
+        return launch_reduce<T, ReduceOp::sum>(x, out, indices, outer, n, inner, scale, workspace,
+                                               stream);
       case ReduceOp::max:
-        return launch_reduce<T, ReduceOp::max>(x, out, indices, outer, n, inner, scale, stream);
+        return launch_reduce<T, ReduceOp::max>(x, out, indices, outer, n, inner, scale, workspace,
+                                               stream);
       case ReduceOp::min:
-        return launch_reduce<T, ReduceOp::min>(x, out, indices, outer, n, inner, scale, stream);
+        return launch_reduce<T, ReduceOp::min>(x, out, indices, outer, n, inner, scale, workspace,
+                                               stream);
     }
   });
 }

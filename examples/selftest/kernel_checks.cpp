@@ -112,7 +112,7 @@ void check_conv2d_implicit_gemm(Suite& s, bool quick) {
 
 // The reduction and softmax launchers over rows and over a middle dim.
 void check_reduce_softmax(Suite& s, bool quick) {
-  std::vector<std::array<int64_t, 3>> sizes = {{7, 33, 1}, {3, 2000, 1}, {4, 50, 9}};
+  std::vector<std::array<int64_t, 3>> sizes = {{7, 33, 1}, {3, 2000, 1}, {4, 50, 9}, {2, 40001, 1}};
   if (!quick) sizes.push_back({64, 100000, 1});
   for (auto [outer, n, inner] : sizes) {
     for (DType dt : ops_checks::float_types()) {
@@ -122,11 +122,14 @@ void check_reduce_softmax(Suite& s, bool quick) {
       Tensor idx = dev_empty({outer, inner}, DType::i64);
       const std::string shape = dims({outer, n, inner}), dn = dtype_name(dt);
       const double tol = tolerance(dt);
+      const size_t ws = cuda::reduce_workspace_bytes(outer, n, inner);
+      Tensor workspace = dev_empty({static_cast<int64_t>(ws)}, DType::u8);
+      void* w = ws ? workspace.data_ptr() : nullptr;
       cuda::reduce(cuda::ReduceOp::sum, dt, dx.data_ptr(), out.data_ptr(), nullptr, outer, n, inner,
-                   cuda::current_stream());
+                   w, cuda::current_stream());
       s.compare("reduce sum", shape, dn, out, ops::sum(rx, {1}), tol);
       cuda::reduce(cuda::ReduceOp::max, dt, dx.data_ptr(), out.data_ptr(), idx.data<int64_t>(),
-                   outer, n, inner, cuda::current_stream());
+                   outer, n, inner, w, cuda::current_stream());
       const auto ref_max = ops::max_with_indices(rx, 1);
       s.compare("reduce max", shape, dn, out, ref_max.values, 0);
       s.compare("reduce max indices", shape, "i64", idx, ref_max.indices, 0);

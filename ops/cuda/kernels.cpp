@@ -83,7 +83,11 @@ Tensor reduce_dim(const Tensor& x, int64_t d, cuda::ReduceOp op, Tensor* indices
     *indices = empty_on(shape, DType::i64, x.device());
     idx = indices->data<int64_t>();
   }
-  cuda::reduce(op, x.dtype(), x.data_ptr(), out.data_ptr(), idx, s.outer, s.n, s.inner, stream());
+  const size_t ws_bytes = cuda::reduce_workspace_bytes(s.outer, s.n, s.inner);
+  Tensor workspace =
+      ws_bytes ? empty_on({static_cast<int64_t>(ws_bytes)}, DType::u8, x.device()) : Tensor();
+  cuda::reduce(op, x.dtype(), x.data_ptr(), out.data_ptr(), idx, s.outer, s.n, s.inner,
+               ws_bytes ? workspace.data_ptr() : nullptr, stream());
   return out;
 }
 
