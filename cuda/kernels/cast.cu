@@ -61,6 +61,21 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+template <class D>
+__global__ void __launch_bounds__(256)
+    fill_kernel(D* dst, FillOffsets offsets, int64_t n, D value, bool contiguous) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
+    if (contiguous) {
+      dst[i] = value;
+    } else {
+      int64_t off[1];
+      offsets.get(i, off);
+      dst[off[0]] = value;
+    }
+  }
+}
+
 // Calls fn(T{}) with the storage type of `dtype`.
 template <class Fn>
 void dispatch_all(DType dtype, Fn&& fn) {
@@ -91,6 +106,25 @@ CastOffsets make_cast_offsets(const int64_t* shape, int ndim, const int64_t* dst
                               const int64_t* src_strides) {
   const int64_t* const strides[2] = {dst_strides, src_strides};
   return make_strided_offsets<2>("cuda::cast", shape, ndim, strides);
+}
+
+FillOffsets make_fill_offsets(const int64_t* shape, int ndim, const int64_t* strides) {
+  const int64_t* const all[1] = {strides};
+  return make_strided_offsets<1>("cuda::fill", shape, ndim, all);
+}
+
+void fill(DType dtype, void* dst, const FillOffsets& offsets, int64_t numel, double value,
+          cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::fill");
+  STOKE_CHECK(numel >= 0, "cuda::fill", "expected numel >= 0, got ", numel);
+  if (numel == 0) return;
+  dispatch_all(dtype, [&](auto d) {
+    using D = decltype(d);
+    auto* k = &fill_kernel<D>;
+    STOKE_LAUNCH(k, ew::grid_for(numel, 256), 256, 0, stream)
+    (static_cast<D*>(dst), offsets, numel, convert<D>(value), offsets.contiguous());
+    STOKE_CUDA_CHECK(cudaGetLastError());
+  });
 }
 
 void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t n,

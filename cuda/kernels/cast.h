@@ -30,4 +30,15 @@ void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t 
 void cast_strided(DType src_dtype, const void* src, DType dst_dtype, void* dst,
                   const CastOffsets& offsets, int64_t numel, cudaStream_t stream);
 
+// Offsets of the filled tensor, for fill().
+using FillOffsets = StridedOffsets<1>;
+
+FillOffsets make_fill_offsets(const int64_t* shape, int ndim, const int64_t* strides);
+
+// dst[offsets(i)] = convert(value) for numel elements: fill_/zeros/ones of cuda tensors as one
+// launch (the value travels as a kernel argument, no host-to-device copy). The conversion is
+// cast()'s from f64, so a fill equals a cast of the f64 value.
+void fill(DType dtype, void* dst, const FillOffsets& offsets, int64_t numel, double value,
+          cudaStream_t stream);
+
 }  // namespace stoke::cuda

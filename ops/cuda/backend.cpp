@@ -91,10 +91,10 @@ void CudaKernels::copy_strided(const Tensor& dst, const Tensor& src) {
 
 void CudaKernels::fill(const Tensor& t, double value) {
   if (t.numel() == 0) return;
-  // One f64 value on the device, broadcast (stride 0) and cast into t by the strided copy.
-  Tensor v = empty({}, {.dtype = DType::f64});
-  *v.data<double>() = value;
-  copy_strided(t, v.to(t.device()).expand(t.shape()));
+  // One launch, the value a kernel argument: no pageable host-to-device copy per fill.
+  const auto offsets =
+      cuda::make_fill_offsets(t.shape().data(), static_cast<int>(t.dim()), t.strides().data());
+  cuda::fill(t.dtype(), t.data_ptr(), offsets, t.numel(), value, cuda::current_stream());
 }
 
 }  // namespace cuda_glue

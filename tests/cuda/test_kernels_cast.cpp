@@ -89,3 +89,32 @@ TEST_CASE("cuda kernels: cast_strided_kernel copies any strides like copy_",
                         kt::output({3, 4}, to, false).contiguous(), "odd columns untouched");
     }
 }
+
+TEST_CASE("cuda kernels: fill_kernel writes a value into any strides like fill_ on the CPU",
+          "[cuda][kernels][cast]") {
+  // Values every dtype holds (floats also get a halfway case and nan); a filled view leaves the
+  // elements between its strides as they were.
+  for (DType dtype : kAll) {
+    std::vector<double> values = {0.0, 1.0, 2.5, 200.0};
+    if (is_floating(dtype)) values.insert(values.end(), {-3.75, 1.0 + 0x1p-11, 1e-8, NAN});
+    for (double v : values)
+      for (int64_t n : {1, 7, 300}) {
+        Tensor dst = kt::output({n}, dtype, n % 2 == 1);
+        cuda::fill(dtype, dst.data_ptr(),
+                   cuda::make_fill_offsets(dst.shape().data(), 1, dst.strides().data()), n, v,
+                   nullptr);
+        Tensor want = empty({n}, {.dtype = dtype});
+        fill_(want, v);
+        kt::require_equal(dst, want, detail::str_cat("fill ", dtype, " n=", n, " value ", v));
+
+        Tensor big = kt::output({3, n + 2}, dtype, false);
+        Tensor view = big.slice(1, 1, n + 1).t();  // [n, 3], strides (1, n + 2)
+        Tensor expected = big.clone();
+        fill_(expected.slice(1, 1, n + 1), v);
+        cuda::fill(dtype, view.data_ptr(),
+                   cuda::make_fill_offsets(view.shape().data(), 2, view.strides().data()),
+                   view.numel(), v, nullptr);
+        kt::require_equal(big, expected, detail::str_cat("strided fill ", dtype, " value ", v));
+      }
+  }
+}
