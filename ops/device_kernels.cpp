@@ -221,7 +221,8 @@ void DeviceKernels::lerp_(const Tensor&, const Tensor&, double) {
 }
 
 // --- more reductions, indexing, other losses -----------------------------------------------------
-int64_t DeviceKernels::first_out_of_range(const Tensor&, int64_t) {
+void DeviceKernels::check_index_range(const char*, const Tensor&, int64_t,
+                                      std::function<std::string(int64_t)>) {
   not_implemented("index check");
 }
 Tensor DeviceKernels::index_select(const Tensor&, int64_t, const Tensor&, const Shape&) {

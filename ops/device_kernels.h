@@ -10,7 +10,9 @@
 #pragma once
 
 #include <cmath>
+#include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "core/random.h"
@@ -151,9 +153,12 @@ class DeviceKernels {
   virtual void lerp_(const Tensor& t, const Tensor& end, double weight);
 
   // --- more reductions, indexing, other losses (ops/reduce.h, ops/index.h, ops/loss.h) ----------
-  // The position of the first value of `index` (contiguous i64 on this device) outside [0, bound),
-  // or -1: the one read-back an index op makes, so that a bad index fails like the CPU's.
-  virtual int64_t first_out_of_range(const Tensor& index, int64_t bound);
+  // Checks every value of `index` (contiguous i64 on this device) is in [0, bound). A failure is
+  // stoke::Error("stoke::<op>: " + describe(first bad position)), the CPU's message; a device may
+  // raise it at the calling thread's next synchronization instead of now (CUDA: no read-back per
+  // call), its kernels skipping the bad values meanwhile.
+  virtual void check_index_range(const char* op, const Tensor& index, int64_t bound,
+                                 std::function<std::string(int64_t)> describe);
   // x viewed as (outer, x.size(dim), inner) -> out (outer, index.numel(), inner) reshaped to
   // out_shape; index checked, contiguous i64.
   virtual Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index,

@@ -5,6 +5,7 @@
 #include "core/allocator.h"
 #include "core/error.h"
 #include "cuda/runtime/caching_allocator.h"
+#include "cuda/runtime/deferred_checks.h"
 #include "cuda/runtime/device.h"
 #include "cuda/runtime/pinned.h"
 #include "cuda/runtime/stream.h"
@@ -57,6 +58,8 @@ void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind) {
   cudaStream_t stream = current_stream();
   STOKE_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, to_cuda_kind(kind), stream));
   STOKE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  // A synchronization point: the checks the device made since the last one are read now.
+  check_deferred_errors();
 }
 
 void copy_bytes_async(void* dst, const void* src, size_t nbytes, CopyKind kind,

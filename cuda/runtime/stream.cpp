@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "cuda/runtime/deferred_checks.h"
 #include "cuda/runtime/device.h"
 
 namespace stoke::cuda {
@@ -50,6 +51,7 @@ Stream::~Stream() {
 
 void Stream::synchronize() const {
   STOKE_CUDA_CHECK(cudaStreamSynchronize(handle_));
+  check_deferred_errors();  // a synchronization point (cuda/runtime/deferred_checks.h)
 }
 
 bool Stream::query() const {

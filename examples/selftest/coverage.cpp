@@ -224,9 +224,10 @@ struct CoverageScope::Decorator final : ops::DeviceKernels {
     hit(Method::lerp_, t);
     k.lerp_(t, end, w);
   }
-  int64_t first_out_of_range(const Tensor& index, int64_t bound) override {
-    hit(Method::first_out_of_range, index);
-    return k.first_out_of_range(index, bound);
+  void check_index_range(const char* op, const Tensor& index, int64_t bound,
+                         std::function<std::string(int64_t)> describe) override {
+    hit(Method::check_index_range, index);
+    k.check_index_range(op, index, bound, std::move(describe));
   }
   Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index,
                       const Shape& out_shape) override {

@@ -68,7 +68,7 @@ namespace stoke::selftest {
   X(sqrt_)                               \
   X(clamp_)                              \
   X(lerp_)                               \
-  X(first_out_of_range)                  \
+  X(check_index_range)                   \
   X(index_select)                        \
   X(index_select_backward)               \
   X(gather)                              \

@@ -39,13 +39,15 @@ Tensor index_tensor(const char* op, const Tensor& index, const char* name) {
 // Every value of `index` (contiguous i64) in [0, size); names the first offender.
 void check_range(const char* op, const Tensor& index, int64_t size, const char* what) {
   if (auto* k = device_dispatch(op, {&index})) {
-    // One read-back on a device: the first bad position, then its value, for the CPU's message.
-    const int64_t i = k->first_out_of_range(index, size);
-    if (i < 0) return;
-    const int64_t v =
-        index.reshape({index.numel()}).narrow(0, i, 1).to(Device::cpu()).item<int64_t>();
-    STOKE_FAIL(op, "index ", v, " at position ", unravel(i, index.shape()), " is out of range for ",
-               what, " of size ", size);
+    // The CPU's message, built when the device reports the first bad position (on CUDA at the next
+    // synchronization): only then is its value read back.
+    k->check_index_range(op, index, size, [index, size, what](int64_t i) {
+      const int64_t v =
+          index.reshape({index.numel()}).narrow(0, i, 1).to(Device::cpu()).item<int64_t>();
+      return detail::str_cat("index ", v, " at position ", unravel(i, index.shape()),
+                             " is out of range for ", what, " of size ", size);
+    });
+    return;
   }
   const int64_t* p = index.data<int64_t>();
   const int64_t n = index.numel();

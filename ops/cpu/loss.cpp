@@ -189,10 +189,10 @@ Tensor device_targets(const char* op, DeviceKernels& k, const Tensor& target, in
               "expected target of dtype i64 (class indices), got ", target.dtype());
   const Tensor zero = zeros({}, {.dtype = DType::i64, .device = target.device()});
   const Tensor t = where(eq(target, static_cast<double>(ignore_index)), zero, target).contiguous();
-  const int64_t i = k.first_out_of_range(t, classes);
-  if (i >= 0)
-    STOKE_FAIL(op, "target ", target.narrow(0, i, 1).to(Device::cpu()).item<int64_t>(),
-               " out of range for ", classes, " classes at row ", i);
+  k.check_index_range(op, t, classes, [target, classes](int64_t i) {
+    return detail::str_cat("target ", target.narrow(0, i, 1).to(Device::cpu()).item<int64_t>(),
+                           " out of range for ", classes, " classes at row ", i);
+  });
   return t;
 }
 

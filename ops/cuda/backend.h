@@ -81,7 +81,8 @@ class CudaKernels final : public DeviceKernels {
   void lerp_(const Tensor& t, const Tensor& end, double weight) override;
 
   // --- more reductions, indexing, other losses: ops/cuda/reduce.cpp, index.cpp, loss.cpp -------
-  int64_t first_out_of_range(const Tensor& index, int64_t bound) override;
+  void check_index_range(const char* op, const Tensor& index, int64_t bound,
+                         std::function<std::string(int64_t)> describe) override;
   Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index,
                       const Shape& out_shape) override;
   Tensor index_select_backward(const Tensor& grad, int64_t dim, const Tensor& index,

@@ -1,7 +1,9 @@
 // Index ops on cuda tensors: cuda/kernels/index.h. The entry points (ops/cpu/index.cpp) have
-// checked shapes and index ranges (first_out_of_range below is that check's one read-back).
+// checked shapes; index ranges are checked on the device and reported at the next synchronization
+// (check_index_range below, cuda/runtime/deferred_checks.h).
 #include "cuda/kernels/index.h"
 #include "cuda/runtime/copy.h"
+#include "cuda/runtime/deferred_checks.h"
 #include "ops/cuda/backend.h"
 
 namespace stoke::ops::cuda_glue {
@@ -17,14 +19,23 @@ std::pair<int64_t, int64_t> outer_inner(const Shape& shape, int64_t dim) {
 
 }  // namespace
 
-int64_t CudaKernels::first_out_of_range(const Tensor& index_in, int64_t bound) {
+void CudaKernels::check_index_range(const char* op, const Tensor& index_in, int64_t bound,
+                                    std::function<std::string(int64_t)> describe) {
   const Tensor index = index_in.contiguous();
-  if (index.numel() == 0) return -1;
-  Tensor bad = empty_on({1}, DType::i32, index.device());
-  cuda::check_indices(typed<int64_t>(index), index.numel(), bound, typed<int32_t>(bad),
-                      launch_stream());
-  const auto first = bad.to(Device::cpu()).item<int32_t>();
-  return first == cuda::kNoBadIndex ? -1 : first;
+  if (index.numel() == 0) return;
+  auto bad = std::make_shared<Tensor>(empty_on({1}, DType::i32, index.device()));
+  cudaStream_t stream = launch_stream();
+  cuda::check_indices(typed<int64_t>(index), index.numel(), bound, typed<int32_t>(*bad), stream);
+  // No read-back here: the flag is read at this thread's next synchronization.
+  cuda::defer_check(
+      {.flag = bad->data_ptr(),
+       .flag_is_i64 = false,
+       .passed = cuda::kNoBadIndex,
+       .stream = stream,
+       .keep = bad,
+       .describe = [op = std::string(op), describe = std::move(describe)](int64_t first) {
+         return "stoke::" + op + ": " + describe(first);
+       }});
 }
 
 Tensor CudaKernels::index_select(const Tensor& x_in, int64_t dim, const Tensor& index,

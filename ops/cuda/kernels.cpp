@@ -4,6 +4,8 @@
 // the device first where a kernel needs it.
 #include <algorithm>
 #include <cmath>
+#include <memory>
+#include <string>
 
 #include "core/grad_mode.h"
 #include "cuda/kernels/cross_entropy.h"
@@ -12,6 +14,7 @@
 #include "cuda/kernels/reduce.h"
 #include "cuda/kernels/sgemm.h"
 #include "cuda/kernels/softmax.h"
+#include "cuda/runtime/deferred_checks.h"
 #include "cuda/runtime/stream.h"
 #ifndef STOKE_CUDA_EMU
 #include "cuda/vendor/cublas_gemm.h"
@@ -168,15 +171,20 @@ Tensor run_cross_entropy(const char* op, const Tensor& logits_in, const Tensor& 
   }
   cuda::cross_entropy(logits.dtype(), logits.data_ptr(), target.data<int64_t>(), n, c,
                       ce_params(options), b, stream());
-  // The kernel reports the first out-of-range target; the CPU op names it the same way.
-  const Tensor counts = scratch.to(Device::cpu());
-  const int64_t bad = counts.data<int64_t>()[1];
-  if (bad >= 0) {
-    const int64_t t = target.select(0, bad).to(Device::cpu()).item<int64_t>();
-    STOKE_FAIL(op, "target ", t, " of row ", bad, " is out of range for ", c,
-               " classes (expected 0 <= target < ", c, " or ignore_index ", options.ignore_index,
-               ")");
-  }
+  // The kernel writes the first out-of-range target's row to scratch[1] (-1: none) and skips such
+  // rows; it is read at this thread's next synchronization, not here, and named as on the CPU.
+  cuda::defer_check(
+      {.flag = scratch.data<int64_t>() + 1,
+       .flag_is_i64 = true,
+       .passed = -1,
+       .stream = stream(),
+       .keep = std::make_shared<Tensor>(scratch),
+       .describe = [op = std::string(op), target, c, ignore = options.ignore_index](int64_t bad) {
+         const int64_t t = target.select(0, bad).to(Device::cpu()).item<int64_t>();
+         return detail::str_cat("stoke::", op, ": target ", t, " of row ", bad,
+                                " is out of range for ", c, " classes (expected 0 <= target < ", c,
+                                " or ignore_index ", ignore, ")");
+       }});
   const Tensor result = options.reduction == Reduction::none ? row_loss : loss;
   return result.dtype() == logits.dtype() ? result : result.to(logits.dtype());
 }

@@ -1,8 +1,10 @@
 // Index ops and the remaining losses on "cuda" tensors (emulated) against the CPU: cat, stack,
 // index_select, embedding, gather and their backward, one_hot, the backward of max/min, nll and
-// mse losses, out-of-range indices reported with the CPU's message.
+// mse losses, out-of-range indices reported with the CPU's message at the next synchronization.
 #include <catch2/catch.hpp>
 
+#include "cuda/runtime/deferred_checks.h"
+#include "cuda/runtime/stream.h"
 #include "ops_cuda_util.h"
 
 using namespace stoke;
@@ -52,16 +54,57 @@ TEST_CASE("cuda ops: cat, stack, index_select, embedding and gather match the CP
 TEST_CASE("cuda ops: an out-of-range index fails like on the CPU", "[ops_cuda_index]") {
   const Tensor x = rand_cpu({3, 4}, 1);
   const Tensor bad = from_vector<int64_t>({0, 2, 7, 1}, {4}, {.dtype = DType::i64});
+  // On cuda the range check is read at the next synchronization (the read-back here).
+  const auto sync = [](const Tensor& t) { return t.to(Device::cpu()); };
   for (Device dev : {Device::cpu(), kCuda}) {
     INFO(dev);
-    CHECK_THROWS_WITH(ops::index_select(x.to(dev), 1, bad.to(dev)),
+    CHECK_THROWS_WITH(sync(ops::index_select(x.to(dev), 1, bad.to(dev))),
                       Catch::Contains("stoke::index_select: index 7 at position [2]") &&
                           Catch::Contains("of size 4"));
-    CHECK_THROWS_WITH(ops::embedding(x.to(dev), bad.to(dev)),
+    CHECK_THROWS_WITH(sync(ops::embedding(x.to(dev), bad.to(dev))),
                       Catch::Contains("stoke::embedding: index 7"));
-    CHECK_THROWS_WITH(ops::nll_loss(x.to(dev).narrow(0, 0, 3).t().contiguous(), bad.to(dev)),
+    CHECK_THROWS_WITH(sync(ops::nll_loss(x.to(dev).narrow(0, 0, 3).t().contiguous(), bad.to(dev))),
                       Catch::Contains("target 7 out of range for 3 classes at row 2"));
   }
+}
+
+TEST_CASE("cuda ops: range checks are read at the next synchronization, not per call",
+          "[ops_cuda_index]") {
+  const Tensor x = rand_cpu({3, 4}, 1).to(kCuda);
+  const Tensor good = from_vector<int64_t>({0, 2, 3, 1}, {4}, {.dtype = DType::i64}).to(kCuda);
+  const Tensor bad = from_vector<int64_t>({0, 2, 7, 1}, {4}, {.dtype = DType::i64}).to(kCuda);
+  REQUIRE(cuda::pending_deferred_checks() == 0);
+  // Good indices: two calls, no read-back until the result is read.
+  Tensor a = ops::index_select(x, 1, good);
+  Tensor b = ops::index_select(x, 1, good);
+  CHECK(cuda::pending_deferred_checks() == 2);
+  CHECK(max_diff(a, b) == 0);  // reads both back: the checks pass and are cleared
+  CHECK(cuda::pending_deferred_checks() == 0);
+  // A bad index: the call returns, the kernel skipped the bad column (zeros there), and the next
+  // synchronization raises the op's error once.
+  Tensor c;
+  REQUIRE_NOTHROW(c = ops::index_select(x, 1, bad));
+  CHECK(cuda::pending_deferred_checks() == 1);
+  CHECK_THROWS_WITH(cuda::Stream().synchronize(),
+                    Catch::Contains("stoke::index_select: index 7 at position [2]") &&
+                        Catch::Contains("found at the next synchronization"));
+  CHECK(cuda::pending_deferred_checks() == 0);
+  const std::vector<float> got = c.to(Device::cpu()).to_vector<float>();
+  CHECK(got[2] == 0.f);
+  CHECK(got[6] == 0.f);
+  // Cross entropy's target check likewise; the loss of the other rows is computed.
+  const Tensor logits = rand_cpu({3, 5}, 2).to(kCuda);
+  const Tensor t = from_vector<int64_t>({1, 9, 0}, {3}, {.dtype = DType::i64}).to(kCuda);
+  Tensor loss;
+  REQUIRE_NOTHROW(loss = ops::cross_entropy(logits, t, {.reduction = Reduction::none}));
+  CHECK_THROWS_WITH(loss.to(Device::cpu()),
+                    Catch::Contains("stoke::cross_entropy: target 9 of row 1 is out of range for 5 "
+                                    "classes"));
+  // A loop that never synchronizes still sees its errors: the list is bounded.
+  for (int i = 0; i < 256; ++i) ops::index_select(x, 1, good);
+  CHECK(cuda::pending_deferred_checks() == 256);
+  ops::index_select(x, 1, good);  // the 257th reads them all
+  CHECK(cuda::pending_deferred_checks() == 0);
 }
 
 TEST_CASE("cuda ops: max/min backward, nll and mse losses match the CPU", "[ops_cuda_index]") {
