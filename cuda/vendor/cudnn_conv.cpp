@@ -13,6 +13,7 @@
 #include "cuda/runtime/stream.h"
 #include "cuda/vendor/check.h"
 #include "cuda/vendor/cudnn_handle.h"
+#include "cuda/vendor/first_that_runs.h"
 
 namespace stoke::cuda {
 namespace {
@@ -68,6 +69,9 @@ struct Choice {
   size_t workspace = 0;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
+// Every usable algorithm, fastest first; once one has run, it is first (the ones before it that
+// failed to launch are dropped).
+using Choices = std::vector<Choice>;
 
 using Key = std::tuple<int, int, std::vector<int64_t>>;  // device, direction, geometry
 
@@ -92,18 +96,20 @@ std::vector<int64_t> geometry_key(const ConvGeometry& g) {
 }
 
 std::mutex g_cache_mutex;
-std::map<Key, Choice> g_cache;
+std::map<Key, Choices> g_cache;
 
-// Picks from perf results (sorted fastest first by cuDNN): the first that succeeded and fits.
+// The perf results (sorted fastest first by cuDNN) that succeeded and fit, in order.
 template <class Perf>
-Choice pick(const Perf* perf, int count, const char* direction, const ConvGeometry& g) {
+Choices pick(const Perf* perf, int count, const char* direction, const ConvGeometry& g) {
+  Choices c;
   for (int i = 0; i < count; ++i) {
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxWorkspace) {
-      return {static_cast<int>(perf[i].algo), perf[i].memory, perf[i].mathType};
+      c.push_back({static_cast<int>(perf[i].algo), perf[i].memory, perf[i].mathType});
     }
   }
-  STOKE_FAIL("cuda::conv2d", "cuDNN offers no ", direction, " algorithm for ", g.str(), " within ",
-             format_bytes(kMaxWorkspace), " of workspace");
+  STOKE_CHECK(!c.empty(), "cuda::conv2d", "cuDNN offers no ", direction, " algorithm for ", g.str(),
+              " within ", format_bytes(kMaxWorkspace), " of workspace");
+  return c;
 }
 
 // Scratch for cudnnFind*Ex: as much as the search may use, freed right after.
@@ -119,8 +125,8 @@ struct Scratch {
   ~Scratch() { caching_allocator().free(ptr); }
 };
 
-Choice choose(const ConvGeometry& g, int direction, const Descriptors& d, cudnnHandle_t h,
-              const void* in0, const void* in1, void* out, cudaStream_t stream) {
+Choices choose(const ConvGeometry& g, int direction, const Descriptors& d, cudnnHandle_t h,
+               const void* in0, const void* in1, void* out, cudaStream_t stream) {
   const int device = current_device();
   const Key key{device, direction, geometry_key(g)};
   {
@@ -130,7 +136,7 @@ Choice choose(const ConvGeometry& g, int direction, const Descriptors& d, cudnnH
   }
   constexpr int kMax = 16;
   int count = 0;
-  Choice c;
+  Choices c;
   const bool find = g_benchmark.load() && in0 && in1 && out;
   if (direction == 0) {
     cudnnConvolutionFwdAlgoPerf_t perf[kMax];
@@ -166,21 +172,29 @@ Choice choose(const ConvGeometry& g, int direction, const Descriptors& d, cudnnH
     }
     c = pick(perf, count, "backward-filter", g);
   }
-  // The heuristics report no workspace size: ask for the chosen algorithm's.
+  // The heuristics report no workspace size: ask for each algorithm's (one that cannot say is
+  // dropped).
   if (!find) {
-    STOKE_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
-    if (direction == 0) {
-      STOKE_CUDNN_CHECK(cudnnGetConvolutionForwardWorkspaceSize(
-          h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), &c.workspace));
-    } else if (direction == 1) {
-      STOKE_CUDNN_CHECK(cudnnGetConvolutionBackwardDataWorkspaceSize(
-          h, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
-          &c.workspace));
-    } else {
-      STOKE_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterWorkspaceSize(
-          h, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
-          &c.workspace));
+    Choices sized;
+    for (Choice a : c) {
+      cudnnStatus_t st = cudnnSetConvolutionMathType(d.conv, a.math);
+      if (st == CUDNN_STATUS_SUCCESS && direction == 0) {
+        st = cudnnGetConvolutionForwardWorkspaceSize(
+            h, d.x, d.w, d.conv, d.y, static_cast<cudnnConvolutionFwdAlgo_t>(a.algo), &a.workspace);
+      } else if (st == CUDNN_STATUS_SUCCESS && direction == 1) {
+        st = cudnnGetConvolutionBackwardDataWorkspaceSize(
+            h, d.w, d.y, d.conv, d.x, static_cast<cudnnConvolutionBwdDataAlgo_t>(a.algo),
+            &a.workspace);
+      } else if (st == CUDNN_STATUS_SUCCESS) {
+        st = cudnnGetConvolutionBackwardFilterWorkspaceSize(
+            h, d.x, d.y, d.conv, d.w, static_cast<cudnnConvolutionBwdFilterAlgo_t>(a.algo),
+            &a.workspace);
+      }
+      if (st == CUDNN_STATUS_SUCCESS && a.workspace <= kMaxWorkspace) sized.push_back(a);
     }
+    STOKE_CHECK(!sized.empty(), "cuda::conv2d", "no cuDNN algorithm reports its workspace for ",
+                g.str());
+    c = std::move(sized);
   }
   std::lock_guard<std::mutex> lock(g_cache_mutex);
   g_cache.emplace(key, c);
@@ -193,37 +207,63 @@ void check_geometry(const ConvGeometry& g) {
   STOKE_CHECK(g.out_h() >= 1 && g.out_w() >= 1, "cuda::conv2d", "empty output for ", g.str());
 }
 
-// Runs one direction: descriptors, cached algorithm, workspace from the caching allocator.
+// Launches one algorithm; an empty string when it ran, else why not (a status, no workspace).
+std::string try_algorithm(const Choice& c, int direction, const Descriptors& d, cudnnHandle_t h,
+                          const void* in0, const void* in1, void* out, int device,
+                          cudaStream_t stream) {
+  cudnnStatus_t st = cudnnSetConvolutionMathType(d.conv, c.math);
+  if (st != CUDNN_STATUS_SUCCESS)
+    return detail::str_cat("algo ", c.algo, ": ", cudnnGetErrorString(st));
+  void* ws = nullptr;
+  if (c.workspace) {
+    try {
+      ws = caching_allocator().allocate(c.workspace, device, stream);
+    } catch (const std::exception& e) {
+      return detail::str_cat("algo ", c.algo, ": its workspace: ", e.what());
+    }
+  }
+  const float one = 1.0f, zero = 0.0f;
+  if (direction == 0) {
+    st = cudnnConvolutionForward(h, &one, d.x, in0, d.w, in1, d.conv,
+                                 static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws, c.workspace,
+                                 &zero, d.y, out);
+  } else if (direction == 1) {
+    st = cudnnConvolutionBackwardData(h, &one, d.w, in1, d.y, in0, d.conv,
+                                      static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo), ws,
+                                      c.workspace, &zero, d.x, out);
+  } else {
+    st = cudnnConvolutionBackwardFilter(h, &one, d.x, in0, d.y, in1, d.conv,
+                                        static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo), ws,
+                                        c.workspace, &zero, d.w, out);
+  }
+  // Freed at once: the block is reused only by later work on the same stream.
+  caching_allocator().free(ws);
+  if (st != CUDNN_STATUS_SUCCESS)
+    return detail::str_cat("algo ", c.algo, ": ", cudnnGetErrorString(st));
+  return {};
+}
+
+// Runs one direction: descriptors, the cached algorithms (the next one when one fails to launch),
+// workspace from the caching allocator.
 void run(const ConvGeometry& g, int direction, const void* in0, const void* in1, void* out,
          cudaStream_t stream) {
   check_geometry(g);
   const int device = current_device();
   cudnnHandle_t h = cudnn_handle(device, stream);
   Descriptors d(g);
-  const Choice c = choose(g, direction, d, h, in0, in1, out, stream);
-  STOKE_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv, c.math));
-  void* ws = c.workspace ? caching_allocator().allocate(c.workspace, device, stream) : nullptr;
-  const float one = 1.0f, zero = 0.0f;
-  try {
-    if (direction == 0) {
-      STOKE_CUDNN_CHECK(cudnnConvolutionForward(h, &one, d.x, in0, d.w, in1, d.conv,
-                                                static_cast<cudnnConvolutionFwdAlgo_t>(c.algo), ws,
-                                                c.workspace, &zero, d.y, out));
-    } else if (direction == 1) {
-      STOKE_CUDNN_CHECK(cudnnConvolutionBackwardData(
-          h, &one, d.w, in1, d.y, in0, d.conv, static_cast<cudnnConvolutionBwdDataAlgo_t>(c.algo),
-          ws, c.workspace, &zero, d.x, out));
-    } else {
-      STOKE_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-          h, &one, d.x, in0, d.y, in1, d.conv, static_cast<cudnnConvolutionBwdFilterAlgo_t>(c.algo),
-          ws, c.workspace, &zero, d.w, out));
-    }
-  } catch (...) {
-    caching_allocator().free(ws);
-    throw;
+  const Choices c = choose(g, direction, d, h, in0, in1, out, stream);
+  static constexpr const char* kDir[] = {"forward", "backward-data", "backward-filter"};
+  const size_t used = first_that_runs(
+      c.size(),
+      [&](size_t i) { return try_algorithm(c[i], direction, d, h, in0, in1, out, device, stream); },
+      "cuda::conv2d", detail::str_cat("the cuDNN ", kDir[direction], " convolution of ", g.str()));
+  if (used > 0) {
+    // Later calls start at the algorithm that ran.
+    std::lock_guard<std::mutex> lock(g_cache_mutex);
+    auto it = g_cache.find(Key{device, direction, geometry_key(g)});
+    if (it != g_cache.end() && it->second.size() == c.size())
+      it->second.erase(it->second.begin(), it->second.begin() + static_cast<std::ptrdiff_t>(used));
   }
-  // Freed at once: the block is reused only by later work on the same stream.
-  caching_allocator().free(ws);
 }
 
 }  // namespace
@@ -259,7 +299,8 @@ std::string conv2d_algorithm(const ConvGeometry& g, int direction) {
   cudaStream_t stream = current_stream(device);
   Descriptors d(g);
   const Choice c =
-      choose(g, direction, d, cudnn_handle(device, stream), nullptr, nullptr, nullptr, stream);
+      choose(g, direction, d, cudnn_handle(device, stream), nullptr, nullptr, nullptr, stream)
+          .front();
   static constexpr const char* kDir[] = {"fwd", "bwd-data", "bwd-filter"};
   std::ostringstream os;
   os << kDir[direction] << " algo " << c.algo

@@ -2,7 +2,10 @@
 // tensors in f32, f16 or bf16 (f32 accumulation). The algorithm is chosen once per (direction,
 // shape, dtype, math, device) — by cuDNN's heuristics (cudnnGet*_v7) or, with
 // set_cudnn_benchmark(true), by timing every algorithm (cudnnFind*Ex) like
-// torch.backends.cudnn.benchmark — and cached; workspaces come from the caching allocator.
+// torch.backends.cudnn.benchmark — and cached; workspaces come from the caching allocator. Every
+// usable algorithm is kept in rank order: when one fails to launch (a status, or its workspace
+// cannot be allocated) the next is tried, and the one that ran is used from then on
+// (first_that_runs.h); only when all fail is it an error, naming each one's reason.
 #pragma once
 
 #include <array>

@@ -5,7 +5,11 @@
 
 #if defined(STOKE_HAS_CUDA) && !defined(STOKE_CUDA_EMU)
 
+#include <algorithm>
+#include <numeric>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "cuda/runtime/device.h"
 #include "cuda/runtime/stream.h"
@@ -153,9 +157,21 @@ void check_cudnn_batch_norm(Suite& s) {
       const double tol = 2 * tolerance(dt);
       // Inference first: it reads the running statistics the training call then updates.
       Tensor ye = dev_empty(shape, dt);
-      cuda::batch_norm_forward_inference(g, dx_.data_ptr(), ye.data_ptr(), dw_.data<float>(),
-                                         db_.data<float>(), drm.data<float>(), drv.data<float>(),
-                                         o.eps, cuda::current_stream());
+      try {
+        cuda::batch_norm_forward_inference(g, dx_.data_ptr(), ye.data_ptr(), dw_.data<float>(),
+                                           db_.data<float>(), drm.data<float>(), drv.data<float>(),
+                                           o.eps, cuda::current_stream());
+      } catch (const Error& e) {
+        // cuDNN's legacy batch-norm API may refuse bf16 on some versions and devices. Not a
+        // defect of stoke: its ops run batch norm with stoke's kernels (ops/cuda/batch_norm.cpp),
+        // which the ops checks test in bf16. Any other error is one.
+        const bool refused =
+            dt == DType::bf16 && std::string(e.what()).find("NOT_SUPPORTED") != std::string::npos;
+        if (!refused) throw;
+        s.expect("cudnn batch_norm: cuDNN refuses bf16 here (ops use stoke's kernel)", sh, dn, true,
+                 "");
+        continue;
+      }
       s.compare("cudnn batch_norm fwd inference", sh, dn, download(ye), ref_eval, tol);
       Tensor y = dev_empty(shape, dt), sm = dev_empty({C}, DType::f32);
       Tensor si = dev_empty({C}, DType::f32);
@@ -178,6 +194,21 @@ void check_cudnn_batch_norm(Suite& s) {
       s.compare("cudnn batch_norm bwd dbias", sh, dn, download(gb), ref_g.grad_bias, tol);
     }
   }
+}
+
+// `planes` planes of `size` distinct values each (a shuffled -size/2 .. size/2 in steps of 1/8:
+// exact in bf16 for size <= 2048), so no pooling window has tied maxima (cudnn_pool.h).
+Tensor tie_free(int64_t planes, int64_t size) {
+  Tensor x = empty({planes, size});
+  float* p = x.data<float>();
+  std::mt19937 rng(4242);
+  std::vector<int64_t> perm(static_cast<size_t>(size));
+  for (int64_t i = 0; i < planes; ++i) {
+    std::iota(perm.begin(), perm.end(), -size / 2);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int64_t j = 0; j < size; ++j) p[i * size + j] = static_cast<float>(perm[j]) / 8.f;
+  }
+  return x;
 }
 
 // cuDNN pooling: max and average, forward and backward.
@@ -205,6 +236,7 @@ void check_cudnn_pool(Suite& s) {
                             .padding = {c.pad, c.pad},
                             .count_include_pad = c.mode != cuda::PoolMode::avg_exclude_pad};
       Tensor x = randn({c.n, c.c, c.h, c.w}), dy = randn({c.n, c.c, g.out_h(), g.out_w()});
+      if (c.mode == cuda::PoolMode::max) x = tie_free(c.n * c.c, c.h * c.w).view(x.shape());
       Tensor rx = rounded(x, dt), rdy = rounded(dy, dt);
       Tensor ref_y, ref_dx;
       if (c.mode == cuda::PoolMode::max) {
