@@ -1,5 +1,6 @@
 #include "nn/optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -8,6 +9,7 @@
 #include "core/parallel.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/reduce.h"
 
 namespace stoke::nn::optim {
@@ -269,12 +271,17 @@ void Adam::load_state_dict(const NamedTensors& state) {
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
   double total = 0;
+  // Device gradients: each one's sum of squares stays on its device (in f32), and one read-back
+  // per device gives the total (the norm decides the scale, as torch's .item() does).
+  std::vector<std::pair<Device, std::vector<Tensor>>> device_sums;
   for (const auto& p : params) {
     if (!p.grad().defined()) continue;
     const Tensor g = contiguous_grad(p);
     if (!g.device().is_cpu()) {
-      // One read-back per parameter: the norm decides the scale (as torch's .item() does).
-      total += ops::sum(ops::mul(g, g)).to(Device::cpu()).to(DType::f64).item();
+      auto it = std::find_if(device_sums.begin(), device_sums.end(),
+                             [&](const auto& d) { return d.first == g.device(); });
+      if (it == device_sums.end()) it = device_sums.insert(device_sums.end(), {g.device(), {}});
+      it->second.push_back(ops::sum(ops::mul(g, g)).to(DType::f32).reshape({1}));
       continue;
     }
     dispatch_float(g.dtype(), "clip_grad_norm_", [&](auto tag) {
@@ -285,6 +292,8 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
       total += s;
     });
   }
+  for (const auto& [device, sums] : device_sums)
+    total += ops::sum(ops::cat(sums, 0)).to(Device::cpu()).to(DType::f64).item();
   const double norm = std::sqrt(total);
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1)
