@@ -213,13 +213,13 @@ std::string try_algorithm(const Choice& c, int direction, const Descriptors& d, 
                           cudaStream_t stream) {
   cudnnStatus_t st = cudnnSetConvolutionMathType(d.conv, c.math);
   if (st != CUDNN_STATUS_SUCCESS)
-    return detail::str_cat("algo ", c.algo, ": ", cudnnGetErrorString(st));
+    return ::stoke::detail::str_cat("algo ", c.algo, ": ", cudnnGetErrorString(st));
   void* ws = nullptr;
   if (c.workspace) {
     try {
       ws = caching_allocator().allocate(c.workspace, device, stream);
     } catch (const std::exception& e) {
-      return detail::str_cat("algo ", c.algo, ": its workspace: ", e.what());
+      return ::stoke::detail::str_cat("algo ", c.algo, ": its workspace: ", e.what());
     }
   }
   const float one = 1.0f, zero = 0.0f;
@@ -239,7 +239,7 @@ std::string try_algorithm(const Choice& c, int direction, const Descriptors& d, 
   // Freed at once: the block is reused only by later work on the same stream.
   caching_allocator().free(ws);
   if (st != CUDNN_STATUS_SUCCESS)
-    return detail::str_cat("algo ", c.algo, ": ", cudnnGetErrorString(st));
+    return ::stoke::detail::str_cat("algo ", c.algo, ": ", cudnnGetErrorString(st));
   return {};
 }
 
@@ -256,7 +256,8 @@ void run(const ConvGeometry& g, int direction, const void* in0, const void* in1,
   const size_t used = first_that_runs(
       c.size(),
       [&](size_t i) { return try_algorithm(c[i], direction, d, h, in0, in1, out, device, stream); },
-      "cuda::conv2d", detail::str_cat("the cuDNN ", kDir[direction], " convolution of ", g.str()));
+      "cuda::conv2d",
+      ::stoke::detail::str_cat("the cuDNN ", kDir[direction], " convolution of ", g.str()));
   if (used > 0) {
     // Later calls start at the algorithm that ran.
     std::lock_guard<std::mutex> lock(g_cache_mutex);

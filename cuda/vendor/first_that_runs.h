@@ -20,7 +20,7 @@ size_t first_that_runs(size_t count, Try&& try_one, const char* op, const std::s
   for (size_t i = 0; i < count; ++i) {
     const std::string why = try_one(i);
     if (why.empty()) return i;
-    reasons += detail::str_cat(reasons.empty() ? "" : "; ", "choice ", i, ": ", why);
+    reasons += ::stoke::detail::str_cat(reasons.empty() ? "" : "; ", "choice ", i, ": ", why);
   }
   STOKE_FAIL(op, "no choice ran for ", what, " (", count, " tried", reasons.empty() ? "" : ": ",
              reasons, ")");
