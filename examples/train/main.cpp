@@ -27,7 +27,7 @@
 #include "progress.h"
 #include "run_dir.h"
 #include "stoke/stoke.h"
-#if STOKE_HAS_CUDA
+#if STOKE_HAS_CUDA || STOKE_CUDA_EMU
 #include "cuda/runtime/pinned.h"
 #endif
 
@@ -74,7 +74,7 @@ std::shared_ptr<const data::Dataset> open_split(const Flags& f, bool train) {
 // Batches bound for a GPU are filled in pinned host memory, so that their upload is asynchronous
 // (PyTorch's pin_memory=True); otherwise the CPU allocator's.
 data::BatchAllocator batch_allocator(Device device) {
-#if STOKE_HAS_CUDA
+#if STOKE_HAS_CUDA || STOKE_CUDA_EMU
   if (device.is_cuda()) return [](size_t nbytes) { return cuda::pinned_storage(nbytes); };
 #endif
   (void)device;
