@@ -1,10 +1,17 @@
 // stoke-gpu-selftest: every CUDA op, custom kernel launcher and vendor call (cuBLAS, cuDNN) of the
 // CUDA backend against the CPU reference (stoke::ops on CPU tensors) at several shapes and dtypes.
-// Prints one row per case (op, shape, dtype, max abs error, max rel error, pass/fail), which
-// methods of the backend's kernels (ops/cuda/backend.h) the run reached, and a summary; exits
-// non-zero on any failure or any method not reached. Without a GPU (or in a build without the
-// CUDA backend) it prints "stoke-gpu-selftest: no CUDA device (<reason>): skipped" and exits 0.
-// The first command to run when a GPU appears.
+// Prints one row per case (op, shape, dtype, max abs error, max rel error, pass/fail) as soon as
+// the case is done, then the whole table again, which methods of the backend's kernels
+// (ops/cuda/backend.h) the run reached, and a summary; exits non-zero on any failure or any method
+// not reached. Without a GPU (or in a build without the CUDA backend) it prints
+// "stoke-gpu-selftest: no CUDA device (<reason>): skipped" and exits 0. The first command to run
+// when a GPU appears.
+//
+// Each section (vendor, kernels, ops) runs in its own child process, a fresh exec of this program
+// (examples/selftest/isolate.h), so a crash (host code touching device memory, a bad launch) or a
+// hang in one section is a failed row "section ops: crashed (SIGSEGV) after row '<op shape
+// dtype>'" and the other sections still run. Every section starts from the same seed in both
+// modes, so --in-process reruns a crashed section's inputs under a debugger.
 //
 // The checks live in examples/selftest/: vendor_checks.cpp (cuBLAS/cuDNN), kernel_checks.cpp
 // (raw launchers) and ops_checks*.cpp (the public API on cuda tensors; also run in cuda/emu by
@@ -12,12 +19,14 @@
 // for its cases, plus one line in its file's table.
 //
 // Usage: stoke-gpu-selftest [--quick] [--trace] [--failures-only] [--coverage]
-//   --quick          small shapes only (the set the emulator test runs)
-//   --trace          print each row as it completes, with the seconds it took
-//   --failures-only  print only the failed rows of the table
-//   --coverage       print the calls and dtypes each kernel method received
+//                           [--section-timeout SECONDS] [--in-process]
+//   --quick              small shapes only (the set the emulator test runs)
+//   --trace              put the seconds each row took in front of it
+//   --failures-only      print only the failed rows (as they come and in the final table)
+//   --coverage           print the calls and dtypes each kernel method received
+//   --section-timeout S  kill a section that runs longer than S seconds (default 600): a failed row
+//   --in-process         run every section in this process, as one program (for a debugger)
 #include <cstdio>
-#include <cstring>
 #include <string>
 
 // STOKE_HAS_CUDA comes with the real stoke_cuda library and STOKE_HAS_CUDA_OPS with its ops glue
@@ -37,65 +46,165 @@ int main() {
 
 #else
 
+#include <cmath>
+#include <cstdlib>
 #include <exception>
+#include <vector>
 
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/device.h"
 #include "examples/selftest/coverage.h"
+#include "examples/selftest/isolate.h"
 #include "examples/selftest/ops_checks.h"
 #include "examples/selftest/suite.h"
 #include "examples/selftest/vendor_checks.h"
 #include "stoke/stoke.h"
 
-int main(int argc, char** argv) {
-  using namespace stoke;
+namespace {
+
+using namespace stoke;
+using selftest::Suite;
+
+struct Section {
+  const char* name;
+  void (*run)(Suite& s, bool quick);
+};
+const Section kSections[] = {
+    {"vendor", [](Suite& s, bool) { selftest::run_vendor_checks(s); }},
+    {"kernels", selftest::run_kernel_checks},
+    {"ops", selftest::run_ops_checks},
+};
+
+struct Flags {
   bool quick = false, trace = false, failures_only = false, show_coverage = false;
+  bool in_process = false;
+  double section_timeout = 600;
+};
+
+int usage(const char* argv0, int code) {
+  std::fprintf(code == 0 ? stdout : stderr,
+               "usage: %s [--quick] [--trace] [--failures-only] [--coverage]\n"
+               "       [--section-timeout SECONDS] [--in-process]\n",
+               argv0);
+  return code;
+}
+
+// Runs one section with a fresh seed and counts its kernel calls; the same in a child and in
+// --in-process, so that both see the same inputs.
+selftest::Coverage run_one(const Section& section, Suite& suite, bool quick) {
+  manual_seed(1234);
+  selftest::CoverageScope scope;
+  section.run(suite, quick);
+  return scope.snapshot();
+}
+
+// The child's side of --run-section: every row goes to the parent's pipe as it is added. Nothing
+// is printed: the parent prints.
+int run_child(const selftest::isolate::ChildFlags& child, bool quick) {
+  selftest::isolate::Reporter reporter(child.report_fd);
+  Suite suite;
+  suite.on_add([&](const selftest::Row& row) { reporter.row(row); });
+  const std::string op = "section " + child.section;
+  try {
+    const Section* section = nullptr;
+    for (const Section& s : kSections)
+      if (child.section == s.name) section = &s;
+    if (!section) STOKE_FAIL("stoke-gpu-selftest", "no section named '", child.section, "'");
+    cuda::register_cuda_allocator();
+    reporter.coverage(run_one(*section, suite, quick));
+  } catch (const std::exception& e) {
+    suite.fail(op, e.what());
+  }
+  reporter.done(cuda::caching_allocator().summary(0));
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
   for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--quick") == 0) {
-      quick = true;
-    } else if (std::strcmp(argv[i], "--trace") == 0) {
-      trace = true;
-    } else if (std::strcmp(argv[i], "--failures-only") == 0) {
-      failures_only = true;
-    } else if (std::strcmp(argv[i], "--coverage") == 0) {
-      show_coverage = true;
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      flags.quick = true;
+    } else if (a == "--trace") {
+      flags.trace = true;
+    } else if (a == "--failures-only") {
+      flags.failures_only = true;
+    } else if (a == "--coverage") {
+      flags.show_coverage = true;
+    } else if (a == "--in-process") {
+      flags.in_process = true;
+    } else if (a == "--section-timeout") {
+      char* end = nullptr;
+      const char* v = i + 1 < argc ? argv[++i] : "";
+      flags.section_timeout = std::strtod(v, &end);
+      if (*v == '\0' || *end != '\0' || !std::isfinite(flags.section_timeout) ||
+          flags.section_timeout <= 0 || flags.section_timeout > 86400) {
+        std::fprintf(stderr, "%s: --section-timeout takes seconds in (0, 86400], got '%s'\n",
+                     argv[0], v);
+        return 2;
+      }
+    } else if (selftest::isolate::is_child_flag(argv[i])) {
+      // read by child_flags below
     } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--trace] [--failures-only] [--coverage]\n",
-                   argv[0]);
-      return std::strcmp(argv[i], "--help") == 0 ? 0 : 2;
+      return usage(argv[0], a == "--help" ? 0 : 2);
     }
   }
+  const selftest::isolate::ChildFlags child = selftest::isolate::child_flags(argc, argv);
+  if (!child.section.empty()) return run_child(child, flags.quick);
+
+  // The parent asks only for the device count and properties (the driver, no context, no
+  // memory); its children are exec'd, never forked, so they start CUDA afresh.
   if (!cuda::is_available()) {
     std::printf("stoke-gpu-selftest: no CUDA device (%s): skipped\n",
                 cuda::device_unavailable_reason().c_str());
     return 0;
   }
   try {
-    cuda::register_cuda_allocator();
-    manual_seed(1234);
-    std::printf("stoke-gpu-selftest on %s%s\n", cuda::device_properties(0).summary().c_str(),
-                quick ? " (quick)" : "");
-    selftest::Suite suite;
-    if (trace) suite.trace_to(stdout);
+    std::printf("stoke-gpu-selftest on %s%s%s\n", cuda::device_properties(0).summary().c_str(),
+                flags.quick ? " (quick)" : "",
+                flags.in_process ? " (in process)" : " (a process per section)");
+    Suite suite;
+    suite.stream_to(stdout, flags.trace, flags.failures_only);
     selftest::Coverage coverage;
-    {
-      // Counts the calls into the backend's kernels while the checks run.
-      selftest::CoverageScope scope;
-      selftest::run_vendor_checks(suite);
-      selftest::run_kernel_checks(suite, quick);
-      selftest::run_ops_checks(suite, quick);
-      coverage = scope.snapshot();
+    std::vector<std::string> allocator_lines, unfinished;
+    if (flags.in_process) cuda::register_cuda_allocator();
+    for (const Section& section : kSections) {
+      if (flags.in_process) {
+        selftest::isolate::merge(coverage, run_one(section, suite, flags.quick));
+        continue;
+      }
+      std::vector<std::string> args;
+      if (flags.quick) args.push_back("--quick");
+      const selftest::isolate::SectionResult r = selftest::isolate::run_section(
+          "/proc/self/exe", args, section.name, flags.section_timeout, suite);
+      selftest::isolate::merge(coverage, r.coverage);
+      if (!r.finished) unfinished.push_back(section.name);
+      if (!r.info.empty())
+        allocator_lines.push_back("allocator after section " + std::string(section.name) + ": " +
+                                  r.info);
     }
+    if (flags.in_process)
+      allocator_lines.push_back("allocator: " + cuda::caching_allocator().summary(0));
+    // Over the union of the sections' calls: a method that one section reaches counts. A section
+    // that did not finish sent none, which the note says.
     const std::string never = coverage.never_called();
+    std::string note = "never called: " + never;
+    if (!unfinished.empty()) {
+      note += " (sections that did not finish:";
+      for (const std::string& name : unfinished) note += " " + name;
+      note += ")";
+    }
     suite.expect("coverage: every cuda kernel method called",
-                 std::to_string(selftest::kMethodCount) + " methods", "-", never.empty(),
-                 "never called: " + never);
-    suite.print(stdout, failures_only);
-    if (show_coverage)
+                 std::to_string(selftest::kMethodCount) + " methods", "-", never.empty(), note);
+    std::printf("\n");
+    suite.print(stdout, flags.failures_only);
+    if (flags.show_coverage)
       for (const std::string& line : coverage.lines()) std::printf("  %s\n", line.c_str());
+    for (const std::string& line : allocator_lines) std::printf("%s\n", line.c_str());
     const int failures = suite.failures();
-    std::printf("stoke-gpu-selftest: %zu checks, %d failed; %s\n", suite.rows().size(), failures,
-                cuda::caching_allocator().summary(0).c_str());
+    std::printf("stoke-gpu-selftest: %zu checks, %d failed\n", suite.rows().size(), failures);
     return failures == 0 ? 0 : 1;
   } catch (const std::exception& e) {
     std::printf("stoke-gpu-selftest: FAILED: %s\n", e.what());

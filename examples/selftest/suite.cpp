@@ -82,17 +82,57 @@ void Suite::fail(const std::string& op, const std::string& why) {
   add(Row{op, "-", "-", 0, 0, false, why});
 }
 
+namespace {
+
+// printf into a std::string of the size it needs (columns widen for long names, as printf's do).
+template <class... A>
+std::string format(const char* fmt, A... args) {
+  std::string s(static_cast<size_t>(std::snprintf(nullptr, 0, fmt, args...)), '\0');
+  std::snprintf(s.data(), s.size() + 1, fmt, args...);
+  return s;
+}
+
+// The table's header and one row (print()'s format), without the newline.
+std::string header_line() {
+  return format("%-40s %-30s %-5s %11s %11s  %s", "op", "shape", "dtype", "max abs err",
+                "max rel err", "result");
+}
+
+std::string format_row(const Row& r) {
+  return format("%-40s %-30s %-5s %11.3e %11.3e  %s%s%s", r.op.c_str(), r.shape.c_str(),
+                r.dtype.c_str(), r.max_abs, r.max_rel, r.pass ? "pass" : "FAIL",
+                r.note.empty() ? "" : ": ", r.note.c_str());
+}
+
+}  // namespace
+
+void Suite::stream_to(std::FILE* out, bool timed, bool failures_only) {
+  stream_ = out;
+  timed_ = timed;
+  stream_failures_only_ = failures_only;
+  if (!out) return;
+  std::fprintf(out, "%s%s\n", timed ? "    secs " : "", header_line().c_str());
+  std::fflush(out);
+}
+
 void Suite::add(Row row) {
-  if (trace_) {
-    const double now =
-        std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-    std::fprintf(trace_, "%8.3fs %-40s %-30s %-5s %s %s\n", last_ < 0 ? 0.0 : now - last_,
-                 row.op.c_str(), row.shape.c_str(), row.dtype.c_str(), row.pass ? "pass" : "FAIL",
-                 row.note.c_str());
-    std::fflush(trace_);
-    last_ = now;
+  if (stream_) {
+    double dt = 0;
+    if (timed_) {
+      const double now =
+          std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+              .count();
+      dt = last_ < 0 ? 0.0 : now - last_;
+      last_ = now;
+    }
+    if (!stream_failures_only_ || !row.pass) {
+      if (timed_) std::fprintf(stream_, "%7.3fs ", dt);
+      std::fprintf(stream_, "%s\n", format_row(row).c_str());
+      std::fflush(stream_);
+    }
   }
   rows_.push_back(std::move(row));
+  if (on_add_) on_add_(rows_.back());
 }
 
 int Suite::failures() const {
@@ -101,14 +141,9 @@ int Suite::failures() const {
 }
 
 void Suite::print(std::FILE* out, bool failures_only) const {
-  std::fprintf(out, "%-40s %-30s %-5s %11s %11s  %s\n", "op", "shape", "dtype", "max abs err",
-               "max rel err", "result");
-  for (const Row& r : rows_) {
-    if (failures_only && r.pass) continue;
-    std::fprintf(out, "%-40s %-30s %-5s %11.3e %11.3e  %s%s%s\n", r.op.c_str(), r.shape.c_str(),
-                 r.dtype.c_str(), r.max_abs, r.max_rel, r.pass ? "pass" : "FAIL",
-                 r.note.empty() ? "" : ": ", r.note.c_str());
-  }
+  std::fprintf(out, "%s\n", header_line().c_str());
+  for (const Row& r : rows_)
+    if (!failures_only || !r.pass) std::fprintf(out, "%s\n", format_row(r).c_str());
 }
 
 std::string shape_str(const Shape& shape) {

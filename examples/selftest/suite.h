@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -46,8 +47,16 @@ class Suite {
     }
   }
 
-  // Prints each row as it is added, with the seconds since the previous one (slow checks show).
-  void trace_to(std::FILE* out) { trace_ = out; }
+  // Adds a row as it is (one that a section's child process reported, examples/selftest/isolate.h).
+  void add(Row row);
+
+  // Prints the table's header now and then each row as it is added, flushed, so that a crash
+  // later loses none of them: `timed` puts the seconds since the previous row in front (slow
+  // checks show), `failures_only` skips the rows that pass.
+  void stream_to(std::FILE* out, bool timed = false, bool failures_only = false);
+  void trace_to(std::FILE* out) { stream_to(out, /*timed=*/true); }
+  // Calls `f` with each row after it is added (a child sends its rows to the parent this way).
+  void on_add(std::function<void(const Row&)> f) { on_add_ = std::move(f); }
 
   const std::vector<Row>& rows() const { return rows_; }
   int failures() const;
@@ -55,11 +64,11 @@ class Suite {
   void print(std::FILE* out, bool failures_only = false) const;
 
  private:
-  void add(Row row);
-
   std::vector<Row> rows_;
-  std::FILE* trace_ = nullptr;
+  std::FILE* stream_ = nullptr;
+  bool timed_ = false, stream_failures_only_ = false;
   double last_ = -1;
+  std::function<void(const Row&)> on_add_;
 };
 
 // "2x3x4" for a list of sizes; shape_str(Shape) likewise.
