@@ -62,26 +62,29 @@ void bench_memory(Bench& b) {
         [&] { cuda::cast(DType::f32, x.ptr, DType::f16, out.ptr, n, nullptr); });
     add("cast f16->f32", "stoke cast", 6.0 * n,
         [&] { cuda::cast(DType::f16, xh.ptr, DType::f32, out.ptr, n, nullptr); });
+    // The two-stage path's partials (the largest any case below needs: the whole-tensor sum).
+    Buffer ws(std::max<size_t>(cuda::reduce_workspace_bytes(1, n, 1), 8), DType::u8, Fill::zero);
     add("sum all f32", "stoke reduce", 4.0 * n, [&] {
-      cuda::reduce(cuda::ReduceOp::sum, DType::f32, x.ptr, out.ptr, nullptr, 1, n, 1, nullptr);
+      cuda::reduce(cuda::ReduceOp::sum, DType::f32, x.ptr, out.ptr, nullptr, 1, n, 1, ws.ptr,
+                   nullptr);
     });
     const int64_t row = 1024, rows = n / row;
     add("sum rows f32 (" + std::to_string(rows) + "x1024, dim 1)", "stoke reduce",
         4.0 * n + 4.0 * rows, [&] {
           cuda::reduce(cuda::ReduceOp::sum, DType::f32, x.ptr, out.ptr, nullptr, rows, row, 1,
-                       nullptr);
+                       ws.ptr, nullptr);
         });
     const int64_t cols = 256, crows = n / cols;
     add("sum cols f32 (" + std::to_string(crows) + "x256, dim 0)", "stoke reduce",
         4.0 * n + 4.0 * cols, [&] {
           cuda::reduce(cuda::ReduceOp::sum, DType::f32, x.ptr, out.ptr, nullptr, 1, crows, cols,
-                       nullptr);
+                       ws.ptr, nullptr);
         });
     Buffer indices(rows * 8, DType::i64, Fill::zero);
     add("max+argmax rows f32 (" + std::to_string(rows) + "x1024)", "stoke reduce",
         4.0 * n + 12.0 * rows, [&] {
           cuda::reduce(cuda::ReduceOp::max, DType::f32, x.ptr, out.ptr, indices.as<int64_t>(), rows,
-                       row, 1, nullptr);
+                       row, 1, ws.ptr, nullptr);
         });
   }
 }

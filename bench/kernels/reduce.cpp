@@ -88,9 +88,10 @@ double validate(const Op& op, DType d, const Path& p) {
   for (float& v : x) v = sb::round_to(d, dist(rng));
   sb::Bytes dx(total * dtype_size(d)), dout(outer * inner * dtype_size(d)), didx(outer * inner * 8);
   dx.upload(sb::encode(d, x));
+  sb::Bytes ws(cuda::reduce_workspace_bytes(outer, n, inner));  // the two-stage path's partials
   cuda::reduce(op.op, d, dx.at(0), op.values ? dout.at(0) : nullptr,
                op.indices ? reinterpret_cast<int64_t*>(didx.at(0)) : nullptr, outer, n, inner,
-               nullptr);
+               ws.at(0), nullptr);
   STOKE_CUDA_CHECK(cudaDeviceSynchronize());
   const std::vector<float> got = sb::decode(d, dout.download(outer * inner * dtype_size(d)));
   std::vector<int64_t> got_idx(outer * inner);
@@ -192,11 +193,12 @@ int main(int argc, char** argv) {
       continue;
     }
     const void* x = (c.dtype == DType::f32 ? x32 : x16).at(0);
+    sb::Bytes ws(cuda::reduce_workspace_bytes(outer, n, inner));
     const double ms = sb::median_event_ms(
         [&] {
           cuda::reduce(c.op->op, c.dtype, x, c.op->values ? out.at(0) : nullptr,
                        c.op->indices ? reinterpret_cast<int64_t*>(idx.at(0)) : nullptr, outer, n,
-                       inner, nullptr);
+                       inner, ws.at(0), nullptr);
         },
         reps, warmup);
     report.add({c.path->name, c.op->name, dtype_name(c.dtype), shape}, do_validate ? "ok" : "-", ms,
