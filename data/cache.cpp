@@ -21,7 +21,7 @@ constexpr const char* kDecoded = "DecodedCache";
 
 // Reads exactly `size` bytes of `path` into dst; the file must still have that size.
 void read_exact(const std::string& path, uint8_t* dst, int64_t size) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);  // a FIFO: no hang
   if (fd < 0) STOKE_FAIL(kEncoded, "'", path, "': cannot open file: ", std::strerror(errno));
   int64_t got = 0;
   int err = 0;

@@ -39,7 +39,9 @@ std::string hex_byte(uint8_t b) {
 class File {
  public:
   explicit File(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO would block until a writer came; the regular-file check follows
+    // (reads of a regular file ignore the flag).
+    fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd_ < 0) fail(path, "cannot open file: ", std::strerror(errno));
     struct stat st;
     if (::fstat(fd_, &st) != 0) fail(path, "cannot stat file: ", std::strerror(errno));

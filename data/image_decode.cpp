@@ -83,7 +83,8 @@ void decode_image(const uint8_t* data, size_t size, const std::string& path,
 
 void read_file_bytes(const std::string& path, std::vector<uint8_t>& bytes) {
   constexpr const char* kOp = "read_file_bytes";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO would block until a writer came; the regular-file check follows.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) STOKE_FAIL(kOp, "'", path, "': cannot open file: ", std::strerror(errno));
   struct Closer {
     int fd;

@@ -291,10 +291,15 @@ PackedDataset::PackedDataset(const std::string& dir, PackedOptions options) : di
 
   for (int64_t s = 0; s < num_shards; ++s) {
     Shard& sh = shards_[static_cast<size_t>(s)];
-    const int fd = ::open(sh.path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO would block until a writer came.
+    const int fd = ::open(sh.path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) STOKE_FAIL(kOpen, "'", sh.path, "': cannot open shard: ", std::strerror(errno));
     struct stat st;
     const int stat_rc = ::fstat(fd, &st);
+    if (stat_rc == 0 && !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      STOKE_FAIL(kOpen, "'", sh.path, "': not a regular file");
+    }
     const size_t expected = kShardHeader + static_cast<size_t>(sh.count * record_bytes_);
     if (stat_rc != 0 || static_cast<size_t>(st.st_size) != expected) {
       ::close(fd);

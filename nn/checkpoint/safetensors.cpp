@@ -335,7 +335,8 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 }
 
 SafetensorsFile load_safetensors(const std::string& path) {
-  FdCloser fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: opening a FIFO would block until a writer came; the regular-file check follows.
+  FdCloser fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   STOKE_CHECK(fd.fd >= 0, kLoadOp, path, ": cannot open: ", errno_text());
   struct stat st {};
   STOKE_CHECK(::fstat(fd.fd, &st) == 0, kLoadOp, path, ": cannot stat: ", errno_text());
