@@ -1,5 +1,6 @@
 #include "core/shape.h"
 
+#include <limits>
 #include <sstream>
 
 #include "core/error.h"
@@ -7,8 +8,16 @@
 namespace stoke {
 
 int64_t Shape::numel() const {
+  // A zero dim makes the shape empty whatever the others multiply to ([2^62, 2^62, 0] is a valid
+  // empty shape); otherwise the product must fit int64 (signed overflow is undefined behaviour,
+  // and a wrapped count would size an allocation wrongly).
+  for (int64_t d : *this)
+    if (d == 0) return 0;
   int64_t n = 1;
-  for (int64_t d : *this) n *= d;
+  for (int64_t d : *this) {
+    STOKE_CHECK(!__builtin_mul_overflow(n, d, &n), "shape", "shape ", *this,
+                " has more than 2^63 - 1 elements");
+  }
   return n;
 }
 
@@ -27,9 +36,13 @@ std::ostream& operator<<(std::ostream& os, const Shape& s) {
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t s = 1;
+  bool overflow = false;
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= shape[i] > 1 ? shape[i] : 1;
+    // Saturates: only an empty shape can get here (numel() refuses the others), and an empty
+    // tensor's strides never address memory.
+    if (!overflow) overflow = __builtin_mul_overflow(s, shape[i] > 1 ? shape[i] : 1, &s);
+    if (overflow) s = std::numeric_limits<int64_t>::max();
   }
   return strides;
 }

@@ -136,3 +136,22 @@ TEST_CASE("allocator: 64-byte alignment and caching of large blocks", "[core][al
   a.empty_cache();
   CHECK(a.stats().cached_bytes == 0);
 }
+
+TEST_CASE("shape: element counts past int64 are refused; a zero dim is empty whatever the others",
+          "[core]") {
+  const int64_t big = int64_t{1} << 62;
+  // Empty in any order (the product of the other dims would overflow: undefined behaviour before).
+  for (const Shape& s : {Shape{0, big, big}, Shape{big, big, 0}, Shape{big, 0, big}}) {
+    INFO(s);
+    CHECK(s.numel() == 0);
+    const Tensor t = empty(s, {.dtype = DType::u8});
+    CHECK(t.numel() == 0);
+    CHECK(t.shape() == s);
+  }
+  CHECK_THROWS_WITH(
+      Shape({big, 4}).numel(),
+      Catch::Contains("shape [4611686018427387904, 4] has more than 2^63 - 1 elements"));
+  CHECK_THROWS_WITH(empty({big, big}), Catch::Contains("has more than 2^63 - 1 elements"));
+  CHECK(Shape({big, 1}).numel() == big);
+  CHECK(Shape({}).numel() == 1);
+}
