@@ -50,6 +50,9 @@ void IdxImageDataset::init() {
   n_ = images_.size(0);
   h_ = images_.size(1);
   w_ = images_.size(2);
+  // An image of no pixels has nothing to train on (and get() would copy from a null buffer).
+  STOKE_CHECK(n_ == 0 || (h_ > 0 && w_ > 0), kOp, "'", source_, "': images of ", h_, "x", w_,
+              " pixels (shape ", images_.shape(), "): expected at least 1x1");
   const int64_t* l = labels_.data<int64_t>();
   int64_t max_label = -1;
   for (int64_t i = 0; i < n_; ++i) {

@@ -60,6 +60,22 @@ TEST_CASE("IdxImageDataset serves the IDX images as HxWx1 samples with their lab
   CHECK_THROWS_WITH(data::IdxImageDataset(dir.path.string()), Contains("train-images-idx3-ubyte"));
 }
 
+TEST_CASE("IdxImageDataset refuses images of no pixels") {
+  // An IDX file of shape [N, 0, 0] (it parses: N x 0 bytes of data) copied from a null buffer in
+  // get() before: undefined behaviour under UBSan, and nothing to train on.
+  test::TempDir dir("stoke_test_idxds_empty");
+  for (const std::vector<uint32_t>& dims :
+       {std::vector<uint32_t>{3, 0, 0}, std::vector<uint32_t>{3, 4, 0}}) {
+    write_idx(dir.path / "t10k-images-idx3-ubyte", dims, {});
+    write_idx(dir.path / "t10k-labels-idx1-ubyte", {3}, {1, 2, 0});
+    CHECK_THROWS_WITH(data::IdxImageDataset(dir.path.string(), {.train = false}),
+                      Contains("t10k-images-idx3-ubyte") &&
+                          Contains("images of " + std::to_string(dims[1]) + "x" +
+                                   std::to_string(dims[2]) + " pixels") &&
+                          Contains("expected at least 1x1"));
+  }
+}
+
 TEST_CASE("IdxImageDataset takes class names and checks them against the labels") {
   Tensor images = zeros({2, 2, 2}, {.dtype = DType::u8});
   Tensor labels = from_vector<int64_t>({0, 2}, {2}, {.dtype = DType::i64});
