@@ -3,6 +3,7 @@
 // loader (uint8 batches, normalized here in one fused pass), progress bar with the data wait,
 // evaluation in eval mode under no-grad, per-epoch summary, JSONL metrics, best and last
 // checkpoints, exact mid-epoch resume, gradient accumulation, early stopping.
+#include <charconv>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -225,6 +226,31 @@ std::string meta(const std::map<std::string, std::string>& m, const std::string&
   return it->second;
 }
 
+// An integer of the metadata in [lo, hi]: the whole value must parse (a mutated "-5" or "12abc"
+// used to train a wrong number of epochs, and a non-number aborted with stoll's bare message).
+template <class Int>
+Int meta_int(const std::map<std::string, std::string>& m, const std::string& key,
+             const std::string& path, Int lo, Int hi) {
+  const std::string v = meta(m, key, path);
+  Int x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  STOKE_CHECK(ec == std::errc() && end == v.data() + v.size() && x >= lo && x <= hi, "stoke-train",
+              path, ": checkpoint metadata '", key, "' is '", v, "', expected an integer in [", lo,
+              ", ", hi, "]");
+  return x;
+}
+
+// A finite number of the metadata (not NaN or infinite: those would poison the resumed run).
+double meta_double(const std::map<std::string, std::string>& m, const std::string& key,
+                   const std::string& path) {
+  const std::string v = meta(m, key, path);
+  double x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  STOKE_CHECK(ec == std::errc() && end == v.data() + v.size() && std::isfinite(x), "stoke-train",
+              path, ": checkpoint metadata '", key, "' is '", v, "', expected a finite number");
+  return x;
+}
+
 // "nan", "inf" or "-inf", whatever sign bit a NaN carries.
 const char* non_finite_name(double v) {
   return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
@@ -275,17 +301,22 @@ Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimi
   opt.load_state_dict(opt_state);
   Position p;
   const auto& m = file.metadata;
-  p.epoch = std::stoll(meta(m, "epoch", path));
-  p.batch = std::stoll(meta(m, "batch", path));
-  p.global_step = std::stoll(meta(m, "global_step", path));
-  p.best_acc = std::stod(meta(m, "best_acc", path));
-  p.best_loss = std::stod(meta(m, "best_loss", path));
-  p.bad_epochs = std::stoll(meta(m, "bad_epochs", path));
-  p.epoch_loss_sum = std::stod(meta(m, "epoch_loss_sum", path));
-  p.epoch_correct = std::stoll(meta(m, "epoch_correct", path));
-  p.epoch_seen = std::stoll(meta(m, "epoch_seen", path));
-  default_generator().set_state(
-      {std::stoull(meta(m, "rng_seed", path)), std::stoull(meta(m, "rng_offset", path))});
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  p.epoch = meta_int<int64_t>(m, "epoch", path, 0, kMax);
+  STOKE_CHECK(p.epoch <= f.epochs, "stoke-train", path, ": the checkpoint is at epoch ", p.epoch,
+              ", past --epochs ", f.epochs, ": pass --epochs ", p.epoch + 1,
+              " or more to train on from it");
+  p.batch = meta_int<int64_t>(m, "batch", path, 0, kMax);
+  p.global_step = meta_int<int64_t>(m, "global_step", path, 0, kMax);
+  p.best_acc = meta_double(m, "best_acc", path);
+  p.best_loss = meta_double(m, "best_loss", path);
+  p.bad_epochs = meta_int<int64_t>(m, "bad_epochs", path, 0, kMax);
+  p.epoch_loss_sum = meta_double(m, "epoch_loss_sum", path);
+  p.epoch_seen = meta_int<int64_t>(m, "epoch_seen", path, 0, kMax);
+  p.epoch_correct = meta_int<int64_t>(m, "epoch_correct", path, 0, p.epoch_seen);
+  constexpr uint64_t kMaxU = std::numeric_limits<uint64_t>::max();
+  default_generator().set_state({meta_int<uint64_t>(m, "rng_seed", path, 0, kMaxU),
+                                 meta_int<uint64_t>(m, "rng_offset", path, 0, kMaxU)});
   return p;
 }
 

@@ -349,3 +349,36 @@ TEST_CASE("stoke-train: temp files of killed saves are removed, a live process's
   CHECK(fs::exists(other));
   CHECK(fs::exists(tmp.path / "last.safetensors"));
 }
+
+TEST_CASE("stoke-train: --resume checks the checkpoint's position metadata", "[nn][train]") {
+  const TempDir tmp("stoke-resume-meta");
+  const std::string dir = tmp.path.string();
+  REQUIRE(run_train(kQuick + " --checkpoint " + dir).exit_code == 0);
+  const std::string last = dir + "/last.safetensors";
+  const nn::SafetensorsFile good = nn::load_safetensors(last);
+  struct Bad {
+    std::string key, value, message;
+  };
+  // "-5" used to train 7 epochs; "1x" and "nan" parsed as 1 and NaN; a non-number aborted with
+  // stoll's bare message.
+  for (const Bad& b : {Bad{"epoch", "-5", "'epoch' is '-5', expected an integer in [0, "},
+                       Bad{"epoch", "1x", "'epoch' is '1x', expected an integer"},
+                       Bad{"global_step", "many", "'global_step' is 'many', expected an integer"},
+                       Bad{"epoch_correct", "99999",
+                           "'epoch_correct' is '99999', expected an "
+                           "integer in [0, "},
+                       Bad{"best_loss", "nan", "'best_loss' is 'nan', expected a finite number"},
+                       Bad{"epoch", "7",
+                           "the checkpoint is at epoch 7, past --epochs 1: pass "
+                           "--epochs 8 or more"}}) {
+    auto meta = good.metadata;
+    meta[b.key] = b.value;
+    nn::save_safetensors(last, good.tensors, meta);
+    const Run r = run_train(kQuick + " --checkpoint " + dir + " --resume");
+    INFO(b.key << "=" << b.value << ": " << r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains(last) && Catch::Contains(b.message));
+  }
+  nn::save_safetensors(last, good.tensors, good.metadata);
+  CHECK(run_train(kQuick + " --checkpoint " + dir + " --resume").exit_code == 0);
+}
