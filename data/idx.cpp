@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -251,8 +252,20 @@ void convert(const Tensor& out, const uint8_t* raw, uint8_t code) {
   }
 }
 
+// MemAvailable from /proc/meminfo in bytes, or 0 when it cannot be read.
+uint64_t available_memory_bytes() {
+  std::FILE* f = std::fopen("/proc/meminfo", "re");
+  if (!f) return 0;
+  char line[256];
+  unsigned long long kib = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+  std::fclose(f);
+  return static_cast<uint64_t>(kib) * 1024;
+}
+
 template <class Source>
-Tensor parse(Source& src, const std::string& path, bool gzipped) {
+Tensor parse(Source& src, const std::string& path, bool gzipped, uint64_t max_bytes) {
   const char* where = gzipped ? " (after decompression)" : "";
   uint8_t head[4 + 4 * kMaxDims];
   size_t got = src.read(head, 4);
@@ -297,6 +310,17 @@ Tensor parse(Source& src, const std::string& path, bool gzipped) {
          "-byte header, but only ", found, " are present", where);
   };
   if (data_bytes > src.max_remaining()) truncated(src.count_rest());
+  // The tensor (and the file-typed copy when elements widen) must fit the memory limit.
+  const bool widens = type.file_size != dtype_size(type.dtype);
+  uint64_t need = 0;
+  if (__builtin_mul_overflow(count, dtype_size(type.dtype), &need) ||
+      __builtin_add_overflow(need, widens ? data_bytes : 0, &need))
+    need = UINT64_MAX;
+  const uint64_t limit = max_bytes ? max_bytes : available_memory_bytes();
+  if (limit && need > limit)
+    fail(path, "the header declares dims ", shape, " of ", type.name, ", which need ", need,
+         " bytes of memory", where, ", more than the ", limit, " bytes ",
+         max_bytes ? "allowed" : "available (MemAvailable)");
 
   Tensor out = empty(shape, {.dtype = type.dtype});
   const bool widen = type.file_size != dtype_size(type.dtype);
@@ -330,7 +354,7 @@ std::string find_file(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
-Tensor read_idx(const std::string& path) {
+Tensor read_idx(const std::string& path, IdxReadOptions options) {
   File file(path);
   uint8_t magic[2];
   if (file.read_at(magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
@@ -340,10 +364,10 @@ Tensor read_idx(const std::string& path) {
     if (got != file.size())
       fail(path, "file shrank while reading: expected ", file.size(), " bytes, got ", got);
     GzipSource src(std::move(data), got, path);
-    return parse(src, path, true);
+    return parse(src, path, true, options.max_bytes);
   }
   RawSource src(file);
-  return parse(src, path, false);
+  return parse(src, path, false, options.max_bytes);
 }
 
 IdxDataset load_mnist(const std::string& dir, bool train) {

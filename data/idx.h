@@ -3,6 +3,7 @@
 // row-major order, multi-byte types big-endian. Files may be gzip-compressed, as distributed.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/tensor.h"
@@ -14,7 +15,13 @@ namespace stoke::data {
 // f32 (0x0D) -> f32, f64 (0x0E) -> f64. Throws stoke::Error naming the path and what was wrong:
 // missing or unreadable file, bad magic, unknown type code, 0 or more than 8 dims, fewer data
 // bytes than the header declares (truncated) or more (trailing bytes), corrupt or truncated gzip.
-Tensor read_idx(const std::string& path);
+// The data may not need more than `max_bytes` of memory (0: the memory available now, from
+// /proc/meminfo's MemAvailable), so that a small gzip bomb (2.9 MB expanding to 2.9 GB) is an error
+// naming the sizes rather than an allocation that exhausts the machine.
+struct IdxReadOptions {
+  uint64_t max_bytes = 0;
+};
+Tensor read_idx(const std::string& path, IdxReadOptions options = {});
 
 // An image classification dataset held in memory.
 struct IdxDataset {

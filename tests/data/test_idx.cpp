@@ -299,3 +299,24 @@ TEST_CASE("idx: Fashion-MNIST", "[data][idx][mnist]") {
     CHECK(bright > 784 * 100 / 50);
   }
 }
+
+TEST_CASE("idx: a gzip bomb is refused before it is inflated into memory", "[data][idx]") {
+  test::TempDir dir("stoke_test_idx_bomb");
+  // 10 MB of zeros compress to ~10 KB: the header's size is honest, the memory is what is limited.
+  const Bytes zeros(size_t{1000} * 100 * 100, 0);
+  write_gz(dir.file("bomb.gz"), idx_bytes(0x08, {1000, 100, 100}, zeros));
+  CHECK(read_bytes(dir.file("bomb.gz")).size() < 100000);
+  CHECK_THROWS_WITH(data::read_idx(dir.file("bomb.gz"), {.max_bytes = 1 << 20}),
+                    Catch::Contains("bomb.gz") &&
+                        Catch::Contains("the header declares dims [1000, 100, 100] of u8, which "
+                                        "need 10000000 bytes of memory (after decompression), "
+                                        "more than the 1048576 bytes allowed"));
+  // Widening i8 to i32 counts both copies: 4 + 1 bytes per element.
+  write_gz(dir.file("i8.gz"), idx_bytes(0x09, {1000, 10}, Bytes(10000, 1)));
+  CHECK_THROWS_WITH(data::read_idx(dir.file("i8.gz"), {.max_bytes = 49999}),
+                    Catch::Contains("need 50000 bytes"));
+  CHECK(data::read_idx(dir.file("i8.gz"), {.max_bytes = 50000}).numel() == 10000);
+  // Within the limit (and by default, within the memory available) it loads.
+  CHECK(data::read_idx(dir.file("bomb.gz"), {.max_bytes = 10000000}).numel() == 10000000);
+  CHECK(data::read_idx(dir.file("bomb.gz")).numel() == 10000000);
+}
