@@ -137,8 +137,9 @@ TEST_CASE("allocator: 64-byte alignment and caching of large blocks", "[core][al
   CHECK(a.stats().cached_bytes == 0);
 }
 
-TEST_CASE("shape: element counts past int64 are refused; a zero dim is empty whatever the others",
-          "[core]") {
+TEST_CASE(
+    "shape: element counts past int64 are refused, and a zero dim is empty whatever the others",
+    "[core]") {
   const int64_t big = int64_t{1} << 62;
   // Empty in any order (the product of the other dims would overflow: undefined behaviour before).
   for (const Shape& s : {Shape{0, big, big}, Shape{big, big, 0}, Shape{big, 0, big}}) {
