@@ -5,6 +5,7 @@
 //   stoke-pack --format folder --input imgs --output imgs-packed --size 64x64 --center-crop
 //   stoke-pack --format idx --input /usr/share/datasets/fashion-mnist --split test
 //              --export-png fmnist-png --limit 10000
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -64,18 +65,19 @@ class Prefix : public Dataset {
   int64_t n_;
 };
 
-int64_t parse_int(const std::string& flag, const std::string& v) {
-  size_t used = 0;
+// An integer flag in [lo, hi]: the whole value must parse and fit (a number past int64 used to be
+// reported as a wrapped negative, and --shard-mb N overflowed N << 20).
+int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
   int64_t x = 0;
-  try {
-    x = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  STOKE_CHECK(used == v.size() && x >= 0, "stoke-pack", flag,
-              ": expected a non-negative integer, got '", v, "'");
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  STOKE_CHECK(ec == std::errc() && end == v.data() + v.size() && x >= lo && x <= hi, "stoke-pack",
+              flag, ": expected an integer in [", lo, ", ", hi, "], got '", v, "'");
   return x;
 }
+
+// Largest --size side: a record of 8192 x 8192 x 3 is 192 MiB already (100000x100000 allocated
+// 9.7 GB for half a minute before failing).
+constexpr int64_t kMaxSide = 8192;
 
 int run(int argc, char** argv) {
   std::string format, input, split = "train", output, export_dir, size;
@@ -101,19 +103,19 @@ int run(int argc, char** argv) {
     } else if (a == "--export-png") {
       export_dir = value();
     } else if (a == "--limit") {
-      limit = parse_int(a, value());
+      limit = parse_int(a, value(), 0, int64_t{1} << 40);
     } else if (a == "--size") {
       size = value();
     } else if (a == "--center-crop") {
       center_crop = true;
     } else if (a == "--shard-mb") {
-      shard_mb = parse_int(a, value());
+      shard_mb = parse_int(a, value(), 1, int64_t{1} << 20);
     } else if (a == "--channels") {
-      channels = parse_int(a, value());
+      channels = parse_int(a, value(), 0, 4);
     } else if (a == "--coarse-labels") {
       coarse = true;
     } else if (a == "--threads") {
-      threads = parse_int(a, value());
+      threads = parse_int(a, value(), 0, 1024);
     } else {
       STOKE_FAIL("stoke-pack", "unknown flag '", a, "'\n", kUsage);
     }
@@ -161,8 +163,8 @@ int run(int argc, char** argv) {
   if (!size.empty()) {
     const size_t x = size.find('x');
     STOKE_CHECK(x != std::string::npos, "stoke-pack", "--size: expected HxW, got '", size, "'");
-    opts.height = parse_int("--size", size.substr(0, x));
-    opts.width = parse_int("--size", size.substr(x + 1));
+    opts.height = parse_int("--size (height)", size.substr(0, x), 1, kMaxSide);
+    opts.width = parse_int("--size (width)", size.substr(x + 1), 1, kMaxSide);
     opts.fit = center_crop ? Fit::resize_crop : Fit::stretch;
   } else {
     STOKE_CHECK(!center_crop, "stoke-pack", "--center-crop needs --size HxW");

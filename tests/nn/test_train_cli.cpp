@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <array>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -381,4 +382,29 @@ TEST_CASE("stoke-train: --resume checks the checkpoint's position metadata", "[n
   }
   nn::save_safetensors(last, good.tensors, good.metadata);
   CHECK(run_train(kQuick + " --checkpoint " + dir + " --resume").exit_code == 0);
+}
+
+TEST_CASE("stoke-pack: integer flags are bounded and named before any work", "[nn][pack]") {
+  struct Bad {
+    std::string args, message;
+  };
+  const std::string in = " --format idx --input /usr/share/datasets/fashion-mnist --output /tmp/x";
+  for (const Bad& b :
+       {Bad{in + " --size 100000x100000",
+            "--size (height): expected an integer in [1, 8192], got '100000'"},
+        Bad{in + " --size 32x0", "--size (width): expected an integer in [1, 8192], got '0'"},
+        Bad{in + " --shard-mb 8796093022208",
+            "--shard-mb: expected an integer in [1, 1048576], got '8796093022208'"},
+        Bad{in + " --limit 99999999999999999999",
+            "--limit: expected an integer in [0, 1099511627776], got '99999999999999999999'"},
+        Bad{in + " --threads 12x", "--threads: expected an integer in [0, 1024], got '12x'"},
+        Bad{in + " --limit -3", "--limit: expected an integer in [0, "}}) {
+    const auto start = std::chrono::steady_clock::now();
+    const Run r = run(STOKE_PACK_EXE, b.args);
+    INFO(b.args << ": " << r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains(b.message));
+    // Refused at once, not after allocating or reading the dataset.
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  }
 }
