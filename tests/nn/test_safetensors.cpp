@@ -160,7 +160,8 @@ TEST_CASE("safetensors: 0-dim, empty and non-contiguous tensors", "[nn][safetens
   CHECK(bytes.size() - 8 - n == 8 + (12 + 6 + 4 + 12 + 4) * 4);
 }
 
-TEST_CASE("safetensors: metadata round-trips, and none is written when empty", "[nn][safetensors]") {
+TEST_CASE("safetensors: metadata round-trips, and none is written when empty",
+          "[nn][safetensors]") {
   TempDir dir;
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"},
