@@ -1,6 +1,6 @@
 #include "cuda/runtime/deferred_checks.h"
 
-#include <cstdio>
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -14,18 +14,7 @@ constexpr size_t kMaxPending = 256;
 // Per thread: ops run on the calling thread, and their errors belong to it (a loader thread's
 // synchronizations must not raise the training thread's errors).
 thread_local std::vector<DeferredCheck> t_pending;
-// A describe() that reads a tensor back synchronizes again: it must not recurse into the check.
-thread_local bool t_checking = false;
-
-int64_t read_flag(const DeferredCheck& c) {
-  int64_t v64 = 0;
-  int32_t v32 = 0;
-  void* dst = c.flag_is_i64 ? static_cast<void*>(&v64) : static_cast<void*>(&v32);
-  STOKE_CUDA_CHECK(
-      cudaMemcpyAsync(dst, c.flag, c.flag_is_i64 ? 8 : 4, cudaMemcpyDeviceToHost, c.stream));
-  STOKE_CUDA_CHECK(cudaStreamSynchronize(c.stream));
-  return c.flag_is_i64 ? v64 : v32;
-}
+thread_local bool t_checking = false;  // inside a describe() (see check_deferred_errors)
 
 }  // namespace
 
@@ -39,13 +28,28 @@ void defer_check(DeferredCheck check) {
 
 void check_deferred_errors() {
   if (t_checking || t_pending.empty()) return;
-  t_checking = true;
   std::vector<DeferredCheck> pending = std::exchange(t_pending, {});
+  // Every flag's copy is queued first, then each stream is waited for once (not one round trip
+  // per check); a pageable destination is written when its copy has run.
+  std::vector<int64_t> v64(pending.size(), 0);
+  std::vector<int32_t> v32(pending.size(), 0);
+  std::vector<cudaStream_t> streams;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const DeferredCheck& c = pending[i];
+    void* dst = c.flag_is_i64 ? static_cast<void*>(&v64[i]) : static_cast<void*>(&v32[i]);
+    STOKE_CUDA_CHECK(
+        cudaMemcpyAsync(dst, c.flag, c.flag_is_i64 ? 8 : 4, cudaMemcpyDeviceToHost, c.stream));
+    if (std::find(streams.begin(), streams.end(), c.stream) == streams.end())
+      streams.push_back(c.stream);
+  }
+  for (cudaStream_t s : streams) STOKE_CUDA_CHECK(cudaStreamSynchronize(s));
+  // describe() may read tensors back, a synchronization point itself: it must not recurse here.
+  t_checking = true;
   std::string first;
   try {
-    for (const DeferredCheck& c : pending) {
-      const int64_t v = read_flag(c);
-      if (v != c.passed && first.empty()) first = c.describe(v);
+    for (size_t i = 0; i < pending.size() && first.empty(); ++i) {
+      const int64_t v = pending[i].flag_is_i64 ? v64[i] : v32[i];
+      if (v != pending[i].passed) first = pending[i].describe(v);
     }
   } catch (...) {
     t_checking = false;

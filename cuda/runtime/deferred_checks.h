@@ -34,8 +34,8 @@ struct DeferredCheck {
 // that never synchronizes still sees its errors, and memory stays bounded).
 void defer_check(DeferredCheck check);
 
-// Reads every pending check of this thread (one 8-byte copy each, ordered after its stream's
-// work), clears the list, and throws the first failure's message; the others are dropped (they
+// Reads every pending check of this thread (its copies queued on their streams, each stream waited
+// for once), clears the list, and throws the first failure's message; the others are dropped (they
 // are usually consequences of the first). Called by stoke's synchronization points.
 void check_deferred_errors();
 
