@@ -27,8 +27,6 @@ struct OutputInfo {
   Device device;
 };
 
-using GradHook = std::function<Tensor(const Tensor&)>;
-
 class Node : public std::enable_shared_from_this<Node> {
  public:
   virtual ~Node() = default;

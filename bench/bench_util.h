@@ -1,6 +1,6 @@
 // Helpers shared by stoke's benchmarks: timing (median of N repetitions after a warm-up), a plain
 // text table, and a one-line JSON record, so that every benchmark prints the same way (a table for
-// people, then one JSON line for scripts; see DESIGN.md, "Benchmarks").
+// people, then one JSON line for scripts; see docs/design.md, "Benchmarks").
 #pragma once
 
 #include <algorithm>

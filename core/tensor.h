@@ -34,7 +34,8 @@ struct AutogradMeta {
   // Hooks on the gradient flowing into this tensor: may return a replacement (or an undefined
   // tensor to keep it). On leaves they run before accumulation.
   std::vector<std::function<Tensor(const Tensor&)>> hooks;
-  // Leaves only: run after this backward pass finished accumulating into grad (DDP uses it).
+  // Leaves only: run after this backward pass finished accumulating into grad (as torch's
+  // register_post_accumulate_grad_hook).
   std::vector<std::function<void(const Tensor&)>> post_accumulate_hooks;
 };
 
@@ -169,7 +170,8 @@ int64_t storage_span(const Shape& shape, const Shape& strides);
 
 namespace detail {
 // Autograd registers these at start-up so that core's view and copy methods are differentiable
-// without core depending on autograd (see DESIGN.md, "Autograd").
+// without core depending on autograd (see docs/design-notes.md, "Core's view methods are
+// differentiable through registered hooks").
 struct AutogradHooks {
   // `out` was computed from `in` by a view, a copy (clone/contiguous) or a dtype cast.
   void (*record_view)(const Tensor& in, Tensor& out) = nullptr;

@@ -1,7 +1,7 @@
 // The dataset interface every format implements (IDX, CIFAR binary, image folders, the in-RAM
 // cache, packed shards): random access to uint8 HWC images and integer labels. Samplers pick
 // indices, worker threads call get() concurrently, transforms run on the uint8 pixels, and the
-// batch stays uint8 until the consumer normalizes it (DESIGN.md, "Data").
+// batch stays uint8 until the consumer normalizes it (docs/design.md, "Data").
 #pragma once
 
 #include <cstdint>

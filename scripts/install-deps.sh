@@ -3,8 +3,9 @@
 # Idempotent and quiet: when every package is already installed, apt is not touched at all.
 #
 #   bash scripts/install-deps.sh             # everything, including python3-torch
-#   bash scripts/install-deps.sh --no-torch  # skip python3-torch (only the benchmark peer and the
-#                                            # fixture generator tests/fixtures/make_fixtures.py use it)
+#   bash scripts/install-deps.sh --no-torch  # skip python3-torch and python3-pil (only the
+#                                            # benchmarks' PyTorch peers and the fixture generator
+#                                            # tests/fixtures/make_fixtures.py use them)
 set -euo pipefail
 
 with_torch=1
@@ -12,7 +13,7 @@ for arg in "$@"; do
   case "$arg" in
     --no-torch) with_torch=0 ;;
     -h | --help)
-      sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'
+      sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
       exit 0
       ;;
     *)
@@ -25,7 +26,10 @@ done
 packages=(build-essential cmake catch2 libopenblas-dev zlib1g-dev nlohmann-json3-dev libstb-dev
   dataset-fashion-mnist)
 if [[ $with_torch == 1 ]]; then
-  packages+=(python3-torch)
+  # python3-pil: the loader benchmark's torch peer decodes PNGs with it (a recommendation of
+  # python3-torch that --no-install-recommends skips). tests/peers/check_peer_imports.py checks
+  # that every module a peer script imports is here.
+  packages+=(python3-torch python3-pil)
 fi
 
 # Only the packages not yet installed ("install ok installed" is dpkg's status for a complete one).

@@ -1,9 +1,9 @@
 // Dense matrix multiply on the CPU: row-major GEMM with cblas semantics, backed by OpenBLAS.
 //
-// The project's thread pool owns the cores (DESIGN.md), so OpenBLAS is switched to one thread the
-// first time gemm runs, and large products are split over stoke::parallel_for here instead: each
-// chunk is one single-threaded OpenBLAS call on a block of rows (or columns) of C. Inside a
-// parallel region (e.g. conv2d's per-sample loop) gemm is always a single call.
+// The project's thread pool owns the cores (docs/design-notes.md), so OpenBLAS is switched to one
+// thread the first time gemm runs, and large products are split over stoke::parallel_for here
+// instead: each chunk is one single-threaded OpenBLAS call on a block of rows (or columns) of C.
+// Inside a parallel region (e.g. conv2d's per-sample loop) gemm is always a single call.
 #pragma once
 
 #include <cstdint>
