@@ -16,9 +16,11 @@
 namespace stoke::autograd {
 namespace {
 
-bool overlaps(const Tensor& t) {
-  for (int64_t d = 0; d < t.dim(); ++d)
-    if (t.stride(d) == 0 && t.size(d) > 1) return true;
+// True when two indices of (shape, strides) address one element through a stride-0 dim (what
+// expand makes).
+bool overlaps(const Shape& shape, const Shape& strides) {
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (strides[d] == 0 && shape[d] > 1) return true;
   return false;
 }
 
@@ -63,6 +65,25 @@ void accumulate_serially(const Tensor& dst, const Tensor& src) {
   });
 }
 
+// The gradient of a base whose own indices alias memory (an expanded tensor: a stride-0 dim of
+// size > 1), as torch's as_strided backward does it: the view's gradient is summed per memory
+// location, and each location's sum is shared evenly among the base indices that alias it. What
+// made the base (expand) sums the shares back, so its input receives each location's whole sum.
+// Runs on the CPU (both sides alias, so no scatter without atomics would do): a rare path.
+Tensor aliased_base_backward(const Tensor& g, const Shape& shape, const Shape& base_shape,
+                             const Shape& base_strides, const Shape& view_strides,
+                             int64_t rel_offset, DType dtype) {
+  const int64_t span = storage_span(base_shape, base_strides);
+  const Tensor sums = zeros({span}, {.dtype = dtype});
+  accumulate_serially(sums.as_strided(shape, view_strides, rel_offset), g.to(Device::cpu()));
+  const Tensor aliases = zeros({span}, {.dtype = dtype});
+  accumulate_serially(aliases.as_strided(base_shape, base_strides, 0),
+                      ones(base_shape, {.dtype = dtype}));
+  // Locations no base index reaches hold a zero sum: dividing them by 1 keeps them zero.
+  const Tensor shares = ops::div(sums, ops::maximum(aliases, ones({span}, {.dtype = dtype})));
+  return shares.as_strided(base_shape, base_strides, 0).contiguous().to(g.device());
+}
+
 // The gradient of `base` from the gradient `grad` of the view (view_shape, view_strides,
 // rel_offset) of it.
 Tensor view_backward(const Tensor& grad, const Shape& base_shape, const Shape& base_strides,
@@ -79,6 +100,9 @@ Tensor view_backward(const Tensor& grad, const Shape& base_shape, const Shape& b
     g = ops::sum(g, repeated, /*keepdim=*/true);
     for (int64_t d : repeated) shape[static_cast<size_t>(d)] = 1;
   }
+  if (overlaps(base_shape, base_strides))
+    return aliased_base_backward(g, shape, base_shape, base_strides, view_strides, rel_offset,
+                                 dtype);
   const int64_t span = storage_span(base_shape, base_strides);
   if (distinct_addresses(shape, view_strides)) {
     Tensor buffer = zeros({span}, {.dtype = dtype, .device = g.device()});
@@ -91,8 +115,6 @@ Tensor view_backward(const Tensor& grad, const Shape& base_shape, const Shape& b
 }
 
 void record_view(const Tensor& base, Tensor& view) {
-  STOKE_CHECK(!overlaps(base), "view", "cannot differentiate a view of an expanded tensor (shape ",
-              base.shape(), ", strides ", base.strides(), "); call contiguous() on it first");
   const Shape base_shape = base.shape(), base_strides = base.strides();
   const Shape view_shape = view.shape(), view_strides = view.strides();
   const int64_t rel_offset = view.offset() - base.offset();
