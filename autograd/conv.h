@@ -5,7 +5,8 @@
 
 namespace stoke {
 
-// input (N, C, H, W), weight (K, C/groups, kh, kw), bias (K) or undefined -> (N, K, OH, OW).
+// input (N, C, H, W), weight (K, C/groups, kh, kw), bias (K) or undefined -> (N, K, OH, OW); one
+// sample (C, H, W) gives (K, OH, OW), as in torch.
 // Gradients flow to every operand that requires grad (ops::conv2d_backward computes only those).
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
               const Conv2dOptions& options = {});

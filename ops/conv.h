@@ -32,7 +32,8 @@ std::array<int64_t, 2> conv2d_output_size(const std::array<int64_t, 2>& input_si
                                           const std::array<int64_t, 2>& kernel_size,
                                           const Conv2dOptions& options);
 
-// input (N, C, H, W), weight (K, C/groups, kh, kw), bias (K) or undefined -> (N, K, OH, OW).
+// input (N, C, H, W), weight (K, C/groups, kh, kw), bias (K) or undefined -> (N, K, OH, OW); one
+// sample (C, H, W) gives (K, OH, OW), as in torch.
 // f32 or f64; all operands the same dtype.
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options = {});

@@ -35,7 +35,7 @@ ConvGeometry make_geometry(const char* op, const Tensor& input, const Tensor& we
                            const Tensor& bias, const Conv2dOptions& o) {
   STOKE_CHECK(input.defined() && weight.defined(), op, "expected defined input and weight");
   check_same_dtype(op, input, "input", weight, "weight");
-  check_dim(op, input, "input", 4, "(N, C, H, W)");
+  check_dim(op, input, "input", 4, "(N, C, H, W) (or 3 dims (C, H, W) for one sample)");
   check_dim(op, weight, "weight", 4, "(K, C/groups, kh, kw)");
   check_options(op, o);
   const int64_t C = input.size(1), K = weight.size(0);
@@ -240,6 +240,9 @@ std::array<int64_t, 2> conv2d_output_size(const std::array<int64_t, 2>& input_si
 
 Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
               const Conv2dOptions& options) {
+  // One sample (C, H, W), as torch accepts it: a batch of one, then the batch dim dropped.
+  if (input_in.defined() && input_in.dim() == 3)
+    return conv2d(input_in.detach().unsqueeze(0), weight_in, bias_in, options).squeeze(0);
   const ConvGeometry g = make_geometry("conv2d", input_in, weight_in, bias_in, options);
   if (auto* k = device_dispatch("conv2d", {&input_in, &weight_in, &bias_in}))
     return k->conv2d(input_in, weight_in, bias_in, options);
@@ -264,6 +267,16 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
 Conv2dGrads conv2d_backward(const Tensor& grad_out_in, const Tensor& input_in,
                             const Tensor& weight_in, const Conv2dOptions& options, bool need_input,
                             bool need_weight, bool need_bias) {
+  if (input_in.defined() && input_in.dim() == 3) {  // one sample (C, H, W): see conv2d
+    STOKE_CHECK(grad_out_in.defined() && grad_out_in.dim() == 3, "conv2d_backward",
+                "expected grad_out with 3 dims (K, OH, OW) for input of shape ", input_in.shape(),
+                ", got ", grad_out_in.defined() ? grad_out_in.shape() : Shape{});
+    Conv2dGrads r =
+        conv2d_backward(grad_out_in.detach().unsqueeze(0), input_in.detach().unsqueeze(0),
+                        weight_in, options, need_input, need_weight, need_bias);
+    if (r.grad_input.defined()) r.grad_input = r.grad_input.squeeze(0);
+    return r;
+  }
   const ConvGeometry g = make_geometry("conv2d_backward", input_in, weight_in, Tensor(), options);
   STOKE_CHECK(grad_out_in.defined(), "conv2d_backward", "expected a defined grad_out");
   check_same_dtype("conv2d_backward", grad_out_in, "grad_out", input_in, "input");
@@ -311,7 +324,9 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
 
 Tensor conv2d_backward_bias(const Tensor& grad_out_in) {
   STOKE_CHECK(grad_out_in.defined(), "conv2d_backward_bias", "expected a defined grad_out");
-  check_dim("conv2d_backward_bias", grad_out_in, "grad_out", 4, "(N, K, OH, OW)");
+  if (grad_out_in.dim() == 3) return conv2d_backward_bias(grad_out_in.detach().unsqueeze(0));
+  check_dim("conv2d_backward_bias", grad_out_in, "grad_out", 4,
+            "(N, K, OH, OW) (or 3 dims (K, OH, OW) for one sample)");
   // Other devices: a sum over (N, OH, OW) with their reduction kernel.
   if (!grad_out_in.device().is_cpu()) return sum(grad_out_in.detach(), {0, 2, 3});
   check_cpu("conv2d_backward_bias", {&grad_out_in});

@@ -213,9 +213,11 @@ TEST_CASE("conv2d: output size", "[ops][conv]") {
 
 TEST_CASE("conv2d: errors name the shapes and dtypes", "[ops][conv]") {
   Tensor x = randn({2, 4, 8, 8});
-  CHECK_THROWS_WITH(
-      ops::conv2d(randn({4, 8, 8}), randn({3, 4, 3, 3}), Tensor()),
-      Catch::Contains("conv2d") && Catch::Contains("(N, C, H, W)") && Catch::Contains("[4, 8, 8]"));
+  CHECK_THROWS_WITH(ops::conv2d(randn({4, 8}), randn({3, 4, 3, 3}), Tensor()),
+                    Catch::Contains("conv2d") && Catch::Contains("(N, C, H, W)") &&
+                        Catch::Contains("(C, H, W)") && Catch::Contains("[4, 8]"));
+  CHECK_THROWS_WITH(ops::conv2d(randn({1, 2, 4, 8, 8}), randn({3, 4, 3, 3}), Tensor()),
+                    Catch::Contains("[1, 2, 4, 8, 8]"));
   CHECK_THROWS_WITH(ops::conv2d(x, randn({3, 4, 3}), Tensor()),
                     Catch::Contains("weight with 4 dims"));
   CHECK_THROWS_WITH(ops::conv2d(x, randn({3, 1, 3, 3}), Tensor(), {.groups = 3}),
@@ -233,4 +235,35 @@ TEST_CASE("conv2d: errors name the shapes and dtypes", "[ops][conv]") {
   CHECK_THROWS_WITH(
       ops::conv2d_backward(randn({2, 3, 5, 5}), x, randn({3, 4, 3, 3}), {}, true, true, true),
       Catch::Contains("grad_out of shape [2, 3, 6, 6]"));
+}
+
+TEST_CASE("conv2d: one sample (C, H, W) is a batch of one without the batch dim, as in torch",
+          "[ops][conv]") {
+  Generator gen(21);
+  const Tensor x = randn({3, 7, 6}, {.dtype = DType::f64}, &gen);
+  const Tensor w = randn({4, 3, 3, 3}, {.dtype = DType::f64}, &gen);
+  const Tensor b = randn({4}, {.dtype = DType::f64}, &gen);
+  const Conv2dOptions o{.stride = {2, 1}, .padding = {1, 1}};
+  const Tensor batched = ops::conv2d(x.unsqueeze(0), w, b, o);
+  const Tensor single = ops::conv2d(x, w, b, o);
+  REQUIRE(single.shape() == Shape{4, 4, 6});
+  CHECK(single.to_vector<double>() == batched.squeeze(0).to_vector<double>());
+
+  const Tensor gout = randn({4, 4, 6}, {.dtype = DType::f64}, &gen);
+  const auto r1 = ops::conv2d_backward(gout, x, w, o, true, true, true);
+  const auto rn = ops::conv2d_backward(gout.unsqueeze(0), x.unsqueeze(0), w, o, true, true, true);
+  REQUIRE(r1.grad_input.shape() == x.shape());
+  CHECK(r1.grad_input.to_vector<double>() == rn.grad_input.squeeze(0).to_vector<double>());
+  CHECK(r1.grad_weight.to_vector<double>() == rn.grad_weight.to_vector<double>());
+  CHECK(r1.grad_bias.to_vector<double>() == rn.grad_bias.to_vector<double>());
+  CHECK_THROWS_WITH(ops::conv2d_backward(gout.unsqueeze(0), x, w, o, true, true, true),
+                    Catch::Contains("grad_out with 3 dims") && Catch::Contains("[1, 4, 4, 6]"));
+
+  // Differentiable, through every operand.
+  const auto check = autograd::gradcheck(
+      [&](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], in[2], o); },
+      {x.clone().set_requires_grad(true), w.clone().set_requires_grad(true),
+       b.clone().set_requires_grad(true)});
+  INFO(check.worst);
+  CHECK(check.ok);
 }
