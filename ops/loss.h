@@ -22,11 +22,18 @@ struct CrossEntropyOptions {
   double label_smoothing = 0.0;
   // Rows whose target equals this contribute no loss and no gradient, and are not counted by mean.
   int64_t ignore_index = -100;
+  // Per-class weights (C), as torch's `weight`: a row counts weight[target] times, label smoothing
+  // weighs class c by weight[c], and mean divides by the counted rows' total weight. A constant
+  // (no gradient reaches it, as in torch). stoke::cross_entropy takes it; the fused kernels in
+  // ops:: do not and say so.
+  Tensor weight{};
 };
 
 struct NllLossOptions {
   Reduction reduction = Reduction::mean;
   int64_t ignore_index = -100;
+  // Per-class weights (C), as in CrossEntropyOptions; stoke::nll_loss takes it, ops:: does not.
+  Tensor weight{};
 };
 
 namespace ops {
@@ -35,9 +42,25 @@ using stoke::CrossEntropyOptions;
 using stoke::NllLossOptions;
 using stoke::Reduction;
 
+// Dense prediction and single samples as torch takes them: input (N, C, d1, ..., dk) with target
+// (N, d1, ..., dk), or (C) with a 0-dim target, seen as rows (M, C) and (M) (class dim moved
+// last: a copy); (N, C) with (N) passes through. loss_shape is what Reduction::none returns:
+// (N, d1, ..., dk), (N), or () for one sample. Checks the shapes and that target is i64.
+struct ClassRows {
+  Tensor input;
+  Tensor target;
+  Shape loss_shape;
+};
+ClassRows class_rows(const char* op, const Tensor& input, const char* input_name,
+                     const Tensor& target);
+// `target` (M) with ignored rows set to class 0, after checking every other value is in
+// [0, classes) (on the CPU at once; on other devices at the next synchronization), naming `op`.
+Tensor class_targets(const char* op, const Tensor& target, int64_t classes, int64_t ignore_index);
 // Cross entropy of logits (N, C) (f32/f64) against class indices `target` (N) (i64), in one pass
 // per row. Per row: (1 - eps) * (lse - x[t]) + eps * mean_c(lse - x[c]), 0 on ignored rows. mean
-// divides the sum by the number of non-ignored rows; none returns the (N) per-row losses.
+// divides the sum by the number of non-ignored rows; none returns the per-row losses. Also
+// (N, C, d1, ...) against (N, d1, ...) and (C) against a 0-dim target (class_rows); only
+// cross_entropy_forward and cross_entropy_backward, the fused pair, take (N, C) alone.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& options = {});
 
@@ -54,7 +77,8 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               const Tensor& lse, const CrossEntropyOptions& options = {});
 
-// Negative log-likelihood of log-probabilities (N, C) at class indices `target` (N) (i64).
+// Negative log-likelihood of log-probabilities (N, C) at class indices `target` (N) (i64); also the
+// dense and one-sample shapes of cross_entropy.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options = {});
 // Gradient w.r.t. log_probs (of `input_shape`, `dtype`): -scale at [i, target[i]], 0 elsewhere.
 Tensor nll_loss_backward(const Tensor& grad, const Shape& input_shape, const Tensor& target,

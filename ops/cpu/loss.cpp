@@ -87,11 +87,45 @@ std::vector<T> row_scales(const Tensor& grad, const Tensor& target, Reduction re
   return scale;
 }
 
+// The fused kernels have no class weights: stoke::cross_entropy and stoke::nll_loss compose them.
+void check_no_weight(const char* op, const Tensor& weight) {
+  STOKE_CHECK(!weight.defined(), op,
+              "class weights are taken by the differentiable stoke::cross_entropy and "
+              "stoke::nll_loss, not by the fused ops:: kernels");
+}
+
 }  // namespace
+
+ClassRows class_rows(const char* op, const Tensor& input, const char* input_name,
+                     const Tensor& target) {
+  STOKE_CHECK(input.defined() && target.defined(), op, "expected defined ", input_name,
+              " and target");
+  STOKE_CHECK(target.dtype() == DType::i64, op,
+              "expected target of dtype i64 (class indices), got ", target.dtype());
+  const int64_t d = input.dim();
+  STOKE_CHECK(d >= 1, op, "expected ", input_name,
+              " of shape (N, C), (N, C, d1, ...) or (C), got shape ", input.shape());
+  if (d == 1) {
+    STOKE_CHECK(target.dim() == 0, op, "expected a 0-dim target for ", input_name, " of shape ",
+                input.shape(), " (one sample), got target of shape ", target.shape());
+    return {input.unsqueeze(0), target.reshape({1}), {}};
+  }
+  Shape want{input.size(0)};
+  for (int64_t k = 2; k < d; ++k) want.push_back(input.size(k));
+  STOKE_CHECK(target.shape() == want, op, "expected target of shape ", want, " for ", input_name,
+              " of shape ", input.shape(), d == 2 ? " (N, C)" : " (N, C, d1, ...)",
+              ", got target of shape ", target.shape());
+  if (d == 2) return {input, target, want};
+  std::vector<int64_t> classes_last{0};
+  for (int64_t k = 2; k < d; ++k) classes_last.push_back(k);
+  classes_last.push_back(1);
+  return {input.permute(classes_last).reshape({-1, input.size(1)}), target.reshape({-1}), want};
+}
 
 CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& target,
                                           const CrossEntropyOptions& options) {
   const char* op = "cross_entropy";
+  check_no_weight(op, options.weight);
   if (auto* k = device_dispatch(op, {&logits, &target}))
     return k->cross_entropy_forward(logits, target, options);
   check_classification(op, logits, "logits", target, options.ignore_index);
@@ -134,12 +168,15 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& options) {
-  return cross_entropy_forward(logits, target, options).loss;
+  const ClassRows r = class_rows("cross_entropy", logits.detach(), "logits", target);
+  const Tensor loss = cross_entropy_forward(r.input, r.target, options).loss;
+  return options.reduction == Reduction::none ? loss.reshape(r.loss_shape) : loss;
 }
 
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               const Tensor& lse, const CrossEntropyOptions& options) {
   const char* op = "cross_entropy_backward";
+  check_no_weight(op, options.weight);
   if (auto* k = device_dispatch(op, {&grad, &logits, &target, &lse}))
     return k->cross_entropy_backward(grad, logits, target, lse, options);
   check_classification(op, logits, "logits", target, options.ignore_index);
@@ -196,6 +233,26 @@ Tensor device_targets(const char* op, DeviceKernels& k, const Tensor& target, in
   return t;
 }
 
+}  // namespace
+
+Tensor class_targets(const char* op, const Tensor& target, int64_t classes, int64_t ignore_index) {
+  if (auto* k = device_dispatch(op, {&target}))
+    return device_targets(op, *k, target, classes, ignore_index);
+  check_cpu(op, {&target});
+  STOKE_CHECK(target.dtype() == DType::i64, op,
+              "expected target of dtype i64 (class indices), got ", target.dtype());
+  Tensor t = target.contiguous().clone();
+  int64_t* p = t.data<int64_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    STOKE_CHECK(p[i] == ignore_index || (p[i] >= 0 && p[i] < classes), op, "target ", p[i],
+                " out of range for ", classes, " classes at row ", i);
+    if (p[i] == ignore_index) p[i] = 0;
+  }
+  return t;
+}
+
+namespace {
+
 // Per-row weights of the loss: 1 for counted rows, 0 for ignored ones, divided by the count for
 // mean (on the device, no read-back).
 Tensor device_row_weights(const Tensor& target, int64_t ignore_index, Reduction reduction,
@@ -239,6 +296,12 @@ Tensor device_nll_loss_backward(DeviceKernels& k, const Tensor& grad, const Shap
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options) {
   const char* op = "nll_loss";
+  check_no_weight(op, options.weight);
+  if (log_probs.defined() && log_probs.dim() != 2) {
+    const ClassRows r = class_rows(op, log_probs.detach(), "log_probs", target);
+    const Tensor loss = nll_loss(r.input, r.target, options);
+    return options.reduction == Reduction::none ? loss.reshape(r.loss_shape) : loss;
+  }
   if (auto* k = device_dispatch(op, {&log_probs, &target}))
     return device_nll_loss(*k, log_probs, target, options);
   check_classification(op, log_probs, "log_probs", target, options.ignore_index);
@@ -261,6 +324,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOpti
 Tensor nll_loss_backward(const Tensor& grad, const Shape& input_shape, const Tensor& target,
                          const NllLossOptions& options) {
   const char* op = "nll_loss_backward";
+  check_no_weight(op, options.weight);
   if (auto* k = device_dispatch(op, {&grad, &target}))
     return device_nll_loss_backward(*k, grad, input_shape, target, options);
   check_cpu(op, {&grad, &target});

@@ -4,8 +4,11 @@
 #include "autograd/reduce.h"
 #include "autograd/softmax.h"
 #include "stoke/stoke.h"
+#include "support/fixture.h"
+#include "support/fixture_tensor.h"
 
 using namespace stoke;
+using stoke::testing::FixtureCase;
 
 namespace {
 
@@ -97,4 +100,130 @@ TEST_CASE("loss grad: mse_loss w.r.t. input and target", "[autograd][loss]") {
   x.set_requires_grad(true);
   mse_loss(x, from_vector<double>({0, 0}, {2}, {.dtype = DType::f64})).backward();
   CHECK(x.grad().to_vector<double>() == std::vector<double>{1, 2});
+}
+
+namespace {
+
+Reduction reduction_named(const std::string& s) {
+  return s == "none" ? Reduction::none : s == "sum" ? Reduction::sum : Reduction::mean;
+}
+
+// stoke::cross_entropy / nll_loss of a fixture case, on `input` (f32 or f64).
+Tensor fixture_loss(const FixtureCase& c, const Tensor& input, const Tensor& weight) {
+  const Tensor target = stoke::testing::to_tensor(c.tensor("target"));
+  if (c.attr("loss_fn") == "nll_loss")
+    return nll_loss(input, target,
+                    {.reduction = reduction_named(c.attr("reduction")),
+                     .ignore_index = c.attr_int("ignore_index"),
+                     .weight = weight});
+  return cross_entropy(input, target,
+                       {.reduction = reduction_named(c.attr("reduction")),
+                        .label_smoothing = c.attr_double("label_smoothing"),
+                        .ignore_index = c.attr_int("ignore_index"),
+                        .weight = weight});
+}
+
+void check_close(const Tensor& got, const stoke::testing::FixtureTensor& want, double tol) {
+  REQUIRE(got.shape() == Shape(want.shape));
+  const std::vector<double> g = got.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i << ": got " << g[i] << ", want " << want.values[i]);
+    CHECK(std::abs(g[i] - want.values[i]) <= tol * (1 + std::abs(want.values[i])));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("loss grad: dense, one-sample and class-weighted cross_entropy / nll_loss match PyTorch",
+          "[autograd][loss][fixture]") {
+  const auto cases =
+      stoke::testing::load_fixture(stoke::testing::fixture_path("cross_entropy_shapes.txt"));
+  REQUIRE(cases.size() == 14);
+  for (const FixtureCase& c : cases) {
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      INFO("case " << c.name << " in " << dtype);
+      const Tensor input = stoke::testing::to_tensor(c.tensor("input"), dtype);
+      const Tensor weight =
+          c.has_tensor("weight") ? stoke::testing::to_tensor(c.tensor("weight"), dtype) : Tensor();
+      const Tensor x = input.clone().set_requires_grad(true);
+      Tensor loss = fixture_loss(c, x, weight);
+      const double tol = dtype == DType::f64 ? 1e-6 : 1e-5;
+      check_close(loss, c.tensor("loss"), tol);
+      loss.backward(stoke::testing::to_tensor(c.tensor("grad_loss"), dtype));
+      check_close(x.grad(), c.tensor("grad_input"), tol);
+      // The raw forwards take the same shapes (without weights).
+      if (!weight.defined()) {
+        const Tensor target = stoke::testing::to_tensor(c.tensor("target"));
+        const Reduction r = reduction_named(c.attr("reduction"));
+        const Tensor raw =
+            c.attr("loss_fn") == "nll_loss"
+                ? ops::nll_loss(input, target,
+                                {.reduction = r, .ignore_index = c.attr_int("ignore_index")})
+                : ops::cross_entropy(input, target,
+                                     {.reduction = r,
+                                      .label_smoothing = c.attr_double("label_smoothing"),
+                                      .ignore_index = c.attr_int("ignore_index")});
+        check_close(raw, c.tensor("loss"), tol);
+      }
+    }
+  }
+}
+
+TEST_CASE("loss grad: dense and weighted losses pass gradcheck", "[autograd][loss]") {
+  Generator g(5);
+  const Tensor x = randn({2, 4, 3}, {.dtype = DType::f64}, &g).set_requires_grad(true);
+  const Tensor t = from_vector<int64_t>({0, 3, -100, 2, 1, 3}, {2, 3}, {.dtype = DType::i64});
+  const Tensor w = from_vector<double>({0.5, 2.0, 1.0, 0.25}, {4}, {.dtype = DType::f64});
+  for (const Reduction r : {Reduction::mean, Reduction::sum, Reduction::none})
+    for (const double eps : {0.0, 0.2}) {
+      INFO("reduction " << static_cast<int>(r) << ", label_smoothing " << eps);
+      require_gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return cross_entropy(in[0], t, {.reduction = r, .label_smoothing = eps, .weight = w});
+          },
+          {x});
+      require_gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return cross_entropy(in[0], t, {.reduction = r, .label_smoothing = eps});
+          },
+          {x});
+      require_gradcheck(
+          [&](const std::vector<Tensor>& in) {
+            return nll_loss(log_softmax(in[0], 1), t, {.reduction = r, .weight = w});
+          },
+          {x});
+    }
+}
+
+TEST_CASE("loss grad: weights and dense shapes are checked, naming the loss", "[autograd][loss]") {
+  const Tensor x = randn({4, 3});
+  const Tensor t = targets({0, 2, 1, 2});
+  CHECK_THROWS_WITH(cross_entropy(x, t, {.weight = ones({4})}),
+                    Catch::Contains("cross_entropy") &&
+                        Catch::Contains("expected weight of shape [3] (one per class)") &&
+                        Catch::Contains("[4]"));
+  CHECK_THROWS_WITH(cross_entropy(x, t, {.weight = ones({3}, {.dtype = DType::f64})}),
+                    Catch::Contains("f32") && Catch::Contains("f64"));
+  CHECK_THROWS_WITH(cross_entropy(x, targets({0, 2, 3, 1}), {.weight = ones({3})}),
+                    Catch::Contains("cross_entropy") &&
+                        Catch::Contains("target 3 out of range for 3 classes at row 2"));
+  CHECK_THROWS_WITH(nll_loss(x, targets({0, -1, 1, 2}), {.weight = ones({3})}),
+                    Catch::Contains("nll_loss") && Catch::Contains("target -1 out of range"));
+  CHECK_THROWS_WITH(cross_entropy(randn({2, 3, 5}), targets({0, 1})),
+                    Catch::Contains("expected target of shape [2, 5]") &&
+                        Catch::Contains("(N, C, d1, ...)") &&
+                        Catch::Contains("got target of shape [2]"));
+  CHECK_THROWS_WITH(cross_entropy(randn({3}), targets({1})),
+                    Catch::Contains("0-dim target") && Catch::Contains("one sample"));
+  // The fused kernels in ops:: have no weights and say where they are.
+  CHECK_THROWS_WITH(ops::cross_entropy(x, t, {.weight = ones({3})}),
+                    Catch::Contains("stoke::cross_entropy"));
+  CHECK_THROWS_WITH(ops::nll_loss(x, t, {.weight = ones({3})}), Catch::Contains("stoke::nll_loss"));
+  // Weights of 1 are the unweighted loss; no gradient reaches the weight.
+  Tensor w = ones({3}).set_requires_grad(true);
+  const Tensor xl = x.clone().set_requires_grad(true);
+  const Tensor weighted = cross_entropy(xl, t, {.label_smoothing = 0.1, .weight = w});
+  CHECK(std::abs(weighted.item() - cross_entropy(x, t, {.label_smoothing = 0.1}).item()) < 1e-6);
+  weighted.backward();
+  CHECK_FALSE(w.grad().defined());
 }

@@ -196,3 +196,41 @@ TEST_CASE("cuda ops: autograd through a scalar divided by a tensor", "[ops_cuda_
   };
   CHECK(max_diff(run(kCuda), run(Device::cpu())) < 1e-5);
 }
+
+TEST_CASE("cuda ops: one-sample conv2d and pooling, dense and class-weighted losses match the CPU",
+          "[ops_cuda_nn]") {
+  const Tensor x0 = rand_cpu({3, 7, 6}, 31), w0 = rand_cpu({4, 3, 3, 3}, 32);
+  const Tensor logits0 = rand_cpu({2, 5, 3, 2}, 33),
+               cw = ops::add(ops::abs(rand_cpu({5}, 34)), 0.1);
+  const Tensor target = from_vector<int64_t>({0, 4, 2, -100, 1, 3, 3, 2, 0, 1, 4, -100}, {2, 3, 2},
+                                             {.dtype = DType::i64});
+  auto run = [&](Device dev) {
+    Tensor x = x0.to(dev).detach(), w = w0.to(dev).detach(), l = logits0.to(dev).detach();
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    l.set_requires_grad(true);
+    const Tensor t = target.to(dev);
+    Tensor h = max_pool2d(conv2d(x, w, Tensor(), {.padding = {1, 1}}), {.kernel_size = {2, 2}});
+    const Tensor weighted = cross_entropy(l, t, {.label_smoothing = 0.1, .weight = cw.to(dev)});
+    const Tensor dense_rows = cross_entropy(l, t, {.reduction = Reduction::none});
+    const Tensor nll = nll_loss(log_softmax(l, 1), t, {.weight = cw.to(dev)});
+    stoke::add(stoke::add(stoke::sum(stoke::mul(h, h)), weighted),
+               stoke::add(stoke::sum(dense_rows), nll))
+        .backward();
+    return std::vector<Tensor>{h, weighted, dense_rows, nll, x.grad(), w.grad(), l.grad()};
+  };
+  const auto want = run(Device::cpu());
+  const auto got = run(kCuda);
+  CHECK(got[0].shape() == Shape{4, 3, 3});
+  CHECK(got[2].shape() == Shape{2, 3, 2});
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("result " << i);
+    CHECK(got[i].device() == kCuda);
+    CHECK(max_diff(got[i], want[i]) < 1e-4);
+  }
+  // A bad target in the weighted path is reported with the loss's name (at the read-back).
+  const Tensor bad = from_vector<int64_t>({0, 7}, {2}, {.dtype = DType::i64}).to(kCuda);
+  CHECK_THROWS_WITH(
+      cross_entropy(rand_cpu({2, 5}, 35).to(kCuda), bad, {.weight = cw.to(kCuda)}).item(),
+      Catch::Contains("cross_entropy") && Catch::Contains("target 7"));
+}
