@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <zlib.h>
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -32,6 +33,8 @@ using json = nlohmann::json;
 constexpr const char* kSaveOp = "save_safetensors";
 constexpr const char* kLoadOp = "load_safetensors";
 constexpr const char* kMetadataKey = "__metadata__";
+// The integrity check stoke writes into "__metadata__" (docs/data-formats.md, "Checkpoints").
+constexpr const char* kChecksumKey = "stoke.crc32";
 // The reference library refuses headers above 100 MB; so do we, before allocating one.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
@@ -95,6 +98,42 @@ void read_exact(int fd, void* dst, uint64_t n, uint64_t offset, const std::strin
     n -= static_cast<uint64_t>(got);
     offset += static_cast<uint64_t>(got);
   }
+}
+
+// --- integrity check ------------------------------------------------------------------------
+// "stoke.crc32" holds a compact JSON object: for each tensor, the CRC-32 (zlib's, 8 lowercase hex
+// digits) of its name, dtype and shape ("name\0F32\02,3\0") followed by its data bytes; under
+// "__metadata__", the CRC-32 of the other metadata as compact JSON with sorted keys. So a flipped
+// data byte, a changed shape or dtype, swapped names or an edited metadata value all fail the
+// check; safetensors readers that do not know the key (PyTorch's) ignore it.
+
+std::string crc_hex(uLong crc) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08lx", crc & 0xffffffffUL);
+  return buf;
+}
+
+std::string tensor_crc(const std::string& name, const char* dtype, const Shape& shape,
+                       const void* data, uint64_t nbytes) {
+  std::string desc = name + '\0' + dtype + '\0';
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (d) desc += ',';
+    desc += std::to_string(shape[d]);
+  }
+  desc += '\0';
+  uLong crc = crc32_z(0L, reinterpret_cast<const Bytef*>(desc.data()), desc.size());
+  if (nbytes > 0)
+    crc = crc32_z(crc, static_cast<const Bytef*>(data), static_cast<z_size_t>(nbytes));
+  return crc_hex(crc);
+}
+
+// The metadata other than the checksum, as compact JSON with sorted keys.
+std::string metadata_crc(const std::map<std::string, std::string>& metadata) {
+  json m = json::object();
+  for (const auto& [key, value] : metadata)
+    if (key != kChecksumKey) m[key] = value;
+  const std::string text = m.dump(-1, ' ', false, json::error_handler_t::replace);
+  return crc_hex(crc32_z(0L, reinterpret_cast<const Bytef*>(text.data()), text.size()));
 }
 
 // --- writing ----------------------------------------------------------------------------------
@@ -287,6 +326,44 @@ json parse_header(const std::string& text, const std::string& path) {
   }
 }
 
+// Checks "stoke.crc32" when the file has it (files from other writers have none) and removes it
+// from the metadata handed back, so that a loaded file saves again unchanged.
+void verify_checksums(SafetensorsFile& file, const std::string& path) {
+  const auto found = file.metadata.find(kChecksumKey);
+  if (found == file.metadata.end()) return;
+  json sums;
+  try {
+    sums = json::parse(found->second);
+  } catch (const json::exception&) {
+    STOKE_FAIL(kLoadOp, path, ": metadata \"", kChecksumKey,
+               "\" is not a JSON object: the file is corrupt");
+  }
+  STOKE_CHECK(sums.is_object(), kLoadOp, path, ": metadata \"", kChecksumKey,
+              "\" is not a JSON object: the file is corrupt");
+  const auto stored = [&](const std::string& name) -> std::string {
+    const auto it = sums.find(name);
+    STOKE_CHECK(it != sums.end() && it->is_string(), kLoadOp, path, ": no checksum for '", name,
+                "' in \"", kChecksumKey, "\": the file is corrupt or was edited");
+    return it->get<std::string>();
+  };
+  for (const auto& [name, t] : file.tensors) {
+    const std::string want = stored(name);
+    const uint64_t nbytes = static_cast<uint64_t>(t.numel()) * t.element_size();
+    const std::string got =
+        tensor_crc(name, info_of(t.dtype()).name, t.shape(), t.data_ptr(), nbytes);
+    STOKE_CHECK(got == want, kLoadOp, path, ": tensor '", name, "' fails its checksum (stored ",
+                want, ", the file's data gives ", got, "): the file is corrupt");
+  }
+  const std::string want = stored(kMetadataKey);
+  const std::string got = metadata_crc(file.metadata);
+  STOKE_CHECK(got == want, kLoadOp, path, ": metadata fails its checksum (stored ", want,
+              ", the file's metadata gives ", got, "): the file is corrupt or was edited");
+  STOKE_CHECK(sums.size() == file.tensors.size() + 1, kLoadOp, path, ": \"", kChecksumKey,
+              "\" names ", sums.size() - 1, " tensors but the file holds ", file.tensors.size(),
+              ": the file is corrupt or was edited");
+  file.metadata.erase(found);
+}
+
 }  // namespace
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
@@ -310,7 +387,16 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
     if (a.info->rank != b.info->rank) return a.info->rank > b.info->rank;
     return *a.name < *b.name;
   });
-  const std::string header = make_header(items, metadata, path);
+  STOKE_CHECK(!metadata.count(kChecksumKey), kSaveOp, path, ": metadata key \"", kChecksumKey,
+              "\" is reserved for the checksums stoke writes");
+  json checksums = json::object();
+  for (const WriteItem& it : items)
+    checksums[*it.name] =
+        tensor_crc(*it.name, it.info->name, it.data.shape(), it.data.data_ptr(), it.nbytes);
+  checksums[kMetadataKey] = metadata_crc(metadata);
+  std::map<std::string, std::string> stored = metadata;
+  stored[kChecksumKey] = checksums.dump(-1, ' ', false, json::error_handler_t::replace);
+  const std::string header = make_header(items, stored, path);
 
   TempFile tmp{.path = path + ".tmp." + std::to_string(::getpid())};
   tmp.file = std::fopen(tmp.path.c_str(), "wb");
@@ -401,6 +487,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
     }
     out.tensors.emplace_back(e.name, std::move(t));
   }
+  verify_checksums(out, path);
   return out;
 }
 

@@ -32,14 +32,18 @@ struct SafetensorsFile {
 // `metadata` to `path` atomically: the file is written to `path + ".tmp.<pid>"`, flushed and
 // fsynced, renamed over `path`, and the directory is fsynced, so a crash leaves either the old file
 // or the new one. Throws stoke::Error naming the path (and strerror for I/O failures); on failure
-// the temporary file is removed and `path` is untouched. Metadata is written only when non-empty.
+// the temporary file is removed and `path` is untouched. The metadata also gets "stoke.crc32", a
+// CRC-32 per tensor (name, dtype, shape and data) and of the other metadata (the key itself is
+// reserved); PyTorch's loader ignores it.
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
 // Reads a safetensors file into fresh, contiguous CPU tensors (ordered by data offset). The file is
 // treated as untrusted: every length, offset, shape and type is validated before use, and any
 // problem is a stoke::Error naming the path and what is wrong (never a crash or an out-of-bounds
-// read). BOOL bytes other than 0 are read as true.
+// read). BOOL bytes other than 0 are read as true. When the file has "stoke.crc32" (every file
+// stoke writes), each tensor and the metadata must match it, or the error names what does not;
+// the key is then left out of the returned metadata.
 SafetensorsFile load_safetensors(const std::string& path);
 
 }  // namespace stoke::nn

@@ -160,7 +160,7 @@ TEST_CASE("safetensors: 0-dim, empty and non-contiguous tensors", "[nn][safetens
   CHECK(bytes.size() - 8 - n == 8 + (12 + 6 + 4 + 12 + 4) * 4);
 }
 
-TEST_CASE("safetensors: metadata round-trips, and none is written when empty",
+TEST_CASE("safetensors: metadata round-trips, and only the checksum is written when empty",
           "[nn][safetensors]") {
   TempDir dir;
   const std::map<std::string, std::string> metadata = {
@@ -176,7 +176,8 @@ TEST_CASE("safetensors: metadata round-trips, and none is written when empty",
   CHECK(read_bytes(dir.file("m.safetensors")).substr(8, 17) == "{\"__metadata__\":{");
 
   save_safetensors(dir.file("none.safetensors"), {{"x", ones({2})}});
-  CHECK(read_bytes(dir.file("none.safetensors")).find("__metadata__") == std::string::npos);
+  CHECK(read_bytes(dir.file("none.safetensors")).substr(8, 31) ==
+        "{\"__metadata__\":{\"stoke.crc32\":");
   CHECK(load_safetensors(dir.file("none.safetensors")).metadata.empty());
 
   // A file with no tensors at all is valid.
@@ -441,4 +442,71 @@ TEST_CASE("safetensors: truncated and corrupted files never crash", "[nn][safete
   }
   CHECK(loaded + rejected == static_cast<int>(bytes.size()) + 400);
   CHECK(rejected > 0);
+}
+
+TEST_CASE("safetensors: the checksum catches corrupt data, shapes, names and metadata",
+          "[nn][safetensors]") {
+  TempDir dir;
+  const std::string good = dir.file("good.safetensors");
+  NamedTensors tensors = every_dtype();
+  tensors.push_back({"twinA", ones({2, 3})});
+  tensors.push_back({"twinB", zeros({2, 3})});
+  save_safetensors(good, tensors, {{"epoch", "7"}});
+  const std::string bytes = read_bytes(good);
+  uint64_t n = 0;
+  std::memcpy(&n, bytes.data(), 8);
+  const std::string header = bytes.substr(8, n);
+
+  // A loaded file saves again byte for byte: the key is verified, then left out of the metadata.
+  const SafetensorsFile loaded = load_safetensors(good);
+  CHECK(loaded.metadata == std::map<std::string, std::string>{{"epoch", "7"}});
+  save_safetensors(dir.file("again.safetensors"), loaded.tensors, loaded.metadata);
+  CHECK(read_bytes(dir.file("again.safetensors")) == bytes);
+
+  const auto rejected_with = [&](const std::string& variant, const std::string& what) {
+    const std::string path = dir.file("variant.safetensors");
+    write_bytes(path, variant);
+    CHECK_THROWS_WITH(load_safetensors(path), Contains(path) && Contains(what));
+  };
+  // Every single-bit flip in the data section (one bit per byte, rotating) fails the tensor's
+  // checksum, named. BOOL bytes are read as 0/1, so only their low bit is a change.
+  int flipped = 0;
+  for (size_t i = 8 + n; i < bytes.size(); ++i) {
+    std::string variant = bytes;
+    variant[i] ^= static_cast<char>(1 << (i % 8));
+    const std::string path = dir.file("flip.safetensors");
+    write_bytes(path, variant);
+    try {
+      load_safetensors(path);
+    } catch (const stoke::Error& e) {
+      CHECK_THAT(e.what(), Contains("fails its checksum") && Contains("the file is corrupt"));
+      ++flipped;
+    }
+  }
+  const int bool_bytes = 5;  // every_dtype's BOOL tensor: bits 1-7 of its bytes are not data
+  CHECK(flipped >= static_cast<int>(bytes.size() - 8 - n) - bool_bytes);
+
+  // Names swapped between two tensors of one shape and dtype: both keep valid offsets.
+  const auto renamed = [](std::string h, const std::string& from, const std::string& to) {
+    const size_t at = h.find(from);
+    REQUIRE(at != std::string::npos);
+    return h.replace(at, from.size(), to);
+  };
+  const std::string swapped =
+      renamed(renamed(renamed(header, "\"twinA\"", "\"twinX\""), "\"twinB\"", "\"twinA\""),
+              "\"twinX\"", "\"twinB\"");
+  rejected_with(bytes.substr(0, 8) + swapped + bytes.substr(8 + n), "fails its checksum");
+  // A changed shape (same byte count) and an edited metadata value.
+  std::string reshaped = header;
+  const size_t twin = reshaped.find("\"twinA\":{\"dtype\":\"F32\",\"shape\":[2,3]");
+  REQUIRE(twin != std::string::npos);
+  reshaped.replace(reshaped.find("[2,3]", twin), 5, "[3,2]");
+  rejected_with(bytes.substr(0, 8) + reshaped + bytes.substr(8 + n), "'twinA' fails its checksum");
+  std::string edited = header;
+  edited.replace(edited.find("\"epoch\":\"7\""), 11, "\"epoch\":\"9\"");
+  rejected_with(bytes.substr(0, 8) + edited + bytes.substr(8 + n), "metadata fails its checksum");
+
+  // The key is the writer's: a caller cannot pass one.
+  CHECK_THROWS_WITH(save_safetensors(dir.file("r.safetensors"), {}, {{"stoke.crc32", "{}"}}),
+                    Contains("reserved"));
 }
