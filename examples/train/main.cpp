@@ -18,6 +18,7 @@
 #include "data/loader.h"
 #include "data/normalize.h"
 #include "data/packed.h"
+#include "data_check.h"
 #include "flags.h"
 #include "nn/checkpoint/safetensors.h"
 #include "nn/models/models.h"
@@ -368,6 +369,8 @@ int run(Flags f) {
   auto test_loader = make_loader(f, test_set, f.limit_test, false, device);
   data::Example first;  // the model's input shape and classes come from the data
   train_set->get(0, first);
+  train::check_splits_match(*train_set, first, *test_set, f.data + " (training split)",
+                            f.data + " (test split)");
   std::printf(
       "data: %lld train / %lld test images (%lldx%lldx%lld) from %s as %s, %lld workers, "
       "prefetch %lld (%.2f s)\n",
@@ -382,6 +385,7 @@ int run(Flags f) {
                                                 .input_size = first.height,
                                                 .generator = &init_gen});
   model->to(device);  // before the optimizer: its state is made on the parameters' device
+  train::check_model_fits(*model, f.model, first, train_set->num_classes(), device);
   auto opt = make_optimizer(f, model->parameters());
   const int64_t steps_per_epoch = (loader->num_batches() + f.accum - 1) / f.accum;
   auto sched = make_scheduler(f, *opt, steps_per_epoch);

@@ -408,3 +408,55 @@ TEST_CASE("stoke-pack: integer flags are bounded and named before any work", "[n
     CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
   }
 }
+
+namespace {
+
+// Raw IDX files of `n` black h x w images (labels 0..9 in turn) as `prefix`-images-idx3-ubyte and
+// `prefix`-labels-idx1-ubyte in `dir`.
+void write_idx_split(const fs::path& dir, const std::string& prefix, int n, int h, int w) {
+  const auto be32 = [](std::string& s, uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8) s += static_cast<char>((v >> shift) & 0xff);
+  };
+  std::string images, labels;
+  be32(images, 0x803);
+  be32(images, static_cast<uint32_t>(n));
+  be32(images, static_cast<uint32_t>(h));
+  be32(images, static_cast<uint32_t>(w));
+  images.append(static_cast<size_t>(n) * h * w, '\0');
+  be32(labels, 0x801);
+  be32(labels, static_cast<uint32_t>(n));
+  for (int i = 0; i < n; ++i) labels += static_cast<char>(i % 10);
+  write_file(dir / (prefix + "-images-idx3-ubyte"), images);
+  write_file(dir / (prefix + "-labels-idx1-ubyte"), labels);
+}
+
+}  // namespace
+
+TEST_CASE("stoke-train: data that does not fit the model or the other split fails before training",
+          "[nn][train]") {
+  const fs::path dir = fs::temp_directory_path() / ("stoke-fit-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string common = "--model lenet5 --epochs 1 --threads 1 --no-progress --data " +
+                             dir.string() + " --data-format idx";
+  // A 32x32 test set for a 28x28 training set: named before the first step, not after an epoch.
+  write_idx_split(dir, "train", 64, 28, 28);
+  write_idx_split(dir, "t10k", 16, 32, 32);
+  Run r = run_train(common);
+  INFO(r.output);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.output, Catch::Contains("the test data") && Catch::Contains("32x32x1") &&
+                           Catch::Contains("28x28x1") && Catch::Contains("t10k-images-idx3-ubyte"));
+  CHECK_THAT(r.output, !Catch::Contains("epoch 1"));
+  // Images too small for ResNet-9's pooling (it builds for any size, and would fail at its first
+  // batch): the model, the image size and the layer's own message are named.
+  write_idx_split(dir, "train", 16, 4, 4);
+  write_idx_split(dir, "t10k", 8, 4, 4);
+  r = run_train("--model resnet9 --epochs 1 --threads 1 --no-progress --data " + dir.string() +
+                " --data-format idx");
+  INFO(r.output);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.output, Catch::Contains("model resnet9 does not take the data's 4x4x1 images") &&
+                           Catch::Contains("max_pool2d"));
+  fs::remove_all(dir);
+}
