@@ -315,6 +315,7 @@ PackedDataset::PackedDataset(const std::string& dir, PackedOptions options) : di
       STOKE_FAIL(kOpen, "'", sh.path, "': mmap failed: ", std::strerror(map_errno));
     sh.map = static_cast<uint8_t*>(map);
     sh.map_bytes = expected;
+    sh.guard = MappedFileGuard(map, expected, sh.path);
     sh.records = sh.map + kShardHeader;
     ::madvise(map, expected,
               options.access == Access::random       ? MADV_RANDOM
@@ -351,8 +352,10 @@ PackedDataset::PackedDataset(const std::string& dir, PackedOptions options) : di
 }
 
 PackedDataset::~PackedDataset() {
-  for (auto& sh : shards_)
+  for (auto& sh : shards_) {
+    sh.guard = MappedFileGuard();  // before the range can be mapped again
     if (sh.map) ::munmap(sh.map, sh.map_bytes);
+  }
 }
 
 const uint8_t* PackedDataset::record(int64_t index, const Shard** shard) const {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/mapped_file_guard.h"
 #include "data/resize.h"
 
 namespace stoke::data {
@@ -95,6 +96,7 @@ class PackedDataset : public Dataset {
     size_t map_bytes = 0;
     const uint8_t* records = nullptr;
     int64_t count = 0;
+    MappedFileGuard guard;  // a shard truncated while mapped exits with its path, not bare SIGBUS
   };
   const uint8_t* record(int64_t index, const Shard** shard) const;
 

@@ -1,3 +1,4 @@
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -309,4 +310,44 @@ TEST_CASE("PackedDataset checks a well-formed index's values: implausible sizes,
                                                 Contains("record 3: label 4 out of range [0, 4)"));
   write_all(index, good);
   check_same(data::PackedDataset(p), *src);
+}
+
+TEST_CASE("PackedDataset: a shard truncated while mapped ends the job naming the file") {
+#if defined(__SANITIZE_THREAD__)
+  WARN("skipped under ThreadSanitizer, which defers signals and does not support this fork");
+  return;
+#endif
+  test::TempDir dir("stoke_test_packed");
+  auto src = idx_dataset(64, 32, 32, 5);
+  const std::string p = dir.file("p");
+  data::pack_dataset(*src, p, {.shard_bytes = (32 * 32 + 4) * 64});  // one 16-page shard
+  const std::string shard = data::packed_shard_path(p, 0);
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // the child reads the pack while "another process" truncates it
+    ::dup2(out[1], STDERR_FILENO);
+    ::close(out[0]);
+    try {
+      data::PackedDataset packed(p, {.verify = false});  // no thread pool in a forked child
+      if (::truncate(shard.c_str(), 4096) != 0) ::_exit(3);
+      data::Example ex;
+      for (int64_t i = 0; i < packed.size(); ++i) packed.get(i, ex);
+    } catch (...) {
+      ::_exit(4);
+    }
+    ::_exit(0);  // read past the file's new end without a fault: the test fails
+  }
+  ::close(out[1]);
+  std::string err;
+  char buf[512];
+  for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) err.append(buf, size_t(n));
+  ::close(out[0]);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, 0) == pid);
+  INFO(err);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 1);
+  CHECK_THAT(err, Contains(shard) && Contains("shrank") && Contains("SIGBUS"));
 }
