@@ -61,6 +61,7 @@ std::string usage() {
   --epochs N (2)  --batch N (128)  --lr X (0.05)  --seed N (0)  --threads N
   --optimizer sgd|adam|adamw (sgd)  --momentum X (0.9)  --nesterov
   --weight-decay X (0; adamw: 1e-2, as torch.optim.AdamW)
+  --no-decay-norm-bias    no weight decay on biases and norm weights (1-dim parameters)
   --schedule none|step|multistep|cosine|onecycle  --step-size EPOCHS  --milestones E1,E2
   --gamma X (0.1)  --warmup STEPS
   --label-smoothing X  --clip-grad NORM  --accum K (gradient accumulation)  --augment
@@ -123,6 +124,7 @@ Flags parse_flags(int argc, char** argv) {
   };
   const std::map<std::string, std::function<void(bool)>> switches = {
       {"--nesterov", [&](bool on) { f.nesterov = on; }},
+      {"--no-decay-norm-bias", [&](bool on) { f.no_decay_norm_bias = on; }},
       {"--augment", [&](bool on) { f.augment = on; }},
       {"--resume", [&](bool on) { f.resume = on; }},
       {"--overwrite", [&](bool on) { f.overwrite = on; }},

@@ -20,6 +20,7 @@ struct Flags {
   double lr = 0.05;
   double momentum = 0.9;
   bool nesterov = false;
+  bool no_decay_norm_bias = false;     // two parameter groups: biases and norm weights undecayed
   std::optional<double> weight_decay;  // unset: the optimizer's default (AdamW 1e-2, else 0)
   std::string schedule = "none";       // none | step | multistep | cosine | onecycle
   int64_t step_size = 1;               // epochs, for --schedule step

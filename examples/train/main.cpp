@@ -150,22 +150,22 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device) {
   return {loss_sum / n, 100.0 * static_cast<double>(correct) / n};
 }
 
-std::unique_ptr<nn::optim::Optimizer> make_optimizer(const Flags& f, std::vector<Tensor> params) {
+std::unique_ptr<nn::optim::Optimizer> make_optimizer(const Flags& f, const nn::Module& model) {
   using namespace nn::optim;
+  const double wd =
+      f.weight_decay.value_or(f.optimizer == "adamw" ? AdamWOptions{}.weight_decay : 0);
+  // One group, or (--no-decay-norm-bias) matrices decayed and 1-dim parameters not.
+  std::vector<ParamGroup> groups = f.no_decay_norm_bias
+                                       ? weight_decay_groups(model, wd)
+                                       : std::vector<ParamGroup>{{.params = model.parameters()}};
   if (f.optimizer == "sgd")
-    return std::make_unique<SGD>(std::move(params),
-                                 SGDOptions{.lr = f.lr,
-                                            .momentum = f.momentum,
-                                            .weight_decay = f.weight_decay.value_or(0),
-                                            .nesterov = f.nesterov});
+    return std::make_unique<SGD>(
+        std::move(groups),
+        SGDOptions{.lr = f.lr, .momentum = f.momentum, .weight_decay = wd, .nesterov = f.nesterov});
   if (f.optimizer == "adam")
-    return std::make_unique<Adam>(
-        std::move(params), AdamOptions{.lr = f.lr, .weight_decay = f.weight_decay.value_or(0)});
+    return std::make_unique<Adam>(std::move(groups), AdamOptions{.lr = f.lr, .weight_decay = wd});
   if (f.optimizer == "adamw")
-    return std::make_unique<AdamW>(
-        std::move(params),
-        AdamWOptions{.lr = f.lr,
-                     .weight_decay = f.weight_decay.value_or(AdamWOptions{}.weight_decay)});
+    return std::make_unique<AdamW>(std::move(groups), AdamWOptions{.lr = f.lr, .weight_decay = wd});
   STOKE_FAIL("stoke-train", "unknown optimizer '", f.optimizer, "' (known: sgd, adam, adamw)");
 }
 
@@ -386,7 +386,7 @@ int run(Flags f) {
                                                 .generator = &init_gen});
   model->to(device);  // before the optimizer: its state is made on the parameters' device
   train::check_model_fits(*model, f.model, first, train_set->num_classes(), device);
-  auto opt = make_optimizer(f, model->parameters());
+  auto opt = make_optimizer(f, *model);
   const int64_t steps_per_epoch = (loader->num_batches() + f.accum - 1) / f.accum;
   auto sched = make_scheduler(f, *opt, steps_per_epoch);
   std::printf(

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 
 #include "core/grad_mode.h"
 #include "core/parallel.h"
@@ -99,16 +100,78 @@ void check_no_leftovers(const std::map<std::string, Tensor>& m, const char* op) 
 
 }  // namespace
 
-Optimizer::Optimizer(std::vector<Tensor> params, double lr) : params_(std::move(params)), lr_(lr) {
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
-    STOKE_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "optimizer", "parameter ", i,
-                " must be a leaf tensor that requires grad");
-    STOKE_CHECK(p.is_contiguous(), "optimizer", "parameter ", i, " must be contiguous");
-    STOKE_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, "optimizer", "parameter ", i,
-                " has dtype ", p.dtype(), "; master weights are f32 (or f64)");
+std::vector<ParamGroup> weight_decay_groups(const Module& module, double weight_decay) {
+  std::vector<ParamGroup> groups(2);
+  groups[0].weight_decay = weight_decay;
+  groups[1].weight_decay = 0.0;
+  for (const Tensor& p : module.parameters()) groups[p.dim() >= 2 ? 0 : 1].params.push_back(p);
+  return groups;
+}
+
+Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay,
+                     const char* name) {
+  STOKE_CHECK(!groups.empty(), name, "expected at least one parameter group");
+  STOKE_CHECK(lr >= 0 && weight_decay >= 0, name, "invalid learning rate ", lr, " or weight_decay ",
+              weight_decay);
+  std::set<const void*> seen;
+  for (size_t g = 0; g < groups.size(); ++g) {
+    ParamGroup& group = groups[g];
+    const Group range{.begin = params_.size(),
+                      .end = params_.size() + group.params.size(),
+                      .lr = group.lr.value_or(lr),
+                      .weight_decay = group.weight_decay.value_or(weight_decay)};
+    STOKE_CHECK(range.lr >= 0 && range.weight_decay >= 0, name, "parameter group ", g,
+                ": invalid learning rate ", range.lr, " or weight_decay ", range.weight_decay);
+    for (Tensor& p : group.params) {
+      const size_t i = params_.size();
+      STOKE_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), name, "parameter ", i,
+                  " (group ", g, ") must be a leaf tensor that requires grad");
+      STOKE_CHECK(p.is_contiguous(), name, "parameter ", i, " (group ", g, ") must be contiguous");
+      STOKE_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, name, "parameter ", i,
+                  " (group ", g, ") has dtype ", p.dtype(), "; master weights are f32 (or f64)");
+      STOKE_CHECK(p.numel() == 0 || seen.insert(p.data_ptr()).second, name, "parameter ", i,
+                  " (group ", g,
+                  ") is already in an earlier group: a parameter may be in one only");
+      params_.push_back(std::move(p));
+    }
+    groups_.push_back(range);
   }
-  STOKE_CHECK(lr >= 0, "optimizer", "invalid learning rate ", lr);
+}
+
+double Optimizer::lr(size_t group) const {
+  STOKE_CHECK(group < groups_.size(), "optimizer", "no parameter group ", group, " (",
+              groups_.size(), " groups)");
+  return groups_[group].lr;
+}
+
+void Optimizer::set_lr(double lr) {
+  for (size_t g = 0; g < groups_.size(); ++g) set_lr(g, lr);
+}
+
+void Optimizer::set_lr(size_t group, double lr) {
+  STOKE_CHECK(group < groups_.size(), "optimizer", "no parameter group ", group, " (",
+              groups_.size(), " groups)");
+  groups_[group].lr = lr;
+}
+
+double Optimizer::weight_decay(size_t group) const {
+  STOKE_CHECK(group < groups_.size(), "optimizer", "no parameter group ", group, " (",
+              groups_.size(), " groups)");
+  return groups_[group].weight_decay;
+}
+
+void Optimizer::set_weight_decay(size_t group, double weight_decay) {
+  STOKE_CHECK(group < groups_.size(), "optimizer", "no parameter group ", group, " (",
+              groups_.size(), " groups)");
+  STOKE_CHECK(weight_decay >= 0, "optimizer", "invalid weight_decay ", weight_decay);
+  groups_[group].weight_decay = weight_decay;
+}
+
+std::vector<Tensor> Optimizer::params_of(size_t group) const {
+  STOKE_CHECK(group < groups_.size(), "optimizer", "no parameter group ", group, " (",
+              groups_.size(), " groups)");
+  return {params_.begin() + static_cast<std::ptrdiff_t>(groups_[group].begin),
+          params_.begin() + static_cast<std::ptrdiff_t>(groups_[group].end)};
 }
 
 void Optimizer::zero_grad() {
@@ -116,48 +179,55 @@ void Optimizer::zero_grad() {
 }
 
 SGD::SGD(std::vector<Tensor> params, SGDOptions o)
-    : Optimizer(std::move(params), o.lr), options(o), momentum_buffers_(params_.size()) {
-  STOKE_CHECK(o.momentum >= 0 && o.weight_decay >= 0, "SGD", "invalid momentum ", o.momentum,
-              " or weight_decay ", o.weight_decay);
+    : SGD(std::vector<ParamGroup>{{.params = std::move(params)}}, o) {}
+
+SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o)
+    : Optimizer(std::move(groups), o.lr, o.weight_decay, "SGD"),
+      options_(o),
+      momentum_buffers_(params_.size()) {
+  STOKE_CHECK(o.momentum >= 0, "SGD", "invalid momentum ", o.momentum);
   STOKE_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), "SGD",
               "nesterov momentum requires a momentum and zero dampening");
 }
 
 void SGD::step() {
   NoGradGuard no_grad;
-  const double lr = lr_, mom = options.momentum, damp = options.dampening,
-               wd = options.weight_decay;
-  const bool nesterov = options.nesterov;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
-    if (!p.grad().defined()) continue;
-    const Tensor g = contiguous_grad(p);
-    const bool first = !momentum_buffers_[i].defined();
-    if (!p.device().is_cpu()) {
-      sgd_step_on_device(p, g, momentum_buffers_[i], first, lr, mom, damp, wd, nesterov);
-      continue;
-    }
-    if (mom != 0 && first) momentum_buffers_[i] = zeros_like_param(p);
-    dispatch_float(p.dtype(), "SGD", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T* w = p.data<T>();
-      const T* gp = g.data<T>();
-      T* buf = mom != 0 ? momentum_buffers_[i].data<T>() : nullptr;
-      const T tlr = T(lr), tmom = T(mom), tdamp = T(1 - damp), twd = T(wd);
-      parallel_for(0, p.numel(), kGrain, [&](int64_t b, int64_t e) {
-        for (int64_t j = b; j < e; ++j) {
-          T d = gp[j];
-          if (wd != 0) d = d + twd * w[j];
-          if (buf) {
-            // torch: buf = clone(d) on the first step, else buf = mom * buf + (1 - dampening) * d
-            buf[j] = first ? d : tmom * buf[j] + tdamp * d;
-            d = nesterov ? d + tmom * buf[j] : buf[j];
-          }
-          w[j] = w[j] - tlr * d;
-        }
-      });
-    });
+  const double mom = options_.momentum, damp = options_.dampening;
+  const bool nesterov = options_.nesterov;
+  for (const Group& group : groups_)
+    for (size_t i = group.begin; i < group.end; ++i)
+      update(i, group.lr, group.weight_decay, mom, damp, nesterov);
+}
+
+void SGD::update(size_t i, double lr, double wd, double mom, double damp, bool nesterov) {
+  const Tensor& p = params_[i];
+  if (!p.grad().defined()) return;
+  const Tensor g = contiguous_grad(p);
+  const bool first = !momentum_buffers_[i].defined();
+  if (!p.device().is_cpu()) {
+    sgd_step_on_device(p, g, momentum_buffers_[i], first, lr, mom, damp, wd, nesterov);
+    return;
   }
+  if (mom != 0 && first) momentum_buffers_[i] = zeros_like_param(p);
+  dispatch_float(p.dtype(), "SGD", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* w = p.data<T>();
+    const T* gp = g.data<T>();
+    T* buf = mom != 0 ? momentum_buffers_[i].data<T>() : nullptr;
+    const T tlr = T(lr), tmom = T(mom), tdamp = T(1 - damp), twd = T(wd);
+    parallel_for(0, p.numel(), kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) {
+        T d = gp[j];
+        if (wd != 0) d = d + twd * w[j];
+        if (buf) {
+          // torch: buf = clone(d) on the first step, else buf = mom * buf + (1 - dampening) * d
+          buf[j] = first ? d : tmom * buf[j] + tdamp * d;
+          d = nesterov ? d + tmom * buf[j] : buf[j];
+        }
+        w[j] = w[j] - tlr * d;
+      }
+    });
+  });
 }
 
 NamedTensors SGD::state_dict() const {
@@ -179,8 +249,11 @@ void SGD::load_state_dict(const NamedTensors& state) {
 }
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions o, bool decoupled)
-    : Optimizer(std::move(params), o.lr),
-      options(o),
+    : Adam(std::vector<ParamGroup>{{.params = std::move(params)}}, o, decoupled) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled)
+    : Optimizer(std::move(groups), o.lr, o.weight_decay, decoupled ? "AdamW" : "Adam"),
+      options_(o),
       decoupled_(decoupled),
       exp_avg_(params_.size()),
       exp_avg_sq_(params_.size()),
@@ -191,50 +264,53 @@ Adam::Adam(std::vector<Tensor> params, AdamOptions o, bool decoupled)
 
 void Adam::step() {
   NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Tensor& p = params_[i];
-    if (!p.grad().defined()) continue;
-    const Tensor g = contiguous_grad(p);
-    if (!exp_avg_[i].defined()) {
-      exp_avg_[i] = zeros_like_param(p);
-      exp_avg_sq_[i] = zeros_like_param(p);
-    }
-    const int64_t step = ++steps_[i];
-    const double b1 = options.beta1, b2 = options.beta2, lr = lr_, wd = options.weight_decay;
-    const double bias1 = 1 - std::pow(b1, static_cast<double>(step));
-    const double bias2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(step)));
-    const double step_size = lr / bias1;
-    if (!p.device().is_cpu()) {
-      adam_step_on_device(p, g, exp_avg_[i], exp_avg_sq_[i], decoupled_, b1, b2, lr, wd, step_size,
-                          bias2_sqrt, options.eps);
-      continue;
-    }
-    dispatch_float(p.dtype(), "Adam", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      T* w = p.data<T>();
-      const T* gp = g.data<T>();
-      T* m = exp_avg_[i].data<T>();
-      T* v = exp_avg_sq_[i].data<T>();
-      const T tb1 = T(b1), tb2 = T(b2), omb1 = T(1 - b1), omb2 = T(1 - b2), twd = T(wd),
-              decay = T(1 - lr * wd), tss = T(step_size), tb2s = T(bias2_sqrt),
-              teps = T(options.eps);
-      const bool decoupled = decoupled_;
-      parallel_for(0, p.numel(), kGrain, [&](int64_t b, int64_t e) {
-        for (int64_t j = b; j < e; ++j) {
-          T d = gp[j];
-          if (decoupled) {
-            w[j] = w[j] * decay;
-          } else if (wd != 0) {
-            d = d + twd * w[j];
-          }
-          m[j] = m[j] * tb1 + omb1 * d;
-          v[j] = v[j] * tb2 + omb2 * d * d;
-          const T denom = std::sqrt(v[j]) / tb2s + teps;
-          w[j] = w[j] - tss * (m[j] / denom);
-        }
-      });
-    });
+  for (const Group& group : groups_)
+    for (size_t i = group.begin; i < group.end; ++i) update(i, group.lr, group.weight_decay);
+}
+
+void Adam::update(size_t i, double lr, double wd) {
+  const Tensor& p = params_[i];
+  if (!p.grad().defined()) return;
+  const Tensor g = contiguous_grad(p);
+  if (!exp_avg_[i].defined()) {
+    exp_avg_[i] = zeros_like_param(p);
+    exp_avg_sq_[i] = zeros_like_param(p);
   }
+  const int64_t step = ++steps_[i];
+  const double b1 = options_.beta1, b2 = options_.beta2;
+  const double bias1 = 1 - std::pow(b1, static_cast<double>(step));
+  const double bias2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(step)));
+  const double step_size = lr / bias1;
+  if (!p.device().is_cpu()) {
+    adam_step_on_device(p, g, exp_avg_[i], exp_avg_sq_[i], decoupled_, b1, b2, lr, wd, step_size,
+                        bias2_sqrt, options_.eps);
+    return;
+  }
+  dispatch_float(p.dtype(), "Adam", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    T* w = p.data<T>();
+    const T* gp = g.data<T>();
+    T* m = exp_avg_[i].data<T>();
+    T* v = exp_avg_sq_[i].data<T>();
+    const T tb1 = T(b1), tb2 = T(b2), omb1 = T(1 - b1), omb2 = T(1 - b2), twd = T(wd),
+            decay = T(1 - lr * wd), tss = T(step_size), tb2s = T(bias2_sqrt),
+            teps = T(options_.eps);
+    const bool decoupled = decoupled_;
+    parallel_for(0, p.numel(), kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t j = b; j < e; ++j) {
+        T d = gp[j];
+        if (decoupled) {
+          w[j] = w[j] * decay;
+        } else if (wd != 0) {
+          d = d + twd * w[j];
+        }
+        m[j] = m[j] * tb1 + omb1 * d;
+        v[j] = v[j] * tb2 + omb2 * d * d;
+        const T denom = std::sqrt(v[j]) / tb2s + teps;
+        w[j] = w[j] - tss * (m[j] / denom);
+      }
+    });
+  });
 }
 
 NamedTensors Adam::state_dict() const {

@@ -5,6 +5,7 @@
 //   ...; loss.backward(); opt.step(); opt.zero_grad();
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,16 +14,43 @@
 
 namespace stoke::nn::optim {
 
+// Parameters that share a learning rate and a weight decay, like one entry of torch.optim's
+// param_groups; what a group leaves unset comes from the optimizer's options. The usual recipe,
+// no decay on biases and norm weights, is weight_decay_groups() below.
+//   optim::SGD opt({{.params = weights}, {.params = biases, .weight_decay = 0.0}},
+//                  {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4});
+struct ParamGroup {
+  std::vector<Tensor> params;
+  std::optional<double> lr = std::nullopt;
+  std::optional<double> weight_decay = std::nullopt;
+};
+
+// Two groups from a module's parameters: those with 2 or more dims (conv and linear weights) with
+// `weight_decay`, the others (biases, batch/layer norm weights) with none.
+std::vector<ParamGroup> weight_decay_groups(const Module& module, double weight_decay);
+
 class Optimizer {
  public:
-  explicit Optimizer(std::vector<Tensor> params, double lr);
+  // `groups` must be non-empty and no parameter may be in two groups; every parameter is a
+  // contiguous f32/f64 leaf that requires grad. Parameters are numbered across the groups in order
+  // (state_dict()'s "state.<i>", as torch numbers them).
+  Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, const char* name);
   virtual ~Optimizer() = default;
   // Applies one update to every parameter that has a gradient (no autograd recording).
   virtual void step() = 0;
   void zero_grad();  // sets gradients to none
-  double lr() const { return lr_; }
-  void set_lr(double lr) { lr_ = lr; }
+
+  // The live learning rates and weight decays, per group (schedulers scale each group's rate from
+  // its own initial value). lr() is group 0's; set_lr() sets every group's.
+  size_t num_groups() const { return groups_.size(); }
+  double lr(size_t group = 0) const;
+  void set_lr(double lr);
+  void set_lr(size_t group, double lr);
+  double weight_decay(size_t group = 0) const;
+  void set_weight_decay(size_t group, double weight_decay);
+  // Every parameter, in state order; params_of(g) is group g's.
   const std::vector<Tensor>& params() const { return params_; }
+  std::vector<Tensor> params_of(size_t group) const;
 
   // State as named tensors, keyed like PyTorch's optimizer state_dict flattened:
   // "state.<param index>.<buffer>" (e.g. "state.3.momentum_buffer", "state.0.exp_avg") plus
@@ -32,10 +60,16 @@ class Optimizer {
   virtual void load_state_dict(const NamedTensors& state) = 0;
 
  protected:
+  struct Group {
+    size_t begin = 0, end = 0;  // its parameters: params_[begin, end)
+    double lr = 0, weight_decay = 0;
+  };
   std::vector<Tensor> params_;
-  double lr_;
+  std::vector<Group> groups_;
 };
 
+// lr and weight_decay are the defaults of groups that do not set their own; the live values are
+// the optimizer's lr(g) and weight_decay(g).
 struct SGDOptions {
   double lr = 0.01;
   double momentum = 0;
@@ -47,15 +81,20 @@ struct SGDOptions {
 class SGD : public Optimizer {
  public:
   SGD(std::vector<Tensor> params, SGDOptions options);
+  SGD(std::vector<ParamGroup> groups, SGDOptions options);
   void step() override;
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
-  SGDOptions options;
+  const SGDOptions& options() const { return options_; }
 
  private:
+  // One parameter's update with its group's rate and decay.
+  void update(size_t i, double lr, double wd, double mom, double damp, bool nesterov);
+  SGDOptions options_;
   std::vector<Tensor> momentum_buffers_;  // undefined until the first step with a gradient
 };
 
+// lr and weight_decay are defaults for groups, as in SGDOptions.
 struct AdamOptions {
   double lr = 1e-3;
   double beta1 = 0.9;
@@ -67,12 +106,15 @@ struct AdamOptions {
 class Adam : public Optimizer {
  public:
   Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay = false);
+  Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled_weight_decay = false);
   void step() override;
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
-  AdamOptions options;
+  const AdamOptions& options() const { return options_; }
 
  private:
+  void update(size_t i, double lr, double wd);  // one parameter, its group's rate and decay
+  AdamOptions options_;
   bool decoupled_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
   std::vector<int64_t> steps_;
@@ -92,13 +134,18 @@ struct AdamWOptions {
 class AdamW : public Adam {
  public:
   AdamW(std::vector<Tensor> params, AdamWOptions o)
-      : Adam(std::move(params),
-             {.lr = o.lr,
-              .beta1 = o.beta1,
-              .beta2 = o.beta2,
-              .eps = o.eps,
-              .weight_decay = o.weight_decay},
-             true) {}
+      : Adam(std::move(params), adam_options(o), true) {}
+  AdamW(std::vector<ParamGroup> groups, AdamWOptions o)
+      : Adam(std::move(groups), adam_options(o), true) {}
+
+ private:
+  static AdamOptions adam_options(const AdamWOptions& o) {
+    return {.lr = o.lr,
+            .beta1 = o.beta1,
+            .beta2 = o.beta2,
+            .eps = o.eps,
+            .weight_decay = o.weight_decay};
+  }
 };
 
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before

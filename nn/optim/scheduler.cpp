@@ -11,8 +11,8 @@ StepLR::StepLR(Optimizer& opt, int64_t step_size, double gamma)
   STOKE_CHECK(step_size > 0, "StepLR", "step_size must be positive, got ", step_size);
   reset();
 }
-double StepLR::lr_at(int64_t step) const {
-  return base_lr_ * std::pow(gamma, static_cast<double>(step / std::max<int64_t>(step_size, 1)));
+double StepLR::lr_at(int64_t step, double base) const {
+  return base * std::pow(gamma, static_cast<double>(step / std::max<int64_t>(step_size, 1)));
 }
 
 MultiStepLR::MultiStepLR(Optimizer& opt, std::vector<int64_t> ms, double gamma)
@@ -21,10 +21,10 @@ MultiStepLR::MultiStepLR(Optimizer& opt, std::vector<int64_t> ms, double gamma)
               "milestones must be increasing");
   reset();
 }
-double MultiStepLR::lr_at(int64_t step) const {
+double MultiStepLR::lr_at(int64_t step, double base) const {
   const auto passed =
       std::upper_bound(milestones.begin(), milestones.end(), step) - milestones.begin();
-  return base_lr_ * std::pow(gamma, static_cast<double>(passed));
+  return base * std::pow(gamma, static_cast<double>(passed));
 }
 
 CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min)
@@ -32,9 +32,9 @@ CosineAnnealingLR::CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_m
   STOKE_CHECK(t_max > 0, "CosineAnnealingLR", "t_max must be positive, got ", t_max);
   reset();
 }
-double CosineAnnealingLR::lr_at(int64_t step) const {
+double CosineAnnealingLR::lr_at(int64_t step, double base) const {
   const double t = static_cast<double>(std::min(step, t_max)) / static_cast<double>(t_max);
-  return eta_min + (base_lr_ - eta_min) * (1 + std::cos(std::numbers::pi * t)) / 2;
+  return eta_min + (base - eta_min) * (1 + std::cos(std::numbers::pi * t)) / 2;
 }
 
 OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start,
@@ -50,7 +50,8 @@ OneCycleLR::OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, doubl
               pct_start);
   reset();
 }
-double OneCycleLR::lr_at(int64_t step) const {
+// Every group follows max_lr (torch with one max_lr for all groups does the same).
+double OneCycleLR::lr_at(int64_t step, double /*base*/) const {
   const double initial = max_lr / div_factor, final_lr = initial / final_div_factor;
   // torch: phase ends at pct_start * total_steps - 1 and total_steps - 1.
   const double up_end = pct_start * static_cast<double>(total_steps) - 1;
@@ -70,16 +71,16 @@ LinearWarmup::LinearWarmup(Optimizer& opt, int64_t warmup_steps, double start_fa
       start_factor(start_factor),
       after(std::move(after)) {
   STOKE_CHECK(warmup_steps >= 0, "LinearWarmup", "warmup_steps must be >= 0, got ", warmup_steps);
-  if (this->after) base_lr_ = this->after->base_lr();
+  if (this->after) base_lrs_ = this->after->base_lrs();
   reset();
 }
-double LinearWarmup::lr_at(int64_t step) const {
+double LinearWarmup::lr_at(int64_t step, double base) const {
   if (step < warmup_steps) {
     const double f = start_factor + (1 - start_factor) * static_cast<double>(step) /
                                         static_cast<double>(warmup_steps);
-    return (after ? after->lr_at(0) : base_lr_) * f;
+    return (after ? after->lr_at(0, base) : base) * f;
   }
-  return after ? after->lr_at(step - warmup_steps) : base_lr_;
+  return after ? after->lr_at(step - warmup_steps, base) : base;
 }
 
 }  // namespace stoke::nn::optim

@@ -13,23 +13,34 @@ namespace stoke::nn::optim {
 
 class LRScheduler {
  public:
-  explicit LRScheduler(Optimizer& optimizer) : optimizer_(optimizer), base_lr_(optimizer.lr()) {}
+  // Each parameter group's rate follows the schedule from its own initial rate (torch's
+  // base_lrs); base_lr() is group 0's.
+  explicit LRScheduler(Optimizer& optimizer) : optimizer_(optimizer) {
+    for (size_t g = 0; g < optimizer.num_groups(); ++g) base_lrs_.push_back(optimizer.lr(g));
+  }
   virtual ~LRScheduler() = default;
-  // The learning rate after `step` calls of step().
-  virtual double lr_at(int64_t step) const = 0;
-  void step() { optimizer_.set_lr(lr_at(++step_)); }
+
+  // The learning rate after `step` calls of step(), for a group whose initial rate is `base`.
+  virtual double lr_at(int64_t step, double base) const = 0;
+  // The same for group 0.
+  double lr_at(int64_t step) const { return lr_at(step, base_lrs_.front()); }
+  void step() { apply(++step_); }
   int64_t last_step() const { return step_; }
   void set_last_step(int64_t step) {
     step_ = step;
-    optimizer_.set_lr(lr_at(step_));
+    apply(step_);
   }
-  double base_lr() const { return base_lr_; }
+  double base_lr() const { return base_lrs_.front(); }
+  const std::vector<double>& base_lrs() const { return base_lrs_; }
 
  protected:
   // Constructors of subclasses call this once their parameters are set (lr_at is virtual).
-  void reset() { optimizer_.set_lr(lr_at(step_)); }
+  void reset() { apply(step_); }
+  void apply(int64_t step) {
+    for (size_t g = 0; g < base_lrs_.size(); ++g) optimizer_.set_lr(g, lr_at(step, base_lrs_[g]));
+  }
   Optimizer& optimizer_;
-  double base_lr_;
+  std::vector<double> base_lrs_;
   int64_t step_ = 0;
 };
 
@@ -37,7 +48,8 @@ class LRScheduler {
 class StepLR : public LRScheduler {
  public:
   StepLR(Optimizer& opt, int64_t step_size, double gamma = 0.1);
-  double lr_at(int64_t step) const override;
+  using LRScheduler::lr_at;
+  double lr_at(int64_t step, double base) const override;
   int64_t step_size;
   double gamma;
 };
@@ -46,7 +58,8 @@ class StepLR : public LRScheduler {
 class MultiStepLR : public LRScheduler {
  public:
   MultiStepLR(Optimizer& opt, std::vector<int64_t> milestones, double gamma = 0.1);
-  double lr_at(int64_t step) const override;
+  using LRScheduler::lr_at;
+  double lr_at(int64_t step, double base) const override;
   std::vector<int64_t> milestones;
   double gamma;
 };
@@ -55,7 +68,8 @@ class MultiStepLR : public LRScheduler {
 class CosineAnnealingLR : public LRScheduler {
  public:
   CosineAnnealingLR(Optimizer& opt, int64_t t_max, double eta_min = 0);
-  double lr_at(int64_t step) const override;
+  using LRScheduler::lr_at;
+  double lr_at(int64_t step, double base) const override;
   int64_t t_max;
   double eta_min;
 };
@@ -67,7 +81,8 @@ class OneCycleLR : public LRScheduler {
  public:
   OneCycleLR(Optimizer& opt, double max_lr, int64_t total_steps, double pct_start = 0.3,
              double div_factor = 25, double final_div_factor = 1e4);
-  double lr_at(int64_t step) const override;
+  using LRScheduler::lr_at;
+  double lr_at(int64_t step, double base) const override;
   double max_lr;
   int64_t total_steps;
   double pct_start, div_factor, final_div_factor;
@@ -79,7 +94,8 @@ class LinearWarmup : public LRScheduler {
  public:
   LinearWarmup(Optimizer& opt, int64_t warmup_steps, double start_factor = 0.0,
                std::unique_ptr<LRScheduler> after = nullptr);
-  double lr_at(int64_t step) const override;
+  using LRScheduler::lr_at;
+  double lr_at(int64_t step, double base) const override;
   int64_t warmup_steps;
   double start_factor;
   std::unique_ptr<LRScheduler> after;

@@ -460,3 +460,14 @@ TEST_CASE("stoke-train: data that does not fit the model or the other split fail
                            Catch::Contains("max_pool2d"));
   fs::remove_all(dir);
 }
+
+TEST_CASE("stoke-train: --no-decay-norm-bias trains with two parameter groups", "[nn][train]") {
+  const Run r = run_train(
+      "--model resnet8 --epochs 1 --limit-train 256 --limit-test 64 --batch 64 --threads 1 "
+      "--no-progress --weight-decay 0.05 --no-decay-norm-bias --schedule cosine");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("done: best test acc"));
+  CHECK_THAT(run_train("--no-decay-norm-bias=maybe").output,
+             Catch::Contains("--no-decay-norm-bias"));
+}
