@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/philox.h"
 #include "cuda/kernels/elementwise_util.h"
 
 namespace stoke::cuda {
@@ -12,24 +13,10 @@ namespace {
 using ew::from_float;
 using ew::to_float;
 
-// Philox4x32-10 of counter (ctr, 0) under `key`: the rounds of core/random.cpp's philox4x32.
-// The 32x32->64 products compile to mul.lo/mul.hi under nvcc.
+// Philox4x32-10 of counter (ctr, 0) under `key` (core/philox.h, the CPU's definition).
 __host__ __device__ __forceinline__ void philox(uint64_t ctr, uint64_t key, uint32_t (&r)[4]) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
   uint32_t c0 = static_cast<uint32_t>(ctr), c1 = static_cast<uint32_t>(ctr >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
-  STOKE_EW_UNROLL
-  for (int round = 0; round < 10; ++round) {
-    const uint64_t p0 = static_cast<uint64_t>(kM0) * c0;
-    const uint64_t p1 = static_cast<uint64_t>(kM1) * c2;
-    c0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
-    c2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-    c1 = static_cast<uint32_t>(p1);
-    c3 = static_cast<uint32_t>(p0);
-    k0 += kW0;
-    k1 += kW1;
-  }
+  philox4x32_10(c0, c1, c2, c3, key);
   r[0] = c0;
   r[1] = c1;
   r[2] = c2;
@@ -55,13 +42,13 @@ __global__ void __launch_bounds__(1024)
     uint32_t r[4];
     philox(offset + static_cast<uint64_t>(b), seed, r);
     bool keep[4];
-    STOKE_EW_UNROLL
+    STOKE_UNROLL
     for (int k = 0; k < 4; ++k) keep[k] = (r[k] >> 8) < threshold;
     const int64_t i0 = 4 * b;
     if (vec && i0 + 4 <= n) {
       Quad<T> q = reinterpret_cast<const Quad<T>*>(x)[b];
       uint32_t m = 0;
-      STOKE_EW_UNROLL
+      STOKE_UNROLL
       for (int k = 0; k < 4; ++k) {
         // x * 0 keeps NaN for dropped elements, as the CPU's x * mask does.
         q.v[k] = from_float<T>(to_float(q.v[k]) * (keep[k] ? scale : 0.f));

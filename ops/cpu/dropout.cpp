@@ -1,11 +1,12 @@
 // CPU dropout. Philox4x32-10 is evaluated for kGroup blocks at once in lane arrays, which the
 // compiler vectorizes (the 32x32->64 multiplies map to vpmuludq): generating the mask costs about
-// as much as reading the input, instead of dominating it. The rounds are the same as
-// core/random.cpp's philox4x32 (tests check the two agree).
+// as much as reading the input, instead of dominating it. The rounds are core/philox.h's, the
+// generator's and the CUDA kernel's (tests check the three agree).
 #include <cmath>
 #include <cstring>
 
 #include "core/parallel.h"
+#include "core/philox.h"
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/device_kernels.h"
@@ -19,25 +20,11 @@ constexpr int64_t kGroup = 16;  // Philox blocks per vectorized group (64 elemen
 // r[4 * j + k] = output k of Philox block (first + j) under `key`, for j < kGroup: the random
 // number of element 4 * j + k of the group. counter_hi = 0 as in the generator's fills.
 void philox_group(uint64_t first, uint64_t key, uint32_t (&r)[4 * kGroup]) {
-  constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;
-  constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;
-  const uint32_t key0 = static_cast<uint32_t>(key), key1 = static_cast<uint32_t>(key >> 32);
-  // One lane per block with the rounds fully unrolled: the lane loop is straight-line code.
+  // One lane per block, the rounds inlined and unrolled: the lane loop is straight-line code.
   for (int64_t j = 0; j < kGroup; ++j) {
     const uint64_t ctr = first + static_cast<uint64_t>(j);
     uint32_t c0 = static_cast<uint32_t>(ctr), c1 = static_cast<uint32_t>(ctr >> 32), c2 = 0, c3 = 0;
-    uint32_t k0 = key0, k1 = key1;
-#pragma GCC unroll 10
-    for (int round = 0; round < 10; ++round) {
-      const uint64_t p0 = static_cast<uint64_t>(kM0) * c0;
-      const uint64_t p1 = static_cast<uint64_t>(kM1) * c2;
-      c0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
-      c2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
-      c1 = static_cast<uint32_t>(p1);
-      c3 = static_cast<uint32_t>(p0);
-      k0 += kW0;
-      k1 += kW1;
-    }
+    philox4x32_10(c0, c1, c2, c3, key);
     r[4 * j] = c0;
     r[4 * j + 1] = c1;
     r[4 * j + 2] = c2;
