@@ -19,6 +19,17 @@
 #include <nvtx3/nvtx3.hpp>
 #endif
 
+// STOKE_UNROLL before a short fixed-trip loop: full unrolling with nvcc's pragma in device code,
+// GCC's in the emu build, nothing in nvcc's host pass (where GCC would warn about "#pragma unroll"
+// and nvcc's front end about "#pragma GCC unroll").
+#if defined(__CUDA_ARCH__)
+#define STOKE_UNROLL _Pragma("unroll")
+#elif defined(__CUDACC__)
+#define STOKE_UNROLL
+#else
+#define STOKE_UNROLL _Pragma("GCC unroll 16")
+#endif
+
 // STOKE_LAUNCH(kernel, grid, block, smem_bytes, stream)(args...): kernel<<<grid, block,
 // smem_bytes, stream>>>(args...) under nvcc; in emu the whole grid runs before it returns. Errors
 // surface through cudaGetLastError() either way. For a template kernel take a pointer first:

@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(256) cast_kernel(const S* src, D* dst, int64_t
     for (int64_t q = tid; q < quads; q += step) {
       const Quad<S> a = reinterpret_cast<const Quad<S>*>(src)[q];
       Quad<D> b;
-      STOKE_EW_UNROLL
+      STOKE_UNROLL
       for (int k = 0; k < 4; ++k) b.v[k] = convert<D>(a.v[k]);
       reinterpret_cast<Quad<D>*>(dst)[q] = b;
     }

@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t packs = n / kN;
     for (int64_t p = tid; p < packs; p += step) {
       Pack<T> v = reinterpret_cast<const Pack<T>*>(x)[p];
-      STOKE_EW_UNROLL
+      STOKE_UNROLL
       for (int k = 0; k < kN; ++k) v.v[k] = from_float<T>(f(to_float(v.v[k])));
       reinterpret_cast<Pack<T>*>(out)[p] = v;
     }
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int64_t p = tid; p < packs; p += step) {
       const Pack<T> u = reinterpret_cast<const Pack<T>*>(a)[p];
       Pack<T> v = reinterpret_cast<const Pack<T>*>(b)[p];
-      STOKE_EW_UNROLL
+      STOKE_UNROLL
       for (int k = 0; k < kN; ++k) v.v[k] = from_float<T>(f(to_float(u.v[k]), to_float(v.v[k])));
       reinterpret_cast<Pack<T>*>(out)[p] = v;
     }

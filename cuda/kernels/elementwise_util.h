@@ -12,17 +12,6 @@
 #include "core/error.h"
 #include "cuda/compat.h"
 
-// Full unrolling of short fixed-trip loops: nvcc's pragma in device code, GCC's in the emu build,
-// nothing in nvcc's host pass (where GCC would warn about "#pragma unroll" and nvcc's front end
-// about "#pragma GCC unroll").
-#if defined(__CUDA_ARCH__)
-#define STOKE_EW_UNROLL _Pragma("unroll")
-#elif defined(__CUDACC__)
-#define STOKE_EW_UNROLL
-#else
-#define STOKE_EW_UNROLL _Pragma("GCC unroll 16")
-#endif
-
 namespace stoke::cuda {
 
 // The most dims a strided launcher accepts after merging contiguous dims.
@@ -39,12 +28,12 @@ struct StridedOffsets {
 
   // Offsets (in elements) of every operand for row-major position `linear`.
   __host__ __device__ __forceinline__ void get(int64_t linear, int64_t (&off)[N]) const {
-    STOKE_EW_UNROLL
+    STOKE_UNROLL
     for (int k = 0; k < N; ++k) off[k] = 0;
     for (int d = ndim - 1; d >= 0; --d) {
       const int64_t i = linear % size[d];
       linear /= size[d];
-      STOKE_EW_UNROLL
+      STOKE_UNROLL
       for (int k = 0; k < N; ++k) off[k] += i * stride[k][d];
     }
   }
@@ -131,6 +120,16 @@ __host__ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(floa
   return __float2bfloat16_rn(v);
 }
 
+// *p widened to f32, and v rounded (to nearest even) into *p, whatever the storage dtype.
+template <class T>
+__host__ __device__ __forceinline__ float load_f32(const T* p) {
+  return to_float(*p);
+}
+template <class T>
+__host__ __device__ __forceinline__ void store_f32(T* p, float v) {
+  *p = from_float<T>(v);
+}
+
 // 16 bytes of T: one 128-bit load or store when the address is 16-byte aligned.
 template <class T>
 struct alignas(16) Pack {
@@ -159,7 +158,7 @@ struct MaxOp {
 // Reduction over the 32 lanes of a warp; every lane gets the result.
 template <class Op>
 __device__ __forceinline__ float warp_reduce(float v, Op op) {
-  STOKE_EW_UNROLL
+  STOKE_UNROLL
   for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(kFullMask, v, o));
   return v;
 }

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "cuda/compat.h"
+#include "cuda/kernels/elementwise_util.h"
 #include "cuda/kernels/pool.h"
 
 namespace stoke::cuda {
@@ -16,26 +17,9 @@ namespace pool_detail {
 
 constexpr int kThreads = 256;
 
-// Loads widen to f32 and stores round from f32 (round to nearest even),
-// whatever the dtype.
-__device__ __forceinline__ float load_f32(const float* p) {
-  return *p;
-}
-__device__ __forceinline__ float load_f32(const __half* p) {
-  return __half2float(*p);
-}
-__device__ __forceinline__ float load_f32(const __nv_bfloat16* p) {
-  return __bfloat162float(*p);
-}
-__device__ __forceinline__ void store_f32(float* p, float v) {
-  *p = v;
-}
-__device__ __forceinline__ void store_f32(__half* p, float v) {
-  *p = __float2half_rn(v);
-}
-__device__ __forceinline__ void store_f32(__nv_bfloat16* p, float v) {
-  *p = __float2bfloat16_rn(v);
-}
+// Loads widen to f32 and stores round from f32 (round to nearest even), whatever the dtype.
+using ew::load_f32;
+using ew::store_f32;
 
 __device__ __forceinline__ int imin(int a, int b) {
   return a < b ? a : b;

@@ -48,20 +48,6 @@
 #include "cuda/compat.h"
 #include "cuda/kernels/sgemm.h"
 
-// Full unrolling of short fixed-trip loops: nvcc's pragma in device code, GCC's
-// in the emu build, nothing in nvcc's host pass (GCC would warn about
-// "STOKE_UNROLL" there). A candidate for cuda/compat.h; defined here until it
-// has one.
-#ifndef STOKE_UNROLL
-#if defined(__CUDA_ARCH__)
-#define STOKE_UNROLL _Pragma("unroll")
-#elif defined(__CUDACC__)
-#define STOKE_UNROLL
-#else
-#define STOKE_UNROLL _Pragma("GCC unroll 16")
-#endif
-#endif
-
 namespace stoke::cuda {
 namespace sgemm_detail {
 
