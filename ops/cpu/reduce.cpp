@@ -13,6 +13,7 @@
 #include "core/parallel.h"
 #include "core/strided.h"
 #include "ops/check.h"
+#include "ops/cpu/row_kernels.h"
 #include "ops/creation.h"
 #include "ops/device_kernels.h"
 #include "ops/index.h"

@@ -6,6 +6,7 @@
 
 #include "core/parallel.h"
 #include "ops/check.h"
+#include "ops/cpu/row_kernels.h"
 #include "ops/device_kernels.h"
 #include "ops/softmax.h"
 
