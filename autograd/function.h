@@ -1,9 +1,11 @@
 // How differentiable functions record themselves. A function computes its outputs with ops/
-// kernels and then, if any input requires grad, calls record() with a backward lambda:
+// kernels and then, if any input requires grad, calls record() with a backward lambda, named
+// as torch names its grad_fn (without the version suffix):
 //
 //   Tensor y = ops::relu(x);
 //   if (autograd::any_requires_grad({x}))
-//     autograd::record("relu", {x}, {y}, [x = x.detach()](const GradList& g, const NeedList&) {
+//     autograd::record("ReluBackward", {x}, {y}, [x = x.detach()](const GradList& g, const
+//     NeedList&) {
 //       return GradList{ops::relu_backward(g[0], x)};
 //     });
 //

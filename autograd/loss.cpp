@@ -61,7 +61,7 @@ Tensor fused_cross_entropy(const Tensor& logits, const Tensor& target,
                            const CrossEntropyOptions& options) {
   ops::CrossEntropyForward f = ops::cross_entropy_forward(logits, target, options);
   if (autograd::any_requires_grad({logits}))
-    autograd::record("cross_entropy", {logits}, {f.loss},
+    autograd::record("CrossEntropyBackward", {logits}, {f.loss},
                      [x = logits.detach(), t = target.detach(), lse = f.lse, options](
                          const GradList& g, const NeedList&) {
                        return GradList{ops::cross_entropy_backward(g[0], x, t, lse, options)};
@@ -73,7 +73,7 @@ Tensor plain_nll_loss(const Tensor& log_probs, const Tensor& target,
                       const NllLossOptions& options) {
   Tensor y = ops::nll_loss(log_probs, target, options);
   if (autograd::any_requires_grad({log_probs}))
-    autograd::record("nll_loss", {log_probs}, {y},
+    autograd::record("NllLossBackward", {log_probs}, {y},
                      [shape = log_probs.shape(), t = target.detach(), options](const GradList& g,
                                                                                const NeedList&) {
                        return GradList{ops::nll_loss_backward(g[0], shape, t, options)};
@@ -109,7 +109,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOpti
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   Tensor y = ops::mse_loss(input, target, reduction);
   if (autograd::any_requires_grad({input, target}))
-    autograd::record("mse_loss", {input, target}, {y},
+    autograd::record("MseLossBackward", {input, target}, {y},
                      [x = input.detach(), t = target.detach(), reduction](const GradList& g,
                                                                           const NeedList& needs) {
                        GradList out(2);

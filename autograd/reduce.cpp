@@ -11,7 +11,7 @@ using autograd::NeedList;
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   Tensor y = ops::sum(x, dims, keepdim);
   if (autograd::any_requires_grad({x}))
-    autograd::record("sum", {x}, {y},
+    autograd::record("SumBackward", {x}, {y},
                      [shape = x.shape(), dims, keepdim](const GradList& g, const NeedList&) {
                        return GradList{ops::sum_backward(g[0], shape, dims, keepdim)};
                      });
@@ -21,7 +21,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   Tensor y = ops::mean(x, dims, keepdim);
   if (autograd::any_requires_grad({x}))
-    autograd::record("mean", {x}, {y},
+    autograd::record("MeanBackward", {x}, {y},
                      [shape = x.shape(), dims, keepdim](const GradList& g, const NeedList&) {
                        return GradList{ops::mean_backward(g[0], shape, dims, keepdim)};
                      });
@@ -32,7 +32,7 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
   Tensor y = ops::var(x, dims, correction, keepdim);
   if (autograd::any_requires_grad({x}))
     autograd::record(
-        "var", {x}, {y},
+        "VarBackward", {x}, {y},
         [xd = x.detach(), dims, correction, keepdim](const GradList& g, const NeedList&) {
           return GradList{ops::var_backward(g[0], xd, dims, correction, keepdim)};
         });
@@ -68,10 +68,10 @@ Tensor record_extremum_all(const char* name, const Tensor& x, const Tensor& valu
 }  // namespace
 
 ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
-  return record_extremum("max", x, ops::max_with_indices(x, dim, keepdim), dim, keepdim);
+  return record_extremum("MaxBackward", x, ops::max_with_indices(x, dim, keepdim), dim, keepdim);
 }
 ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
-  return record_extremum("min", x, ops::min_with_indices(x, dim, keepdim), dim, keepdim);
+  return record_extremum("MinBackward", x, ops::min_with_indices(x, dim, keepdim), dim, keepdim);
 }
 Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
   return max_with_indices(x, dim, keepdim).values;
@@ -80,10 +80,10 @@ Tensor min(const Tensor& x, int64_t dim, bool keepdim) {
   return min_with_indices(x, dim, keepdim).values;
 }
 Tensor max(const Tensor& x) {
-  return record_extremum_all("max", x, ops::max(x));
+  return record_extremum_all("MaxBackward", x, ops::max(x));
 }
 Tensor min(const Tensor& x) {
-  return record_extremum_all("min", x, ops::min(x));
+  return record_extremum_all("MinBackward", x, ops::min(x));
 }
 
 }  // namespace stoke

@@ -10,7 +10,7 @@ using autograd::NeedList;
 Tensor softmax(const Tensor& x, int64_t dim) {
   Tensor y = ops::softmax(x, dim);
   if (autograd::any_requires_grad({x}))
-    autograd::record("softmax", {x}, {y},
+    autograd::record("SoftmaxBackward", {x}, {y},
                      [yd = y.detach(), dim](const GradList& g, const NeedList&) {
                        return GradList{ops::softmax_backward(g[0], yd, dim)};
                      });
@@ -20,7 +20,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 Tensor log_softmax(const Tensor& x, int64_t dim) {
   Tensor y = ops::log_softmax(x, dim);
   if (autograd::any_requires_grad({x}))
-    autograd::record("log_softmax", {x}, {y},
+    autograd::record("LogSoftmaxBackward", {x}, {y},
                      [yd = y.detach(), dim](const GradList& g, const NeedList&) {
                        return GradList{ops::log_softmax_backward(g[0], yd, dim)};
                      });

@@ -59,17 +59,26 @@ struct BatchNormLayerOptions {
   DType dtype = DType::f32;
 };
 
-// BatchNorm over dim 1 of (N, C, ...) inputs: BatchNorm1d and BatchNorm2d are this module.
+// BatchNorm over dim 1 of (N, C, ...) inputs. BatchNorm1d and BatchNorm2d are this module under
+// the names torch prints; they differ only in name().
 class BatchNorm : public Module {
  public:
   explicit BatchNorm(int64_t num_features, BatchNormLayerOptions options = {});
   Tensor forward(const Tensor& x) override;
-  std::string name() const override { return "BatchNorm2d"; }
+  std::string name() const override { return "BatchNorm"; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   BatchNormLayerOptions options;
 };
-using BatchNorm2d = BatchNorm;
-using BatchNorm1d = BatchNorm;
+class BatchNorm2d : public BatchNorm {
+ public:
+  using BatchNorm::BatchNorm;
+  std::string name() const override { return "BatchNorm2d"; }
+};
+class BatchNorm1d : public BatchNorm {
+ public:
+  using BatchNorm::BatchNorm;
+  std::string name() const override { return "BatchNorm1d"; }
+};
 
 class ReLU : public Module {
  public:

@@ -17,9 +17,9 @@ std::shared_ptr<Conv2d> conv3x3(int64_t in, int64_t out, int64_t stride, Generat
 
 BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Generator* gen) {
   conv1 = register_module("conv1", conv3x3(in_planes, planes, stride, gen));
-  bn1 = register_module("bn1", std::make_shared<BatchNorm>(planes));
+  bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(planes));
   conv2 = register_module("conv2", conv3x3(planes, planes, 1, gen));
-  bn2 = register_module("bn2", std::make_shared<BatchNorm>(planes));
+  bn2 = register_module("bn2", std::make_shared<BatchNorm2d>(planes));
   if (stride != 1 || in_planes != planes) {
     downsample = register_module(
         "downsample",
@@ -27,7 +27,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Genera
             std::make_shared<Conv2d>(
                 in_planes, planes, 1,
                 Conv2dLayerOptions{.stride = {stride, stride}, .bias = false, .generator = gen}),
-            std::make_shared<BatchNorm>(planes)}));
+            std::make_shared<BatchNorm2d>(planes)}));
   }
 }
 
@@ -43,7 +43,7 @@ ResNet::ResNet(const std::vector<int64_t>& blocks, const std::vector<int64_t>& w
               "expected one width per stage, got ", blocks.size(), " stages and ", widths.size(),
               " widths");
   conv1 = register_module("conv1", conv3x3(o.in_channels, widths[0], 1, o.generator));
-  bn1 = register_module("bn1", std::make_shared<BatchNorm>(widths[0]));
+  bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(widths[0]));
   int64_t in = widths[0];
   for (size_t s = 0; s < blocks.size(); ++s) {
     auto layer = std::make_shared<Sequential>();
@@ -71,7 +71,7 @@ std::shared_ptr<Sequential> conv_bn(int64_t in, int64_t out, Generator* gen, boo
   auto s = std::make_shared<Sequential>(std::initializer_list<ModulePtr>{
       std::make_shared<Conv2d>(
           in, out, 3, Conv2dLayerOptions{.padding = {1, 1}, .bias = false, .generator = gen}),
-      std::make_shared<BatchNorm>(out), std::make_shared<ReLU>()});
+      std::make_shared<BatchNorm2d>(out), std::make_shared<ReLU>()});
   if (pool) s->push_back(std::make_shared<MaxPool2d>(2));
   return s;
 }

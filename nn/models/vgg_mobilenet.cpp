@@ -17,7 +17,7 @@ VGG::VGG(const std::vector<int64_t>& config, ModelOptions o) {
     }
     features->push_back(std::make_shared<Conv2d>(
         in, c, 3, Conv2dLayerOptions{.padding = {1, 1}, .generator = o.generator}));
-    features->push_back(std::make_shared<BatchNorm>(c));
+    features->push_back(std::make_shared<BatchNorm2d>(c));
     features->push_back(std::make_shared<ReLU>());
     in = c;
   }
@@ -43,7 +43,7 @@ class InvertedResidual : public Module {
     conv1 = register_module(
         "conv1", std::make_shared<Conv2d>(in, planes, 1,
                                           Conv2dLayerOptions{.bias = false, .generator = gen}));
-    bn1 = register_module("bn1", std::make_shared<BatchNorm>(planes));
+    bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(planes));
     conv2 = register_module("conv2",
                             std::make_shared<Conv2d>(planes, planes, 3,
                                                      Conv2dLayerOptions{.stride = {stride, stride},
@@ -51,17 +51,17 @@ class InvertedResidual : public Module {
                                                                         .groups = planes,
                                                                         .bias = false,
                                                                         .generator = gen}));
-    bn2 = register_module("bn2", std::make_shared<BatchNorm>(planes));
+    bn2 = register_module("bn2", std::make_shared<BatchNorm2d>(planes));
     conv3 = register_module(
         "conv3", std::make_shared<Conv2d>(planes, out, 1,
                                           Conv2dLayerOptions{.bias = false, .generator = gen}));
-    bn3 = register_module("bn3", std::make_shared<BatchNorm>(out));
+    bn3 = register_module("bn3", std::make_shared<BatchNorm2d>(out));
     if (stride == 1 && in != out)
       shortcut = register_module(
           "shortcut", std::make_shared<Sequential>(std::initializer_list<ModulePtr>{
                           std::make_shared<Conv2d>(
                               in, out, 1, Conv2dLayerOptions{.bias = false, .generator = gen}),
-                          std::make_shared<BatchNorm>(out)}));
+                          std::make_shared<BatchNorm2d>(out)}));
   }
 
   Tensor forward(const Tensor& x) override {
@@ -90,7 +90,7 @@ MobileNetV2::MobileNetV2(ModelOptions o) {
       "conv1", std::make_shared<Conv2d>(
                    o.in_channels, 32, 3,
                    Conv2dLayerOptions{.padding = {1, 1}, .bias = false, .generator = o.generator}));
-  bn1 = register_module("bn1", std::make_shared<BatchNorm>(32));
+  bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(32));
   layers = register_module("layers", std::make_shared<Sequential>());
   int64_t in = 32;
   for (const auto& c : config)
@@ -102,7 +102,7 @@ MobileNetV2::MobileNetV2(ModelOptions o) {
   conv2 = register_module(
       "conv2", std::make_shared<Conv2d>(
                    320, 1280, 1, Conv2dLayerOptions{.bias = false, .generator = o.generator}));
-  bn2 = register_module("bn2", std::make_shared<BatchNorm>(1280));
+  bn2 = register_module("bn2", std::make_shared<BatchNorm2d>(1280));
   linear = register_module(
       "linear",
       std::make_shared<Linear>(1280, o.num_classes, LinearOptions{.generator = o.generator}));

@@ -123,3 +123,20 @@ TEST_CASE("engine: gradients accumulate across backward calls", "[autograd][engi
   CHECK(values(x.grad()) == std::vector<double>{0, 0, 0});
   CHECK_THROWS_WITH(ops::add_(x, x.grad()), Catch::Contains("in-place operation"));
 }
+
+TEST_CASE("autograd: nodes are named as torch names its grad_fn", "[autograd]") {
+  const Tensor x = randn({3, 4}).set_requires_grad(true);
+  const Tensor t = from_vector<int64_t>({0, 1, 3}, {3}, {.dtype = DType::i64});
+  CHECK(sum(x).grad_fn()->name() == "SumBackward");
+  CHECK(mean(x).grad_fn()->name() == "MeanBackward");
+  CHECK(var(x).grad_fn()->name() == "VarBackward");
+  CHECK(max(x).grad_fn()->name() == "MaxBackward");
+  CHECK(min(x, 1).grad_fn()->name() == "MinBackward");
+  CHECK(softmax(x, 1).grad_fn()->name() == "SoftmaxBackward");
+  CHECK(log_softmax(x, 1).grad_fn()->name() == "LogSoftmaxBackward");
+  CHECK(cross_entropy(x, t).grad_fn()->name() == "CrossEntropyBackward");
+  CHECK(nll_loss(x, t).grad_fn()->name() == "NllLossBackward");
+  CHECK(mse_loss(x, x.detach()).grad_fn()->name() == "MseLossBackward");
+  CHECK(add(x, x).grad_fn()->name() == "AddBackward");
+  CHECK(x.t().grad_fn()->name() == "ViewBackward");
+}

@@ -145,3 +145,10 @@ TEST_CASE("modules: train/eval, to(dtype), zero_grad, batch norm bookkeeping", "
   CHECK(bn1->num_batches_tracked.dtype() == DType::i64);
   CHECK((*m)(x.to(DType::f64)).dtype() == DType::f64);
 }
+
+TEST_CASE("modules: BatchNorm1d and BatchNorm2d carry torch's names", "[nn]") {
+  CHECK(nn::BatchNorm1d(4).name() == "BatchNorm1d");
+  CHECK(nn::BatchNorm2d(4).name() == "BatchNorm2d");
+  nn::BatchNorm1d bn(3);
+  CHECK(bn.forward(randn({5, 3})).shape() == Shape{5, 3});
+}
