@@ -76,30 +76,6 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Calls fn(T{}) with the storage type of `dtype`.
-template <class Fn>
-void dispatch_all(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      return fn(float{});
-    case DType::f64:
-      return fn(double{});
-    case DType::f16:
-      return fn(__half{});
-    case DType::bf16:
-      return fn(__nv_bfloat16{});
-    case DType::i32:
-      return fn(int32_t{});
-    case DType::i64:
-      return fn(int64_t{});
-    case DType::u8:
-      return fn(uint8_t{});
-    case DType::boolean:
-      return fn(bool{});
-  }
-  STOKE_FAIL("cuda::cast", "unknown dtype ", static_cast<int>(dtype));
-}
-
 }  // namespace
 
 CastOffsets make_cast_offsets(const int64_t* shape, int ndim, const int64_t* dst_strides,
@@ -118,7 +94,7 @@ void fill(DType dtype, void* dst, const FillOffsets& offsets, int64_t numel, dou
   STOKE_NVTX_RANGE("stoke::cuda::fill");
   STOKE_CHECK(numel >= 0, "cuda::fill", "expected numel >= 0, got ", numel);
   if (numel == 0) return;
-  dispatch_all(dtype, [&](auto d) {
+  ew::dispatch_all(dtype, "cuda::fill", [&](auto d) {
     using D = decltype(d);
     auto* k = &fill_kernel<D>;
     STOKE_LAUNCH(k, ew::grid_for(numel, 256), 256, 0, stream)
@@ -132,8 +108,8 @@ void cast(DType src_dtype, const void* src, DType dst_dtype, void* dst, int64_t 
   STOKE_NVTX_RANGE("stoke::cuda::cast");
   STOKE_CHECK(n >= 0, "cuda::cast", "expected n >= 0, got ", n);
   if (n == 0) return;
-  dispatch_all(src_dtype, [&](auto s) {
-    dispatch_all(dst_dtype, [&](auto d) {
+  ew::dispatch_all(src_dtype, "cuda::cast", [&](auto s) {
+    ew::dispatch_all(dst_dtype, "cuda::cast", [&](auto d) {
       using S = decltype(s);
       using D = decltype(d);
       const bool vec = ew::aligned(src, 4 * sizeof(S)) && ew::aligned(dst, 4 * sizeof(D));
@@ -151,8 +127,8 @@ void cast_strided(DType src_dtype, const void* src, DType dst_dtype, void* dst,
   STOKE_NVTX_RANGE("stoke::cuda::cast_strided");
   STOKE_CHECK(numel >= 0, "cuda::cast_strided", "expected numel >= 0, got ", numel);
   if (numel == 0) return;
-  dispatch_all(src_dtype, [&](auto s) {
-    dispatch_all(dst_dtype, [&](auto d) {
+  ew::dispatch_all(src_dtype, "cuda::cast", [&](auto s) {
+    ew::dispatch_all(dst_dtype, "cuda::cast", [&](auto d) {
       using S = decltype(s);
       using D = decltype(d);
       auto* k = &cast_strided_kernel<S, D>;

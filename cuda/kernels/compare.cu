@@ -89,29 +89,6 @@ void dispatch_size(const char* op, size_t element_size, Fn&& fn) {
   }
 }
 
-// Calls fn(T{}) with the C++ type of every dtype.
-template <class Fn>
-void dispatch_all(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      return fn(float{});
-    case DType::f64:
-      return fn(double{});
-    case DType::f16:
-      return fn(__half{});
-    case DType::bf16:
-      return fn(__nv_bfloat16{});
-    case DType::i32:
-      return fn(int32_t{});
-    case DType::i64:
-      return fn(int64_t{});
-    case DType::u8:
-      return fn(uint8_t{});
-    case DType::boolean:
-      return fn(bool{});
-  }
-}
-
 template <class Fn>
 void dispatch_op(CompareOp op, Fn&& fn) {
   switch (op) {
@@ -136,7 +113,7 @@ void compare(CompareOp op, DType dtype, const void* a, const void* b, bool* out,
              const StridedOffsets<3>& offsets, int64_t n, cudaStream_t stream) {
   STOKE_NVTX_RANGE("stoke::cuda::compare");
   if (n == 0) return;
-  dispatch_all(dtype, [&](auto tag) {
+  ew::dispatch_all(dtype, "cuda::compare", [&](auto tag) {
     using T = decltype(tag);
     dispatch_op(op, [&](auto o) {
       auto* k = &compare_kernel<T, decltype(o)::value>;
@@ -151,7 +128,7 @@ void compare_scalar(CompareOp op, DType dtype, const void* x, double s, bool* ou
                     cudaStream_t stream) {
   STOKE_NVTX_RANGE("stoke::cuda::compare_scalar");
   if (n == 0) return;
-  dispatch_all(dtype, [&](auto tag) {
+  ew::dispatch_all(dtype, "cuda::compare", [&](auto tag) {
     using T = decltype(tag);
     dispatch_op(op, [&](auto o) {
       auto* k = &compare_scalar_kernel<T, decltype(o)::value>;

@@ -207,6 +207,31 @@ void dispatch_floating(DType dtype, const char* op, Fn&& fn) {
   }
 }
 
+// Calls fn(T{}) with the storage type of every dtype (f16/bf16 as __half/__nv_bfloat16); an
+// unknown value is an error naming `op`.
+template <class Fn>
+void dispatch_all(DType dtype, const char* op, Fn&& fn) {
+  switch (dtype) {
+    case DType::f32:
+      return fn(float{});
+    case DType::f64:
+      return fn(double{});
+    case DType::f16:
+      return fn(__half{});
+    case DType::bf16:
+      return fn(__nv_bfloat16{});
+    case DType::i32:
+      return fn(int32_t{});
+    case DType::i64:
+      return fn(int64_t{});
+    case DType::u8:
+      return fn(uint8_t{});
+    case DType::boolean:
+      return fn(bool{});
+  }
+  STOKE_FAIL(op, "unknown dtype ", static_cast<int>(dtype));
+}
+
 // Blocks for a grid-stride loop over `work` items with `threads` per block, capped so that huge
 // tensors loop instead of launching millions of blocks.
 inline unsigned grid_for(int64_t work, int threads, int64_t cap = 4096) {
