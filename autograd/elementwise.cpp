@@ -222,6 +222,20 @@ Tensor tanh(const Tensor& x) {
   return y;
 }
 
+Tensor silu(const Tensor& x) {
+  Tensor y = ops::silu(x);
+  record_unary("SiluBackward", x, y, x,
+               [](const Tensor& g, const Tensor& s) { return ops::silu_backward(g, s); });
+  return y;
+}
+
+Tensor hardswish(const Tensor& x) {
+  Tensor y = ops::hardswish(x);
+  record_unary("HardswishBackward", x, y, x,
+               [](const Tensor& g, const Tensor& s) { return ops::hardswish_backward(g, s); });
+  return y;
+}
+
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
   Tensor y = ops::gelu(x, approximate);
   record_unary("GeluBackward", x, y, x, [approximate](const Tensor& g, const Tensor& s) {

@@ -56,6 +56,10 @@ Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor sigmoid(const Tensor& x);
 // Hyperbolic tangent.
 Tensor tanh(const Tensor& x);
+// SiLU / swish, x * sigmoid(x).
+Tensor silu(const Tensor& x);
+// Hard swish, x * relu6(x + 3) / 6.
+Tensor hardswish(const Tensor& x);
 // GELU, exact (erf) by default or with the tanh approximation.
 Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::none);
 // min(max(x, min), max); the gradient passes where min <= x <= max.

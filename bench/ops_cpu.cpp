@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "autograd/conv.h"
+#include "autograd/elementwise.h"
 #include "autograd/linalg.h"
 #include "autograd/loss.h"
 #include "autograd/norm.h"
@@ -186,6 +187,15 @@ Measured bench_softmax(const std::string& name, const Args& a) {
   return time_autograd(f, {x}, grad_like_output(f), a);
 }
 
+// An activation over N x C elements (N64_C32_H28: a conv layer's output), forward and backward.
+template <Tensor (*Activation)(const Tensor&)>
+Measured bench_activation(const std::string& name, const Args& a) {
+  auto p = parse_case(name);
+  Tensor x = randn({p["N"], p["C"], p["H"], p["H"]}, leaf_options());
+  std::function<Tensor()> f = [&] { return Activation(x); };
+  return time_autograd(f, {x}, grad_like_output(f), a);
+}
+
 Measured bench_sgemm(const std::string& name, const Args& a) {
   int64_t n = parse_case(name)["n"];
   Tensor x = randn({n, n});
@@ -210,6 +220,8 @@ const std::vector<OpSpec>& op_specs() {
       {"max_pool2d", {"N64_C32_H28_k2s2"}, bench_max_pool2d},
       {"cross_entropy", {"N128_C10", "N1024_C1000"}, bench_cross_entropy},
       {"softmax", {"N1024_C1000"}, bench_softmax},
+      {"silu", {"N64_C32_H28"}, bench_activation<silu>},
+      {"hardswish", {"N64_C32_H28"}, bench_activation<hardswish>},
       {"sgemm", {"n256", "n512", "n1024", "n2048"}, bench_sgemm},
   };
   return specs;

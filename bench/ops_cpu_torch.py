@@ -33,6 +33,8 @@ OPS = {
     "max_pool2d": ["N64_C32_H28_k2s2"],
     "cross_entropy": ["N128_C10", "N1024_C1000"],
     "softmax": ["N1024_C1000"],
+    "silu": ["N64_C32_H28"],
+    "hardswish": ["N64_C32_H28"],
     "sgemm": ["n256", "n512", "n1024", "n2048"],
 }
 
@@ -135,6 +137,13 @@ def run_case(op, case, reps, warmup):
         x = leaf(n, c)
         fwd = lambda: F.softmax(x, dim=-1)
         gout = torch.randn(n, c)
+        return bench_autograd(fwd, [x], gout, reps, warmup)
+    if op in ("silu", "hardswish"):
+        n, c, h = int(p["N"]), int(p["C"]), int(p["H"])
+        x = leaf(n, c, h, h)
+        fn = F.silu if op == "silu" else F.hardswish
+        fwd = lambda: fn(x)
+        gout = torch.randn(n, c, h, h)
         return bench_autograd(fwd, [x], gout, reps, warmup)
     if op == "sgemm":
         n = int(p["n"])

@@ -94,6 +94,12 @@ Tensor LeakyReLU::forward(const Tensor& x) {
 Tensor GELU::forward(const Tensor& x) {
   return gelu(x);
 }
+Tensor SiLU::forward(const Tensor& x) {
+  return silu(x);
+}
+Tensor Hardswish::forward(const Tensor& x) {
+  return hardswish(x);
+}
 Tensor MaxPool2d::forward(const Tensor& x) {
   return max_pool2d(x, options);
 }

@@ -100,6 +100,18 @@ class GELU : public Module {
   std::string name() const override { return "GELU"; }
 };
 
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "SiLU"; }
+};
+
+class Hardswish : public Module {
+ public:
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Hardswish"; }
+};
+
 class MaxPool2d : public Module {
  public:
   explicit MaxPool2d(ops::Pool2dOptions options) : options(options) {}

@@ -56,6 +56,10 @@ const char* unary_op_name(UnaryOp op) {
       return "gelu";
     case UnaryOp::sign:
       return "sign";
+    case UnaryOp::silu:
+      return "silu";
+    case UnaryOp::hardswish:
+      return "hardswish";
   }
   return "unary";
 }

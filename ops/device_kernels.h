@@ -30,10 +30,37 @@
 namespace stoke::ops {
 
 enum class BinaryOp { add, sub, mul, div, maximum, minimum };
-enum class UnaryOp { neg, exp, log, sqrt, rsqrt, abs, relu, sigmoid, tanh, gelu, gelu_tanh, sign };
+enum class UnaryOp {
+  neg,
+  exp,
+  log,
+  sqrt,
+  rsqrt,
+  abs,
+  relu,
+  sigmoid,
+  tanh,
+  gelu,
+  gelu_tanh,
+  sign,
+  silu,
+  hardswish
+};
 // Backward maps out = f(grad, saved), saved being the forward's input or output as
 // ops::NAME_backward takes it.
-enum class UnaryGradOp { leaky_relu, sigmoid, tanh, gelu, gelu_tanh, clamp, abs, sqrt, rsqrt };
+enum class UnaryGradOp {
+  leaky_relu,
+  sigmoid,
+  tanh,
+  gelu,
+  gelu_tanh,
+  clamp,
+  abs,
+  sqrt,
+  rsqrt,
+  silu,
+  hardswish
+};
 struct UnaryGradParams {
   double negative_slope = 0.01;  // leaky_relu
   double min = -INFINITY;        // clamp (missing bounds are infinite)

@@ -71,6 +71,10 @@ Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor sigmoid(const Tensor& x);
 // Hyperbolic tangent.
 Tensor tanh(const Tensor& x);
+// x * sigmoid(x) (SiLU, "swish"), as torch.nn.functional.silu.
+Tensor silu(const Tensor& x);
+// x * min(max(x + 3, 0), 6) / 6, as torch.nn.functional.hardswish (MobileNetV3).
+Tensor hardswish(const Tensor& x);
 
 // x * Phi(x) (exact), or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with ::tanh.
 Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::none);
@@ -145,6 +149,11 @@ Tensor leaky_relu_backward(const Tensor& grad, const Tensor& x, double negative_
 Tensor sigmoid_backward(const Tensor& grad, const Tensor& out);
 // grad * (1 - out^2), out = tanh(x).
 Tensor tanh_backward(const Tensor& grad, const Tensor& out);
+// grad * s * (1 + x * (1 - s)), s = sigmoid(x).
+Tensor silu_backward(const Tensor& grad, const Tensor& x);
+// 0 for x < -3, grad * (x / 3 + 1/2) for -3 <= x < 3, grad for x >= 3: the boundaries of torch's
+// vectorized CPU kernel, which every tensor of 8 or more elements takes.
+Tensor hardswish_backward(const Tensor& grad, const Tensor& x);
 // grad * d gelu(x) / dx for the given formula.
 Tensor gelu_backward(const Tensor& grad, const Tensor& x,
                      GeluApproximate approximate = GeluApproximate::none);

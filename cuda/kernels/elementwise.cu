@@ -143,6 +143,11 @@ struct UnaryF {
       return m > p.max ? p.max : m;
     }
     if constexpr (Op == UnaryOp::sign) return sign_of(x);
+    if constexpr (Op == UnaryOp::silu) return x / (1.f + expf(-x));
+    if constexpr (Op == UnaryOp::hardswish) {
+      const float r = x + 3.f < 0.f ? 0.f : x + 3.f;
+      return x * (r > 6.f ? 6.f : r) / 6.f;
+    }
     return x;
   }
 };
@@ -169,6 +174,12 @@ struct BackwardF {
     if constexpr (Op == UnaryBackwardOp::abs) return g * sign_of(v);
     if constexpr (Op == UnaryBackwardOp::sqrt) return g / (v + v);
     if constexpr (Op == UnaryBackwardOp::rsqrt) return -0.5f * g * v * v * v;
+    if constexpr (Op == UnaryBackwardOp::silu) {
+      const float s = 1.f / (1.f + expf(-v));
+      return g * s * (1.f + v * (1.f - s));
+    }
+    if constexpr (Op == UnaryBackwardOp::hardswish)
+      return v < -3.f ? 0.f : v < 3.f ? g * (v / 3.f + 0.5f) : g;
     return g;
   }
 };
@@ -251,6 +262,10 @@ void with_backward_functor(UnaryBackwardOp op, const UnaryParams& params, Fn&& f
       return fn(BackwardF<UnaryBackwardOp::sqrt>{params});
     case UnaryBackwardOp::rsqrt:
       return fn(BackwardF<UnaryBackwardOp::rsqrt>{params});
+    case UnaryBackwardOp::silu:
+      return fn(BackwardF<UnaryBackwardOp::silu>{params});
+    case UnaryBackwardOp::hardswish:
+      return fn(BackwardF<UnaryBackwardOp::hardswish>{params});
   }
   STOKE_FAIL("cuda::unary_backward", "unknown backward op ", static_cast<int>(op));
 }
@@ -333,6 +348,10 @@ void unary(UnaryOp op, DType dtype, const void* x, void* out, int64_t n, cudaStr
         return run(UnaryF<UnaryOp::clamp>{params});
       case UnaryOp::sign:
         return run(UnaryF<UnaryOp::sign>{params});
+      case UnaryOp::silu:
+        return run(UnaryF<UnaryOp::silu>{params});
+      case UnaryOp::hardswish:
+        return run(UnaryF<UnaryOp::hardswish>{params});
     }
     STOKE_FAIL("cuda::unary", "unknown unary op ", static_cast<int>(op));
   });

@@ -35,6 +35,8 @@ enum class UnaryOp : uint8_t {
   gelu_tanh,
   clamp,
   sign,
+  silu,
+  hardswish,
 };
 
 // Backward kernels: out = f(grad, saved), saved being what ops::NAME_backward takes (the
@@ -50,6 +52,8 @@ enum class UnaryBackwardOp : uint8_t {
   abs,
   sqrt,
   rsqrt,
+  silu,
+  hardswish,
 };
 
 // Parameters of the parametrized maps: leaky_relu's slope, clamp's bounds (±inf for a missing

@@ -147,10 +147,12 @@ void check_unary(Suite& s, bool quick) {
     bool positive;  // defined on positive inputs only
   };
   const Op ops_[] = {
-      {"neg", ops::neg, false},   {"exp", ops::exp, false},         {"log", ops::log, true},
-      {"sqrt", ops::sqrt, true},  {"rsqrt", ops::rsqrt, true},      {"abs", ops::abs, false},
-      {"relu", ops::relu, false}, {"sigmoid", ops::sigmoid, false}, {"tanh", ops::tanh, false},
-      {"sign", ops::sign, false},
+      {"neg", ops::neg, false},    {"exp", ops::exp, false},
+      {"log", ops::log, true},     {"sqrt", ops::sqrt, true},
+      {"rsqrt", ops::rsqrt, true}, {"abs", ops::abs, false},
+      {"relu", ops::relu, false},  {"sigmoid", ops::sigmoid, false},
+      {"tanh", ops::tanh, false},  {"sign", ops::sign, false},
+      {"silu", ops::silu, false},  {"hardswish", ops::hardswish, false},
   };
   struct Case {
     std::string label;
@@ -223,6 +225,10 @@ void check_unary_backward(Suite& s, bool quick) {
                  ops::gelu_backward(rg, rn, GeluApproximate::tanh), tol);
       compare_on(s, "clamp_backward(-0.5, 0.7)", l, dt, ops::clamp_backward(dg, dn_, -0.5, 0.7),
                  ops::clamp_backward(rg, rn, -0.5, 0.7), tol);
+      compare_on(s, "silu_backward", l, dt, ops::silu_backward(dg, dn_), ops::silu_backward(rg, rn),
+                 tol);
+      compare_on(s, "hardswish_backward", l, dt, ops::hardswish_backward(dg, dn_),
+                 ops::hardswish_backward(rg, rn), tol);
       compare_on(s, "abs_backward", l, dt, ops::abs_backward(dg, dn_), ops::abs_backward(rg, rn),
                  tol);
       compare_on(s, "sqrt_backward", l, dt, ops::sqrt_backward(dg, sq.to(dt).to(dev())),

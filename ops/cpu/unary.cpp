@@ -234,6 +234,21 @@ Tensor tanh(const Tensor& x) {
   if (auto* k = device_dispatch("tanh", {&x})) return k->unary(UnaryOp::tanh, x);
   return unary<true>("tanh", x, [](auto v) { return std::tanh(v); });
 }
+Tensor silu(const Tensor& x) {
+  if (auto* k = device_dispatch("silu", {&x})) return k->unary(UnaryOp::silu, x);
+  return unary<true>("silu", x, [](auto v) {
+    using T = decltype(v);
+    return v / (T(1) + exp_value(-v));
+  });
+}
+Tensor hardswish(const Tensor& x) {
+  if (auto* k = device_dispatch("hardswish", {&x})) return k->unary(UnaryOp::hardswish, x);
+  return unary<true>("hardswish", x, [](auto v) {
+    using T = decltype(v);
+    const T r = v + T(3) < T(0) ? T(0) : v + T(3);
+    return v * (r > T(6) ? T(6) : r) / T(6);
+  });
+}
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
   if (auto* k = device_dispatch("gelu", {&x}))
     return k->unary(approximate == GeluApproximate::tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu, x);
@@ -322,6 +337,25 @@ Tensor tanh_backward(const Tensor& grad, const Tensor& out) {
   return backward_map("tanh_backward", grad, out, [](auto g, auto y) {
     using T = decltype(g);
     return g * (T(1) - y * y);
+  });
+}
+
+Tensor silu_backward(const Tensor& grad, const Tensor& x) {
+  if (auto* k = backward_dispatch("silu_backward", grad, x))
+    return k->unary_backward(UnaryGradOp::silu, grad, x, {});
+  return backward_map("silu_backward", grad, x, [](auto g, auto v) {
+    using T = decltype(g);
+    const T s = T(1) / (T(1) + exp_value(-v));
+    return g * s * (T(1) + v * (T(1) - s));
+  });
+}
+
+Tensor hardswish_backward(const Tensor& grad, const Tensor& x) {
+  if (auto* k = backward_dispatch("hardswish_backward", grad, x))
+    return k->unary_backward(UnaryGradOp::hardswish, grad, x, {});
+  return backward_map("hardswish_backward", grad, x, [](auto g, auto v) {
+    using T = decltype(g);
+    return v < T(-3) ? T(0) : v < T(3) ? T(g * (v / T(3) + T(0.5))) : g;
   });
 }
 

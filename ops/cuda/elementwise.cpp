@@ -34,6 +34,10 @@ cuda::UnaryBackwardOp to_cuda(UnaryGradOp op) {
       return cuda::UnaryBackwardOp::sqrt;
     case UnaryGradOp::rsqrt:
       return cuda::UnaryBackwardOp::rsqrt;
+    case UnaryGradOp::silu:
+      return cuda::UnaryBackwardOp::silu;
+    case UnaryGradOp::hardswish:
+      return cuda::UnaryBackwardOp::hardswish;
   }
   return cuda::UnaryBackwardOp::sigmoid;
 }
@@ -58,6 +62,10 @@ const char* name_of(UnaryGradOp op) {
       return "sqrt_backward";
     case UnaryGradOp::rsqrt:
       return "rsqrt_backward";
+    case UnaryGradOp::silu:
+      return "silu_backward";
+    case UnaryGradOp::hardswish:
+      return "hardswish_backward";
   }
   return "unary_backward";
 }

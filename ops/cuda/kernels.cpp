@@ -62,6 +62,10 @@ cuda::UnaryOp to_cuda(UnaryOp op) {
       return cuda::UnaryOp::gelu_tanh;
     case UnaryOp::sign:
       return cuda::UnaryOp::sign;
+    case UnaryOp::silu:
+      return cuda::UnaryOp::silu;
+    case UnaryOp::hardswish:
+      return cuda::UnaryOp::hardswish;
   }
   return cuda::UnaryOp::neg;
 }

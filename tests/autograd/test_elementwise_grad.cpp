@@ -112,6 +112,8 @@ TEST_CASE("elementwise grad: unary math and activations", "[autograd][elementwis
   check_unary([](const Tensor& x) { return tanh(x); });
   check_unary([](const Tensor& x) { return gelu(x); });
   check_unary([](const Tensor& x) { return gelu(x, GeluApproximate::tanh); });
+  check_unary([](const Tensor& x) { return silu(x); });
+  check_unary([](const Tensor& x) { return hardswish(mul(x, 2.0)); });  // across both kinks
   check_unary([](const Tensor& x) { return clamp(x, -0.5, 0.7); });
   check_unary([](const Tensor& x) { return clamp(x, -0.2, std::nullopt); });
   check_unary([](const Tensor& x) { return clamp(x, std::nullopt, 0.1); });

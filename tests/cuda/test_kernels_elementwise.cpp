@@ -264,6 +264,8 @@ TEST_CASE("cuda kernels: ew_unary_kernel maps match ops::", "[cuda][kernels][ele
       {UnaryOp::clamp, clamp_min, false,
        [](const Tensor& x) { return ops::clamp(x, -0.5, std::nullopt); }},
       {UnaryOp::sign, {}, false, [](const Tensor& x) { return ops::sign(x); }},
+      {UnaryOp::silu, {}, false, [](const Tensor& x) { return ops::silu(x); }},
+      {UnaryOp::hardswish, {}, false, [](const Tensor& x) { return ops::hardswish(x); }},
   };
   uint64_t seed = 500;
   for (DType dtype : kDtypes)
@@ -318,6 +320,10 @@ TEST_CASE("cuda kernels: unary backward maps (on ew_binary_kernel) match ops::*_
        [](const Tensor& g, const Tensor& y) { return ops::sqrt_backward(g, y); }},
       {UnaryBackwardOp::rsqrt, true, [](const Tensor& x) { return ops::rsqrt(x); },
        [](const Tensor& g, const Tensor& y) { return ops::rsqrt_backward(g, y); }},
+      {UnaryBackwardOp::silu, false, same,
+       [](const Tensor& g, const Tensor& x) { return ops::silu_backward(g, x); }},
+      {UnaryBackwardOp::hardswish, false, same,
+       [](const Tensor& g, const Tensor& x) { return ops::hardswish_backward(g, x); }},
   };
   const cuda::UnaryParams params{.negative_slope = 0.2f, .min = -0.5f, .max = 0.7f};
   uint64_t seed = 700;

@@ -257,6 +257,8 @@ TEST_CASE("cuda elementwise: unary backward maps match the CPU, with broadcastin
       {"abs", false, same, ops::abs_backward},
       {"sqrt", true, [](const Tensor& x) { return ops::sqrt(x); }, ops::sqrt_backward},
       {"rsqrt", true, [](const Tensor& x) { return ops::rsqrt(x); }, ops::rsqrt_backward},
+      {"silu", false, same, ops::silu_backward},
+      {"hardswish", false, same, ops::hardswish_backward},
   };
   for (const Case& c : cases)
     for (const Shape& shape : {Shape{7}, Shape{300}, Shape{33, 17}}) {
@@ -460,6 +462,9 @@ TEST_CASE("cuda elementwise: autograd through sigmoid, tanh, gelu, pow, where, m
       {"sigmoid", [](const Tensor& x, const Tensor& y) { return stoke::sigmoid(add(x, y)); }},
       {"tanh", [](const Tensor& x, const Tensor& y) { return stoke::tanh(mul(x, y)); }},
       {"gelu", [](const Tensor& x, const Tensor& y) { return stoke::gelu(sub(x, y)); }},
+      {"silu", [](const Tensor& x, const Tensor& y) { return stoke::silu(mul(x, y)); }},
+      {"hardswish",
+       [](const Tensor& x, const Tensor& y) { return stoke::hardswish(mul(add(x, y), 3.0)); }},
       {"gelu_tanh", [](const Tensor& x,
                        const Tensor& y) { return stoke::gelu(add(x, y), GeluApproximate::tanh); }},
       {"leaky_relu",

@@ -9,6 +9,8 @@
 #include "autograd/elementwise.h"
 #include "ops/elementwise.h"
 #include "stoke/stoke.h"
+#include "support/fixture.h"
+#include "support/fixture_tensor.h"
 
 using namespace stoke;
 
@@ -508,4 +510,28 @@ TEST_CASE("elementwise: sum_to reduces broadcast dims", "[ops][elementwise][sum_
                                                 Catch::Contains("[2, 3, 4]") &&
                                                 Catch::Contains("[3, 3]"));
   CHECK_THROWS_WITH(ops::sum_to(g, {1, 2, 3, 4}), Catch::Contains("stoke::sum_to"));
+}
+
+TEST_CASE("elementwise: silu and hardswish match PyTorch, forward and backward, at the kinks too",
+          "[ops][elementwise][fixture]") {
+  const auto cases = stoke::testing::load_fixture(stoke::testing::fixture_path("activations.txt"));
+  REQUIRE(cases.size() == 2);
+  for (const auto& c : cases) {
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      INFO(c.name << " in " << dtype);
+      const Tensor x = stoke::testing::to_tensor(c.tensor("input"), dtype);
+      const Tensor g = stoke::testing::to_tensor(c.tensor("grad_output"), dtype);
+      const bool silu = c.attr("op") == "silu";
+      const Tensor y = silu ? ops::silu(x) : ops::hardswish(x);
+      const Tensor gx = silu ? ops::silu_backward(g, x) : ops::hardswish_backward(g, x);
+      const auto& want_y = c.tensor("output").values;
+      const auto& want_g = c.tensor("grad_input").values;
+      const auto got_y = y.to_vector<double>(), got_g = gx.to_vector<double>();
+      for (size_t i = 0; i < want_y.size(); ++i) {
+        INFO("x = " << x.to_vector<double>()[i]);
+        CHECK(std::abs(got_y[i] - want_y[i]) <= 1e-6 * (1 + std::abs(want_y[i])));
+        CHECK(std::abs(got_g[i] - want_g[i]) <= 1e-6 * (1 + std::abs(want_g[i])));
+      }
+    }
+  }
 }
