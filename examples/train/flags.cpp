@@ -120,7 +120,6 @@ Flags parse_flags(int argc, char** argv) {
       {"--limit-train", [&](auto& k, auto& v) { f.limit_train = to_int(k, v); }},
       {"--limit-test", [&](auto& k, auto& v) { f.limit_test = to_int(k, v); }},
       {"--device", [&](auto&, auto& v) { f.device = v; }},
-      {"--kill-at-step", [&](auto& k, auto& v) { f.kill_at_step = to_int(k, v); }},
   };
   const std::map<std::string, std::function<void(bool)>> switches = {
       {"--nesterov", [&](bool on) { f.nesterov = on; }},

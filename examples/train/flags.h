@@ -47,7 +47,6 @@ struct Flags {
   bool allow_cpu_fallback = false;
   bool tf32 = false;  // f32 GEMMs and convolutions on CUDA may use TF32 tensor cores
   bool progress = true;
-  int64_t kill_at_step = 0;  // testing: SIGKILL this process after that optimizer step
 };
 
 // Parses argv; prints usage and exits on --help; throws stoke::Error naming a bad flag or value.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <memory>
@@ -398,6 +399,10 @@ int run(Flags f) {
       static_cast<long long>(f.batch), static_cast<long long>(f.accum),
       static_cast<long long>(f.epochs), num_threads());
 
+  // A test hook, not a flag: the crash-and-resume tests kill the run right after this optimizer
+  // step (STOKE_TRAIN_TEST_KILL_AT_STEP=N), deterministically, without a timing race.
+  const char* kill_env = std::getenv("STOKE_TRAIN_TEST_KILL_AT_STEP");
+  const int64_t kill_at_step = kill_env ? std::strtoll(kill_env, nullptr, 10) : 0;
   const std::string last_path = f.checkpoint.empty() ? "" : f.checkpoint + "/last.safetensors";
   const std::string best_path = f.checkpoint.empty() ? "" : f.checkpoint + "/best.safetensors";
 
@@ -499,7 +504,7 @@ int run(Flags f) {
                  ",\"test_loss\":", r.loss, ",\"test_acc\":", r.acc, "}");
         }
         // Nothing is flushed first: every record is already written.
-        if (f.kill_at_step > 0 && pos.global_step == f.kill_at_step) std::raise(SIGKILL);
+        if (kill_at_step > 0 && pos.global_step == kill_at_step) std::raise(SIGKILL);
       }
       char extra[96];
       std::snprintf(

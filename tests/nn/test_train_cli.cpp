@@ -246,7 +246,8 @@ TEST_CASE(
       " --model lenet5 --epochs 2 --limit-train 256 --limit-test 64 --batch 32 "
       "--no-progress --log-every 1 --checkpoint-every 3 --checkpoint " +
       dir;
-  const Run killed = run_train(args + " --kill-at-step 5");
+  const Run killed =
+      run(("STOKE_TRAIN_TEST_KILL_AT_STEP=5 " + std::string(STOKE_TRAIN_EXE)).c_str(), args);
   CHECK(killed.exit_code != 0);
   // Killed at step 5 with nothing flushed at the kill: every step record is in the file.
   auto before = records(dir + "/metrics.jsonl");

@@ -19,8 +19,9 @@ namespace {
 const char* kData = "/usr/share/datasets/fashion-mnist";
 
 // Runs stoke-train with `args`; returns its wait status.
-int run_train(const std::string& args) {
-  const std::string cmd = std::string(STOKE_TRAIN_EXE) + " " + args + " > /dev/null 2>&1";
+// `env` is prepended to the command (e.g. "STOKE_TRAIN_TEST_KILL_AT_STEP=13 ").
+int run_train(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + std::string(STOKE_TRAIN_EXE) + " " + args + " > /dev/null 2>&1";
   return std::system(cmd.c_str());
 }
 
@@ -49,7 +50,7 @@ TEST_CASE("stoke-train: SIGKILL mid-epoch then --resume equals an uninterrupted 
   REQUIRE(run_train(common + " --checkpoint " + (dir / "full").string()) == 0);
 
   const std::string ckpt = " --checkpoint " + (dir / "killed").string() + " --checkpoint-every 5";
-  const int status = run_train(common + ckpt + " --kill-at-step 13");
+  const int status = run_train(common + ckpt, "STOKE_TRAIN_TEST_KILL_AT_STEP=13 ");
   // Killed by SIGKILL: reported directly, or as exit status 128 + 9 by the shell in between.
   const bool killed = (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) ||
                       (WIFEXITED(status) && WEXITSTATUS(status) == 128 + SIGKILL);
