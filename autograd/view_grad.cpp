@@ -80,7 +80,7 @@ Tensor aliased_base_backward(const Tensor& g, const Shape& shape, const Shape& b
   accumulate_serially(aliases.as_strided(base_shape, base_strides, 0),
                       ones(base_shape, {.dtype = dtype}));
   // Locations no base index reaches hold a zero sum: dividing them by 1 keeps them zero.
-  const Tensor shares = ops::div(sums, ops::maximum(aliases, ones({span}, {.dtype = dtype})));
+  const Tensor shares = ops::div(sums, ops::clamp(aliases, 1.0, std::nullopt));
   return shares.as_strided(base_shape, base_strides, 0).contiguous().to(g.device());
 }
 
