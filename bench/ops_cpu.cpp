@@ -26,11 +26,11 @@
 #include <string>
 #include <vector>
 
-#include "autograd/conv.h"
+#include "autograd/conv2d.h"
 #include "autograd/elementwise.h"
 #include "autograd/linalg.h"
 #include "autograd/loss.h"
-#include "autograd/norm.h"
+#include "autograd/batch_norm.h"
 #include "autograd/pool.h"
 #include "autograd/softmax.h"
 #include "bench/bench_util.h"

@@ -7,7 +7,7 @@
 //   bwd filter   cuDNN conv2d_backward_filter  | per chunk: dY transposed, col = im2col(X),
 //                                                dW (+)= dY col^T (SGEMM NT)
 // Our backward is cuda::conv2d_backward (cuda/kernels/conv2d_backward.h), the launcher
-// ops/cuda/conv.cpp's stoke path runs, under the same default column budget; called here on raw
+// ops/cuda/conv2d.cpp's stoke path runs, under the same default column budget; called here on raw
 // buffers so that the rows time the kernels alone, without the glue's f32 copies and allocations.
 // Each direction counts 2 N K OH OW C R S flops.
 #include <memory>

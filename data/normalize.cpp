@@ -8,7 +8,7 @@
 #include "core/half.h"
 #include "core/parallel.h"
 #include "ops/check.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 
 #if defined(__F16C__)
 #include <immintrin.h>

@@ -1,7 +1,6 @@
 #include "ops/check.h"
 
 #include "core/grad_mode.h"
-#include "ops/device_kernels.h"
 
 namespace stoke::ops {
 
@@ -10,19 +9,6 @@ void check_cpu(const char* op, std::initializer_list<const Tensor*> tensors) {
     if (t && t->defined())
       STOKE_CHECK(t->device().is_cpu(), op, "expected cpu tensors, got a tensor on ", t->device(),
                   " (no kernel for that device yet: move it with .to(Device::cpu()))");
-}
-
-DeviceKernels* device_dispatch(const char* op, std::initializer_list<const Tensor*> tensors) {
-  const Tensor* first = nullptr;
-  bool device = false;
-  for (const Tensor* t : tensors) {
-    if (!t || !t->defined()) continue;
-    if (!first) first = t;
-    STOKE_CHECK(t->device() == first->device(), op, "expected all tensors on the same device, got ",
-                first->device(), " and ", t->device());
-    device = device || !t->device().is_cpu();
-  }
-  return device ? &device_kernels(op, first->device()) : nullptr;
 }
 
 void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {

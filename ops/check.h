@@ -12,12 +12,6 @@ namespace stoke::ops {
 void check_cpu(const char* op, std::initializer_list<const Tensor*> tensors);
 // All defined tensors on the same device; names the devices otherwise.
 void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors);
-// Device dispatch: null when every defined tensor is on the CPU; otherwise checks that they all
-// share one device and returns that device's registered kernels (throws naming the op when the
-// build has none). Entry points start with
-//   if (auto* k = device_dispatch("add", {&a, &b})) return k->binary(BinaryOp::add, a, b);
-class DeviceKernels;
-DeviceKernels* device_dispatch(const char* op, std::initializer_list<const Tensor*> tensors);
 // a and b have the same dtype (no silent promotion); `what` names the operands ("input", "weight").
 void check_same_dtype(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
                       const char* b_name);

@@ -1,6 +1,6 @@
 #include "ops/creation.h"
 
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 
 #include <cmath>
 #include <numbers>
@@ -21,14 +21,14 @@ Tensor finish(Tensor t, const TensorOptions& options) {
 // The device must exist (its kernels are looked up, which names a missing device or backend).
 Tensor on_device(Tensor t, Device d, const char* op) {
   if (d.is_cpu()) return t;
-  ops::device_kernels(op, d);
+  ops::backend_for(op, d);
   return t.to(d);
 }
 
 }  // namespace
 
 void fill_(const Tensor& t, double value) {
-  if (!t.device().is_cpu()) return ops::device_kernels("fill_", t.device()).fill(t, value);
+  if (!t.device().is_cpu()) return ops::backend_for("fill_", t.device()).fill(t, value);
   Tensor v = empty({}, {.dtype = DType::f64});
   *v.data<double>() = value;
   copy_strided(t, v.expand(t.shape()));

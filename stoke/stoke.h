@@ -1,7 +1,7 @@
 // The umbrella header: everything a user of stoke needs.
 #pragma once
 
-#include "autograd/conv.h"
+#include "autograd/conv2d.h"
 #include "autograd/dropout.h"
 #include "autograd/elementwise.h"
 #include "autograd/engine.h"
@@ -10,7 +10,7 @@
 #include "autograd/index.h"
 #include "autograd/linalg.h"
 #include "autograd/loss.h"
-#include "autograd/norm.h"
+#include "autograd/batch_norm.h"
 #include "autograd/pool.h"
 #include "autograd/reduce.h"
 #include "autograd/softmax.h"

@@ -17,7 +17,7 @@
 
 #include "bench/kernels/sandbox.h"
 #include "cuda/kernels/conv2d_implicit_gemm.h"
-#include "ops/conv.h"
+#include "ops/conv2d.h"
 #include "ops/creation.h"
 
 namespace {

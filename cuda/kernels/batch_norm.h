@@ -1,4 +1,4 @@
-// Batch normalization on the GPU with the semantics of ops/norm.h (PyTorch's):
+// Batch normalization on the GPU with the semantics of ops/batch_norm.h (PyTorch's):
 // statistics per channel over all dims but dim 1, biased variance to normalize,
 // unbiased variance for the running statistics, save_mean / save_invstd for the
 // backward. The input is contiguous (N, C, S) with S the product of the

@@ -2,7 +2,7 @@
 // transposed to (K, samples * P) by a strided cast, then per group
 //   dW_g (+)= dY_g col^T     with col = im2col(X)       (SGEMM NT)
 //   dX      = col2im(col)    with col = W_g^T dY_g      (SGEMM TN)
-// on f32 buffers. The one composition both ops/cuda/conv.cpp (the "stoke" conv path, and every
+// on f32 buffers. The one composition both ops/cuda/conv2d.cpp (the "stoke" conv path, and every
 // conv backward in cuda/emu) and bench/ops_cuda_conv.cpp (which times it against cuDNN) run.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 namespace stoke::cuda {
 
-// The column matrix floats one chunk holds by default (64 MiB): ops/cuda/conv.cpp's budget, which
+// The column matrix floats one chunk holds by default (64 MiB): ops/cuda/conv2d.cpp's budget, which
 // tests lower, and the benchmark's.
 inline constexpr int64_t kConv2dBackwardColumnBudget = int64_t{16} << 20;
 

@@ -1,7 +1,7 @@
 // im2col / col2im on the GPU: the column matrix of a 2-D convolution for a run of samples and one
 // group, and its adjoint. With cuda::sgemm they make conv2d's backward (and a forward for any
 // dtype) from stoke's own kernels: the path the emulated build runs and the real build can select
-// instead of cuDNN (ops/cuda/conv.cpp). f32 only (the GEMM is f32).
+// instead of cuDNN (ops/cuda/conv2d.cpp). f32 only (the GEMM is f32).
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // stoke-gpu-selftest's checks of the public API on "cuda" tensors: every ops:: entry point that
-// dispatches to the CUDA backend (every method of ops/cuda/backend.h's CudaKernels), run on
+// dispatches to the CUDA backend (every method of ops/cuda/backend.h's CudaBackend), run on
 // tensors moved to Device::cuda(0) and compared with the same op on the CPU, at several shapes
 // (sizes that are not a multiple of 4 or of a 256-thread block, broadcasting, transposed and
 // strided operands) and dtypes (f32; f16 and bf16 where the op takes them; i32/i64/u8/bool for

@@ -10,8 +10,8 @@
 
 #include "core/parallel.h"
 #include "ops/check.h"
-#include "ops/device_kernels.h"
-#include "ops/norm.h"
+#include "ops/backend.h"
+#include "ops/batch_norm.h"
 
 namespace stoke::ops {
 namespace {

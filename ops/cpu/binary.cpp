@@ -7,7 +7,7 @@
 #include "ops/check.h"
 #include "ops/cpu/elementwise_kernels.h"
 #include "ops/creation.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops/elementwise.h"
 
 namespace stoke::ops {
@@ -160,9 +160,9 @@ void check_inplace_operands(const char* op, const Tensor& t,
 
 // The device's kernels for an in-place op with tensor operands (null on the CPU), after the checks
 // every device shares.
-DeviceKernels* inplace_dispatch(const char* op, const Tensor& t, const Tensor& a,
+Backend* inplace_dispatch(const char* op, const Tensor& t, const Tensor& a,
                                 const Tensor* b = nullptr) {
-  DeviceKernels* k = device_dispatch(op, {&t, &a, b});
+  Backend* k = device_dispatch(op, {&t, &a, b});
   if (b)
     check_inplace_operands(op, t, {&a, b});
   else
@@ -171,8 +171,8 @@ DeviceKernels* inplace_dispatch(const char* op, const Tensor& t, const Tensor& a
 }
 
 // The same for an in-place op with a scalar operand.
-DeviceKernels* inplace_dispatch(const char* op, const Tensor& t) {
-  DeviceKernels* k = device_dispatch(op, {&t});
+Backend* inplace_dispatch(const char* op, const Tensor& t) {
+  Backend* k = device_dispatch(op, {&t});
   check_inplace_target(op, t);
   return k;
 }
@@ -469,7 +469,7 @@ Tensor lerp_(const Tensor& t, const Tensor& end, double weight) {
 // --- backward kernels of binary ops -----------------------------------------------------------
 
 Tensor div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b) {
-  DeviceKernels* k = device_dispatch("div_backward", {&grad, &a, &b});
+  Backend* k = device_dispatch("div_backward", {&grad, &a, &b});
   check_same_dtype("div_backward", grad, "grad", a, "a");
   check_same_dtype("div_backward", grad, "grad", b, "b");
   const Shape shape = broadcast_shapes(broadcast_shapes(grad.shape(), a.shape(), "div_backward"),
@@ -488,7 +488,7 @@ namespace {
 template <class Win>
 Tensor minmax_backward(const char* op, const Tensor& grad, const Tensor& a, const Tensor& b,
                        Win win) {
-  DeviceKernels* k = device_dispatch(op, {&grad, &a, &b});
+  Backend* k = device_dispatch(op, {&grad, &a, &b});
   check_same_dtype(op, grad, "grad", a, "a");
   check_same_dtype(op, grad, "grad", b, "b");
   const Shape shape =
@@ -515,7 +515,7 @@ Tensor minimum_backward(const Tensor& grad, const Tensor& a, const Tensor& b) {
 Tensor where_backward(const Tensor& grad, const Tensor& cond, bool for_a) {
   STOKE_CHECK(cond.dtype() == DType::boolean, "where_backward", "expected cond of dtype bool, got ",
               cond.dtype());
-  DeviceKernels* k = device_dispatch("where_backward", {&grad, &cond});
+  Backend* k = device_dispatch("where_backward", {&grad, &cond});
   const Shape shape = broadcast_shapes(grad.shape(), cond.shape(), "where_backward");
   if (k) return k->where_backward(grad, cond, for_a);
   Tensor out = empty(shape, {.dtype = grad.dtype()});

@@ -8,11 +8,11 @@
 
 #include "core/parallel.h"
 #include "ops/check.h"
-#include "ops/conv.h"
+#include "ops/conv2d.h"
 #include "ops/cpu/conv2d_kernels.h"
 #include "ops/cpu/gemm.h"
 #include "ops/creation.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops/reduce.h"
 
 namespace stoke::ops {

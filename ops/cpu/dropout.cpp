@@ -9,7 +9,7 @@
 #include "core/philox.h"
 #include "ops/check.h"
 #include "ops/creation.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops/dropout.h"
 
 namespace stoke::ops {

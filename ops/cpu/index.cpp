@@ -7,7 +7,7 @@
 #include "core/strided.h"
 #include "ops/check.h"
 #include "ops/creation.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
 #include "ops/reduce.h"

@@ -9,7 +9,7 @@
 #include "ops/check.h"
 #include "ops/cpu/gemm.h"
 #include "ops/creation.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops/elementwise.h"
 #include "ops/linalg.h"
 

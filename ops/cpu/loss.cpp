@@ -8,7 +8,7 @@
 #include "ops/check.h"
 #include "ops/cpu/row_kernels.h"
 #include "ops/creation.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
 #include "ops/loss.h"
@@ -221,7 +221,7 @@ namespace {
 
 // target with ignored rows set to class 0, after checking the others like the CPU does (one
 // read-back of the first bad row).
-Tensor device_targets(const char* op, DeviceKernels& k, const Tensor& target, int64_t classes,
+Tensor device_targets(const char* op, Backend& k, const Tensor& target, int64_t classes,
                       int64_t ignore_index) {
   STOKE_CHECK(target.dtype() == DType::i64, op,
               "expected target of dtype i64 (class indices), got ", target.dtype());
@@ -263,7 +263,7 @@ Tensor device_row_weights(const Tensor& target, int64_t ignore_index, Reduction 
   return w;
 }
 
-Tensor device_nll_loss(DeviceKernels& k, const Tensor& log_probs, const Tensor& target,
+Tensor device_nll_loss(Backend& k, const Tensor& log_probs, const Tensor& target,
                        const NllLossOptions& o) {
   const char* op = "nll_loss";
   check_dim(op, log_probs, "log_probs", 2, "(N, C)");
@@ -280,7 +280,7 @@ Tensor device_nll_loss(DeviceKernels& k, const Tensor& log_probs, const Tensor& 
   return div(total, sum(ne(target, static_cast<double>(o.ignore_index)).to(rows.dtype())));
 }
 
-Tensor device_nll_loss_backward(DeviceKernels& k, const Tensor& grad, const Shape& input_shape,
+Tensor device_nll_loss_backward(Backend& k, const Tensor& grad, const Shape& input_shape,
                                 const Tensor& target, const NllLossOptions& o) {
   const char* op = "nll_loss_backward";
   STOKE_CHECK(input_shape.size() == 2 && target.numel() == input_shape[0], op,

@@ -8,7 +8,7 @@
 
 #include "core/parallel.h"
 #include "ops/check.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops/pool.h"
 
 namespace stoke::ops {

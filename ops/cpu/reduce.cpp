@@ -15,7 +15,7 @@
 #include "ops/check.h"
 #include "ops/cpu/row_kernels.h"
 #include "ops/creation.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops/index.h"
 #include "ops/reduce.h"
 #include "ops/softmax.h"

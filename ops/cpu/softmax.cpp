@@ -7,7 +7,7 @@
 #include "core/parallel.h"
 #include "ops/check.h"
 #include "ops/cpu/row_kernels.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops/softmax.h"
 
 namespace stoke::ops {

@@ -6,7 +6,7 @@
 #include "ops/check.h"
 #include "ops/cpu/elementwise_kernels.h"
 #include "ops/creation.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops/elementwise.h"
 
 namespace stoke::ops {
@@ -151,8 +151,8 @@ void check_bounds(const char* op, std::optional<double> lo, std::optional<double
 
 // The device's kernels for a backward map (null on the CPU), after the checks every device
 // shares, in backward_map's order.
-DeviceKernels* backward_dispatch(const char* op, const Tensor& grad, const Tensor& y) {
-  DeviceKernels* k = device_dispatch(op, {&grad, &y});
+Backend* backward_dispatch(const char* op, const Tensor& grad, const Tensor& y) {
+  Backend* k = device_dispatch(op, {&grad, &y});
   if (k) {
     check_same_dtype(op, grad, "grad", y, "saved tensor");
     broadcast_shapes(grad.shape(), y.shape(), op);

@@ -38,7 +38,7 @@ class CudaCopier final : public DeviceCopier {
       cuda::copy_bytes(dst, src, nbytes, kind);
   }
   void copy_strided(const Tensor& dst, const Tensor& src) override {
-    device_kernels("copy", dst.device()).copy_strided(dst, src);
+    backend_for("copy", dst.device()).copy_strided(dst, src);
   }
 };
 
@@ -65,7 +65,7 @@ Split split_at(const Tensor& t, int64_t dim) {
   return s;
 }
 
-void CudaKernels::use_device(const char* op, Device device) const {
+void CudaBackend::use_device(const char* op, Device device) const {
   const int count = cuda::device_count();
   if (device.index >= 0 && device.index < count) {
     // One thread-local read when the device is already current (the common case).
@@ -78,7 +78,7 @@ void CudaKernels::use_device(const char* op, Device device) const {
   STOKE_FAIL(op, "got a tensor on ", device, ", but there are only ", count, " CUDA devices");
 }
 
-void CudaKernels::copy_strided(const Tensor& dst, const Tensor& src) {
+void CudaBackend::copy_strided(const Tensor& dst, const Tensor& src) {
   STOKE_CHECK(dst.shape() == src.shape(), "copy", "shapes differ: destination ", dst.shape(),
               ", source ", src.shape());
   if (dst.numel() == 0) return;
@@ -89,7 +89,7 @@ void CudaKernels::copy_strided(const Tensor& dst, const Tensor& src) {
                      cuda::current_stream());
 }
 
-void CudaKernels::fill(const Tensor& t, double value) {
+void CudaBackend::fill(const Tensor& t, double value) {
   if (t.numel() == 0) return;
   // One launch, the value a kernel argument: no pageable host-to-device copy per fill.
   const auto offsets =
@@ -103,10 +103,10 @@ namespace {
 
 bool register_cuda_backend() {
   static cuda_glue::CudaCopier copier;
-  static cuda_glue::CudaKernels kernels;
+  static cuda_glue::CudaBackend kernels;
   cuda::register_cuda_allocator();
   register_device_copier(Device::Type::cuda, &copier);
-  register_device_kernels(Device::Type::cuda, &kernels);
+  register_backend(Device::Type::cuda, &kernels);
   return true;
 }
 

@@ -1,4 +1,4 @@
-// Batch norm on cuda tensors: ops/norm.h translated to cuda/kernels/batch_norm.h (our kernels in
+// Batch norm on cuda tensors: ops/batch_norm.h translated to cuda/kernels/batch_norm.h (our kernels in
 // both builds; cuDNN's batch norm in cuda/vendor is exercised by stoke-gpu-selftest, and which one
 // the dispatch uses is to be chosen by measurement on a GPU).
 //
@@ -10,7 +10,7 @@
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
-#include "ops/norm.h"
+#include "ops/batch_norm.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {
@@ -52,7 +52,7 @@ const float* f32_or_null(const Tensor& t) {
 
 }  // namespace
 
-BatchNormForward CudaKernels::batch_norm_forward(const Tensor& input, const Tensor& running_mean,
+BatchNormForward CudaBackend::batch_norm_forward(const Tensor& input, const Tensor& running_mean,
                                                  const Tensor& running_var, const Tensor& weight,
                                                  const Tensor& bias,
                                                  const BatchNormOptions& options) {
@@ -102,7 +102,7 @@ BatchNormForward CudaKernels::batch_norm_forward(const Tensor& input, const Tens
   return r;
 }
 
-BatchNormGrads CudaKernels::batch_norm_backward(const Tensor& grad_output, const Tensor& input,
+BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_output, const Tensor& input,
                                                 const Tensor& weight, const Tensor& save_mean,
                                                 const Tensor& save_invstd, bool training,
                                                 std::array<bool, 3> output_mask) {

@@ -7,7 +7,7 @@
 
 namespace stoke::ops::cuda_glue {
 
-DropoutResult CudaKernels::dropout_with_mask(const Tensor& input, double p, GeneratorState state) {
+DropoutResult CudaBackend::dropout_with_mask(const Tensor& input, double p, GeneratorState state) {
   const char* op = "dropout";
   check_float_dtype(op, input);
   const Tensor x = input.contiguous();
@@ -19,7 +19,7 @@ DropoutResult CudaKernels::dropout_with_mask(const Tensor& input, double p, Gene
   return r;
 }
 
-Tensor CudaKernels::dropout_backward(const Tensor& grad_output, const Tensor& mask, double p) {
+Tensor CudaBackend::dropout_backward(const Tensor& grad_output, const Tensor& mask, double p) {
   const char* op = "dropout_backward";
   check_float_dtype(op, grad_output);
   const Tensor g = grad_output.contiguous(), m = mask.contiguous();

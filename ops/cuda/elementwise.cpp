@@ -92,7 +92,7 @@ cuda::StridedOffsets<N> offsets_over(const char* op, const Tensor& out,
 
 // t = f(t) for an in-place unary map: in place when t is contiguous, else through a contiguous
 // copy written back with the strided copy kernel.
-void map_in_place(CudaKernels& k, const Tensor& t, cuda::UnaryOp op, const cuda::UnaryParams& p) {
+void map_in_place(CudaBackend& k, const Tensor& t, cuda::UnaryOp op, const cuda::UnaryParams& p) {
   if (t.numel() == 0) return;
   const Tensor c = t.is_contiguous() ? t : t.contiguous();
   cuda::unary(op, c.dtype(), c.data_ptr(), c.data_ptr(), c.numel(), launch_stream(), p);
@@ -103,7 +103,7 @@ void map_in_place(CudaKernels& k, const Tensor& t, cuda::UnaryOp op, const cuda:
 
 // --- comparisons and where ----------------------------------------------------------------------
 
-Tensor CudaKernels::compare(CompareOp op, const Tensor& a, const Tensor& b) {
+Tensor CudaBackend::compare(CompareOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name_of(op));
   Tensor out = empty_on(shape, DType::boolean, a.device());
   if (out.numel() == 0) return out;
@@ -113,7 +113,7 @@ Tensor CudaKernels::compare(CompareOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-Tensor CudaKernels::compare_scalar(CompareOp op, const Tensor& a_in, double s) {
+Tensor CudaBackend::compare_scalar(CompareOp op, const Tensor& a_in, double s) {
   const Tensor a = a_in.contiguous();
   Tensor out = empty_on(a.shape(), DType::boolean, a.device());
   if (out.numel() == 0) return out;
@@ -125,7 +125,7 @@ Tensor CudaKernels::compare_scalar(CompareOp op, const Tensor& a_in, double s) {
   return out;
 }
 
-Tensor CudaKernels::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+Tensor CudaBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   const Shape shape =
       broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
   Tensor out = empty_on(shape, a.dtype(), a.device());
@@ -135,7 +135,7 @@ Tensor CudaKernels::where(const Tensor& cond, const Tensor& a, const Tensor& b) 
   return out;
 }
 
-Tensor CudaKernels::where_backward(const Tensor& grad, const Tensor& cond, bool for_a) {
+Tensor CudaBackend::where_backward(const Tensor& grad, const Tensor& cond, bool for_a) {
   check_float_dtype("where_backward", grad);
   const Shape shape = broadcast_shapes(grad.shape(), cond.shape(), "where_backward");
   Tensor out = empty_on(shape, grad.dtype(), grad.device());
@@ -148,7 +148,7 @@ Tensor CudaKernels::where_backward(const Tensor& grad, const Tensor& cond, bool 
 
 // --- pow and the backward maps -------------------------------------------------------------------
 
-Tensor CudaKernels::pow(const Tensor& x_in, double exponent) {
+Tensor CudaBackend::pow(const Tensor& x_in, double exponent) {
   check_float_dtype("pow", x_in);
   const Tensor x = x_in.contiguous();
   Tensor out = empty_on(x.shape(), x.dtype(), x.device());
@@ -156,7 +156,7 @@ Tensor CudaKernels::pow(const Tensor& x_in, double exponent) {
   return out;
 }
 
-Tensor CudaKernels::pow_backward(const Tensor& grad, const Tensor& x, double exponent) {
+Tensor CudaBackend::pow_backward(const Tensor& grad, const Tensor& x, double exponent) {
   const char* name = "pow_backward";
   check_same_dtype(name, grad, "grad", x, "saved tensor");
   check_float_dtype(name, grad);
@@ -169,7 +169,7 @@ Tensor CudaKernels::pow_backward(const Tensor& grad, const Tensor& x, double exp
   return out;
 }
 
-Tensor CudaKernels::unary_backward(UnaryGradOp op, const Tensor& grad, const Tensor& saved,
+Tensor CudaBackend::unary_backward(UnaryGradOp op, const Tensor& grad, const Tensor& saved,
                                    const UnaryGradParams& params) {
   const char* name = name_of(op);
   check_same_dtype(name, grad, "grad", saved, "saved tensor");
@@ -204,11 +204,11 @@ Tensor ternary_backward(cuda::TernaryBackwardOp op, const char* name, const Tens
 }
 }  // namespace
 
-Tensor CudaKernels::div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b) {
+Tensor CudaBackend::div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b) {
   return ternary_backward(cuda::TernaryBackwardOp::div_other, "div_backward", grad, a, b);
 }
 
-Tensor CudaKernels::minmax_backward(bool max, const Tensor& grad, const Tensor& a,
+Tensor CudaBackend::minmax_backward(bool max, const Tensor& grad, const Tensor& a,
                                     const Tensor& b) {
   return ternary_backward(max ? cuda::TernaryBackwardOp::maximum : cuda::TernaryBackwardOp::minimum,
                           max ? "maximum_backward" : "minimum_backward", grad, a, b);
@@ -217,12 +217,12 @@ Tensor CudaKernels::minmax_backward(bool max, const Tensor& grad, const Tensor& 
 // --- in place
 // -------------------------------------------------------------------------------------
 
-void CudaKernels::sqrt_(const Tensor& t) {
+void CudaBackend::sqrt_(const Tensor& t) {
   check_float_dtype("sqrt_", t);
   map_in_place(*this, t, cuda::UnaryOp::sqrt, {});
 }
 
-void CudaKernels::clamp_(const Tensor& t, std::optional<double> min, std::optional<double> max) {
+void CudaBackend::clamp_(const Tensor& t, std::optional<double> min, std::optional<double> max) {
   check_float_dtype("clamp_", t);
   cuda::UnaryParams p;  // a missing bound is infinite, which clamps nothing (NaN passes)
   if (min) p.min = static_cast<float>(*min);
@@ -230,7 +230,7 @@ void CudaKernels::clamp_(const Tensor& t, std::optional<double> min, std::option
   map_in_place(*this, t, cuda::UnaryOp::clamp, p);
 }
 
-void CudaKernels::lerp_(const Tensor& t, const Tensor& end, double weight) {
+void CudaBackend::lerp_(const Tensor& t, const Tensor& end, double weight) {
   check_float_dtype("lerp_", t);
   if (t.numel() == 0) return;
   // t is both the first operand and the output: each element is read, then written, by the

@@ -19,7 +19,7 @@ std::pair<int64_t, int64_t> outer_inner(const Shape& shape, int64_t dim) {
 
 }  // namespace
 
-void CudaKernels::check_index_range(const char* op, const Tensor& index_in, int64_t bound,
+void CudaBackend::check_index_range(const char* op, const Tensor& index_in, int64_t bound,
                                     std::function<std::string(int64_t)> describe) {
   const Tensor index = index_in.contiguous();
   if (index.numel() == 0) return;
@@ -38,7 +38,7 @@ void CudaKernels::check_index_range(const char* op, const Tensor& index_in, int6
        }});
 }
 
-Tensor CudaKernels::index_select(const Tensor& x_in, int64_t dim, const Tensor& index,
+Tensor CudaBackend::index_select(const Tensor& x_in, int64_t dim, const Tensor& index,
                                  const Shape& out_shape) {
   const Tensor x = x_in.detach().contiguous();
   Tensor out = empty_on(out_shape, x.dtype(), x.device());
@@ -49,7 +49,7 @@ Tensor CudaKernels::index_select(const Tensor& x_in, int64_t dim, const Tensor& 
   return out;
 }
 
-Tensor CudaKernels::index_select_backward(const Tensor& grad_in, int64_t dim, const Tensor& index,
+Tensor CudaBackend::index_select_backward(const Tensor& grad_in, int64_t dim, const Tensor& index,
                                           const Shape& input_shape) {
   check_float_dtype("index_select_backward", grad_in);
   const Tensor grad = grad_in.detach().contiguous(), idx = index.contiguous();
@@ -61,7 +61,7 @@ Tensor CudaKernels::index_select_backward(const Tensor& grad_in, int64_t dim, co
   return out;
 }
 
-Tensor CudaKernels::gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
+Tensor CudaBackend::gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
   const Tensor x = x_in.detach().contiguous(), idx = index.contiguous();
   Tensor out = empty_on(idx.shape(), x.dtype(), x.device());
   if (out.numel() == 0) return out;
@@ -72,7 +72,7 @@ Tensor CudaKernels::gather(const Tensor& x_in, int64_t dim, const Tensor& index)
   return out;
 }
 
-Tensor CudaKernels::gather_backward(const Tensor& grad_in, int64_t dim, const Tensor& index,
+Tensor CudaBackend::gather_backward(const Tensor& grad_in, int64_t dim, const Tensor& index,
                                     const Shape& input_shape) {
   check_float_dtype("gather_backward", grad_in);
   const Tensor grad = grad_in.detach().contiguous(), idx = index.contiguous();

@@ -1,4 +1,4 @@
-// CudaKernels: each ops:: entry point translated to a launch of cuda/kernels/ on the current
+// CudaBackend: each ops:: entry point translated to a launch of cuda/kernels/ on the current
 // stream. Arguments are validated here the way the CPU kernels validate them (shapes, dtypes),
 // outputs are allocated on the input's device, and non-contiguous inputs are made contiguous on
 // the device first where a kernel needs it.
@@ -254,7 +254,7 @@ int64_t integral_scalar(double v, DType dtype, const char* op) {
 
 }  // namespace
 
-Tensor CudaKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+Tensor CudaBackend::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_op_name(op);
   check_same_dtype(name, a, "a", b, "b");
   const bool integer = is_integer(a.dtype());
@@ -275,7 +275,7 @@ Tensor CudaKernels::binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   return out;
 }
 
-void CudaKernels::binary_(BinaryOp op, const Tensor& t, const Tensor& other, double alpha) {
+void CudaBackend::binary_(BinaryOp op, const Tensor& t, const Tensor& other, double alpha) {
   const char* name = binary_op_name(op);
   check_same_dtype(name, t, "self", other, "other");
   const bool integer = is_integer(t.dtype());
@@ -298,7 +298,7 @@ void CudaKernels::binary_(BinaryOp op, const Tensor& t, const Tensor& other, dou
                  t.numel(), stream(), static_cast<float>(alpha));
 }
 
-void CudaKernels::binary_scalar_(BinaryOp op, const Tensor& t, double s) {
+void CudaBackend::binary_scalar_(BinaryOp op, const Tensor& t, double s) {
   const char* name = binary_op_name(op);
   const bool integer = is_integer(t.dtype());
   if (!integer) check_float_dtype(name, t);
@@ -318,7 +318,7 @@ void CudaKernels::binary_scalar_(BinaryOp op, const Tensor& t, double s) {
   copy_strided(t, tmp);
 }
 
-Tensor CudaKernels::binary_scalar(BinaryOp op, const Tensor& a_in, double s, bool scalar_first) {
+Tensor CudaBackend::binary_scalar(BinaryOp op, const Tensor& a_in, double s, bool scalar_first) {
   const char* name = binary_op_name(op);
   const Tensor a = a_in.detach().contiguous();
   Tensor out = empty_on(a.shape(), a.dtype(), a.device());
@@ -334,17 +334,17 @@ Tensor CudaKernels::binary_scalar(BinaryOp op, const Tensor& a_in, double s, boo
   return out;
 }
 
-Tensor CudaKernels::unary(UnaryOp op, const Tensor& x) {
+Tensor CudaBackend::unary(UnaryOp op, const Tensor& x) {
   return map_unary(unary_op_name(op), x, to_cuda(op));
 }
 
-Tensor CudaKernels::leaky_relu(const Tensor& x, double negative_slope) {
+Tensor CudaBackend::leaky_relu(const Tensor& x, double negative_slope) {
   cuda::UnaryParams p;
   p.negative_slope = static_cast<float>(negative_slope);
   return map_unary("leaky_relu", x, cuda::UnaryOp::leaky_relu, p);
 }
 
-Tensor CudaKernels::clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
+Tensor CudaBackend::clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
   STOKE_CHECK(min || max, "clamp", "expected at least one of min and max");
   cuda::UnaryParams p;
   if (min) p.min = static_cast<float>(*min);
@@ -352,7 +352,7 @@ Tensor CudaKernels::clamp(const Tensor& x, std::optional<double> min, std::optio
   return map_unary("clamp", x, cuda::UnaryOp::clamp, p);
 }
 
-Tensor CudaKernels::relu_backward(const Tensor& grad_in, const Tensor& out_in) {
+Tensor CudaBackend::relu_backward(const Tensor& grad_in, const Tensor& out_in) {
   check_same_dtype("relu_backward", grad_in, "grad", out_in, "output");
   check_float_dtype("relu_backward", grad_in);
   check_shape("relu_backward", grad_in, "grad", out_in.shape());
@@ -363,7 +363,7 @@ Tensor CudaKernels::relu_backward(const Tensor& grad_in, const Tensor& out_in) {
   return dx;
 }
 
-Tensor CudaKernels::sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+Tensor CudaBackend::sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   if (is_integer(x.dtype()) || x.dtype() == DType::boolean) {
     // Integer and bool sums are exact i64 (counting correct predictions), as on the CPU: one
     // dim at a time into i64, then i64 onwards.
@@ -394,7 +394,7 @@ Tensor CudaKernels::sum(const Tensor& x, const std::vector<int64_t>& dims, bool 
   return reduce_dims("sum", x, dims, keepdim, cuda::ReduceOp::sum);
 }
 
-Tensor CudaKernels::mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+Tensor CudaBackend::mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return reduce_dims("mean", x, dims, keepdim, cuda::ReduceOp::mean);
 }
 
@@ -418,15 +418,15 @@ ValuesIndices extremum(const char* op, const Tensor& x_in, int64_t dim, bool kee
   return {values, indices};
 }
 
-ValuesIndices CudaKernels::max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
+ValuesIndices CudaBackend::max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
   return extremum("max", x, dim, keepdim, cuda::ReduceOp::max);
 }
 
-ValuesIndices CudaKernels::min_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
+ValuesIndices CudaBackend::min_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
   return extremum("min", x, dim, keepdim, cuda::ReduceOp::min);
 }
 
-Tensor CudaKernels::softmax(const Tensor& x_in, int64_t dim, bool log) {
+Tensor CudaBackend::softmax(const Tensor& x_in, int64_t dim, bool log) {
   const char* name = log ? "log_softmax" : "softmax";
   check_float_dtype(name, x_in);
   const Tensor x = x_in.detach().contiguous();
@@ -438,7 +438,7 @@ Tensor CudaKernels::softmax(const Tensor& x_in, int64_t dim, bool log) {
   return y;
 }
 
-Tensor CudaKernels::softmax_backward(const Tensor& grad_in, const Tensor& output_in, int64_t dim,
+Tensor CudaBackend::softmax_backward(const Tensor& grad_in, const Tensor& output_in, int64_t dim,
                                      bool log) {
   const char* name = log ? "log_softmax_backward" : "softmax_backward";
   check_same_dtype(name, grad_in, "grad", output_in, "output");
@@ -453,13 +453,13 @@ Tensor CudaKernels::softmax_backward(const Tensor& grad_in, const Tensor& output
   return dx;
 }
 
-CrossEntropyForward CudaKernels::cross_entropy_forward(const Tensor& logits, const Tensor& target,
+CrossEntropyForward CudaBackend::cross_entropy_forward(const Tensor& logits, const Tensor& target,
                                                        const CrossEntropyOptions& options) {
   // The fused kernel recomputes the log-sum-exp in the backward pass, so no lse is kept.
   return {run_cross_entropy("cross_entropy", logits, target, options, nullptr, nullptr), Tensor()};
 }
 
-Tensor CudaKernels::cross_entropy_backward(const Tensor& grad, const Tensor& logits,
+Tensor CudaBackend::cross_entropy_backward(const Tensor& grad, const Tensor& logits,
                                            const Tensor& target, const Tensor&,
                                            const CrossEntropyOptions& options) {
   Tensor dlogits;
@@ -467,7 +467,7 @@ Tensor CudaKernels::cross_entropy_backward(const Tensor& grad, const Tensor& log
   return dlogits;
 }
 
-Tensor CudaKernels::matmul(const Tensor& a_in, const Tensor& b_in) {
+Tensor CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in) {
   check_gemm_operands("matmul", a_in, "a", b_in, "b");
   STOKE_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul",
               "expected operands with at least 1 dim, got shapes ", a_in.shape(), " and ",
@@ -510,7 +510,7 @@ Tensor CudaKernels::matmul(const Tensor& a_in, const Tensor& b_in) {
   return c.view(result);
 }
 
-Tensor CudaKernels::linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
+Tensor CudaBackend::linear(const Tensor& x_in, const Tensor& w_in, const Tensor& bias) {
   check_gemm_operands("linear", x_in, "input", w_in, "weight");
   STOKE_CHECK(x_in.dim() >= 1 && w_in.dim() == 2 && x_in.size(-1) == w_in.size(1), "linear",
               "expected input (..., in_features) and weight (out_features, in_features), got ",
@@ -536,7 +536,7 @@ Tensor CudaKernels::linear(const Tensor& x_in, const Tensor& w_in, const Tensor&
   return y.view(out_shape);
 }
 
-LinearGrads CudaKernels::linear_backward(const Tensor& grad_out, const Tensor& x_in,
+LinearGrads CudaBackend::linear_backward(const Tensor& grad_out, const Tensor& x_in,
                                          const Tensor& w_in, bool need_input, bool need_weight,
                                          bool need_bias) {
   check_gemm_operands("linear_backward", x_in, "input", w_in, "weight");

@@ -5,7 +5,7 @@
 
 namespace stoke::ops::cuda_glue {
 
-void CudaKernels::normalize_u8_nhwc(const Tensor& images, const Tensor& out,
+void CudaBackend::normalize_u8_nhwc(const Tensor& images, const Tensor& out,
                                     const std::vector<float>& mean, const std::vector<float>& std) {
   cuda::normalize_u8_nhwc(typed<uint8_t>(images), out.dtype(), out.data_ptr(), images.size(0),
                           images.size(1), images.size(2), images.size(3), mean.data(), std.data(),

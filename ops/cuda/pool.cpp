@@ -44,7 +44,7 @@ Shape with_spatial(Shape s, int64_t h, int64_t w) {
 
 }  // namespace
 
-MaxPool2dResult CudaKernels::max_pool2d_with_indices(const Tensor& input,
+MaxPool2dResult CudaBackend::max_pool2d_with_indices(const Tensor& input,
                                                      const Pool2dOptions& options) {
   const char* op = "max_pool2d";
   check_float_dtype(op, input);
@@ -62,7 +62,7 @@ MaxPool2dResult CudaKernels::max_pool2d_with_indices(const Tensor& input,
   return r;
 }
 
-Tensor CudaKernels::max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
+Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
                                         const Shape& input_shape, const Pool2dOptions& options) {
   const char* op = "max_pool2d_backward";
   check_float_dtype(op, grad_output);
@@ -95,7 +95,7 @@ Tensor CudaKernels::max_pool2d_backward(const Tensor& grad_output, const Tensor&
   return gx;
 }
 
-Tensor CudaKernels::avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
+Tensor CudaBackend::avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
   const char* op = "avg_pool2d";
   check_float_dtype(op, input);
   const Tensor x = input.contiguous();
@@ -109,7 +109,7 @@ Tensor CudaKernels::avg_pool2d(const Tensor& input, const Pool2dOptions& options
   return y;
 }
 
-Tensor CudaKernels::avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
+Tensor CudaBackend::avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
                                         const Pool2dOptions& options) {
   const char* op = "avg_pool2d_backward";
   check_float_dtype(op, grad_output);
@@ -124,7 +124,7 @@ Tensor CudaKernels::avg_pool2d_backward(const Tensor& grad_output, const Shape& 
   return gx;
 }
 
-Tensor CudaKernels::adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size) {
+Tensor CudaBackend::adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size) {
   const char* op = "adaptive_avg_pool2d";
   check_float_dtype(op, input);
   const Tensor x = input.contiguous();
@@ -140,7 +140,7 @@ Tensor CudaKernels::adaptive_avg_pool2d(const Tensor& input, std::array<int64_t,
   return y;
 }
 
-Tensor CudaKernels::adaptive_avg_pool2d_backward(const Tensor& grad_output,
+Tensor CudaBackend::adaptive_avg_pool2d_backward(const Tensor& grad_output,
                                                  const Shape& input_shape) {
   const char* op = "adaptive_avg_pool2d_backward";
   check_float_dtype(op, grad_output);

@@ -10,7 +10,7 @@
 
 #include "core/error.h"
 #include "cuda/kernels/conv2d_implicit_gemm.h"
-#include "ops/conv.h"
+#include "ops/conv2d.h"
 #include "ops/creation.h"
 #include "test_kernels_util.h"
 

@@ -17,7 +17,7 @@
 #include "cuda/kernels/batch_norm.h"
 #include "cuda/kernels/pool.h"
 #include "ops/creation.h"
-#include "ops/norm.h"
+#include "ops/batch_norm.h"
 #include "ops/pool.h"
 #include "test_kernels_util.h"
 

@@ -1,10 +1,10 @@
-// ops:: on "cuda" tensors through the device dispatch (ops/device_kernels.h) and the CUDA glue
+// ops:: on "cuda" tensors through the device dispatch (ops/backend.h) and the CUDA glue
 // (ops/cuda/), run here on the emulated backend: inputs are made on the CPU, moved with
 // to(Device::cuda()), and every result is compared with the CPU op on the same inputs.
 #include <catch2/catch.hpp>
 
 #include "core/allocator.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops_cuda_util.h"
 
 using namespace stoke;
@@ -152,7 +152,7 @@ TEST_CASE("cuda tensors: batched, broadcast and 1-D matmul and its backward matc
 
 TEST_CASE("cuda tensors: an op a backend does not implement says so", "[ops_cuda]") {
   // A backend that overrides nothing: every method reports the op and the device.
-  struct Bare final : ops::DeviceKernels {
+  struct Bare final : ops::Backend {
     Device::Type type() const override { return Device::Type::cuda; }
   } bare;
   const Tensor d = rand_cpu({2, 3}, 12).to(kCuda);

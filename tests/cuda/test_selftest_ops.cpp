@@ -5,10 +5,6 @@
 // into this file (test_cuda globs tests/cuda/*.cpp only); vendor_checks.cpp is real-backend only.
 #include <catch2/catch.hpp>
 #include <cstdlib>
-#include <fstream>
-#include <regex>
-#include <set>
-#include <sstream>
 #include <stdexcept>
 
 #include "examples/selftest/coverage.cpp"
@@ -22,34 +18,6 @@
 #include "ops_cuda_util.h"
 
 using namespace stoke;
-
-namespace {
-
-// The names of the methods ops/cuda/backend.h's CudaKernels overrides.
-std::set<std::string> backend_overrides() {
-  std::ifstream in(STOKE_FIXTURE_DIR "/../../ops/cuda/backend.h");
-  REQUIRE(in.good());
-  std::stringstream text;
-  text << in.rdbuf();
-  std::string src = text.str();
-  // Comments may hold parentheses: drop them, then look at each declaration (up to ';').
-  src = std::regex_replace(src, std::regex("//[^\n]*"), "");
-  const auto cls = src.find("class CudaKernels");
-  REQUIRE(cls != std::string::npos);
-  const auto end = src.find("\n};", cls);
-  REQUIRE(end != std::string::npos);
-  std::set<std::string> names;
-  std::stringstream body(src.substr(cls, end - cls));
-  const std::regex name_re(R"((\w+)\s*\()");
-  for (std::string decl; std::getline(body, decl, ';');) {
-    if (decl.find("override") == std::string::npos) continue;
-    std::smatch m;
-    if (std::regex_search(decl, m, name_re)) names.insert(m[1]);
-  }
-  return names;
-}
-
-}  // namespace
 
 TEST_CASE("selftest: a row fails on a mismatch, a NaN, a shape or an exact integer", "[selftest]") {
   selftest::Suite s;
@@ -83,10 +51,10 @@ TEST_CASE("selftest: a row fails on a mismatch, a NaN, a shape or an exact integ
 }
 
 TEST_CASE("selftest: the coverage decorator counts calls and puts the kernels back", "[selftest]") {
-  ops::DeviceKernels* before = &ops::device_kernels("test", test::kCuda);
+  ops::Backend* before = &ops::backend_for("test", test::kCuda);
   {
     selftest::CoverageScope scope;
-    CHECK(&ops::device_kernels("test", test::kCuda) != before);
+    CHECK(&ops::backend_for("test", test::kCuda) != before);
     CHECK(scope.snapshot().calls_of("binary") == 0);
     CHECK(scope.snapshot().never_called().find("binary") != std::string::npos);
     const Tensor a = test::rand_cpu({3, 4}, 1).to(test::kCuda);
@@ -99,25 +67,7 @@ TEST_CASE("selftest: the coverage decorator counts calls and puts the kernels ba
     CHECK_FALSE(c.saw("binary", DType::i32));
     CHECK(c.never_called().find("binary,") == std::string::npos);
   }
-  CHECK(&ops::device_kernels("test", test::kCuda) == before);
-}
-
-TEST_CASE("selftest: the coverage decorator forwards every override of ops/cuda/backend.h",
-          "[selftest]") {
-  const std::set<std::string> overrides = backend_overrides();
-  CHECK(overrides.size() >= 50);  // the parse found the class
-  std::set<std::string> counted(std::begin(selftest::kMethods), std::end(selftest::kMethods));
-  counted.insert("type");
-  counted.insert("use_device");  // forwarded, not counted: every dispatch calls it
-  for (const std::string& name : overrides) {
-    INFO("CudaKernels::" << name << " is not forwarded by examples/selftest/coverage.h: add it "
-                         << "there, and a check of it to examples/selftest/ops_checks*.cpp");
-    CHECK(counted.count(name) == 1);
-  }
-  for (const std::string& name : counted) {
-    INFO("examples/selftest/coverage.h counts " << name << ", which backend.h does not override");
-    CHECK(overrides.count(name) == 1);
-  }
+  CHECK(&ops::backend_for("test", test::kCuda) == before);
 }
 
 TEST_CASE("selftest: every ops check passes on cuda tensors in emu and reaches every kernel method",

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "ops/dropout.h"
-#include "ops/norm.h"
+#include "ops/batch_norm.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
 #include "support/fixture_tensor.h"

@@ -1,4 +1,4 @@
-#include "autograd/conv.h"
+#include "autograd/conv2d.h"
 
 #include "autograd/function.h"
 

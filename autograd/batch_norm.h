@@ -1,10 +1,10 @@
-// Differentiable batch normalization: stoke::batch_norm, with PyTorch's semantics (see ops/norm.h).
+// Differentiable batch normalization: stoke::batch_norm, with PyTorch's semantics (see ops/batch_norm.h).
 // Input, weight and bias are differentiated; the running statistics are buffers, updated in place
 // in training and never differentiated.
 #pragma once
 
 #include "core/tensor.h"
-#include "ops/norm.h"
+#include "ops/batch_norm.h"
 
 namespace stoke {
 

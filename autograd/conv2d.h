@@ -1,7 +1,7 @@
 // Differentiable 2-D convolution: stoke::conv2d(x, w, b, {.stride = {2, 2}, .padding = {1, 1}}).
 #pragma once
 
-#include "ops/conv.h"
+#include "ops/conv2d.h"
 
 namespace stoke {
 

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "ops/conv.h"
+#include "ops/conv2d.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
 #include "support/fixture_tensor.h"

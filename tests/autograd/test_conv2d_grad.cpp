@@ -1,6 +1,6 @@
 #include <catch2/catch.hpp>
 
-#include "autograd/conv.h"
+#include "autograd/conv2d.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
 

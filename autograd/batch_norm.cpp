@@ -1,4 +1,4 @@
-#include "autograd/norm.h"
+#include "autograd/batch_norm.h"
 
 #include "autograd/function.h"
 

@@ -12,7 +12,7 @@
 
 #include "cuda/kernels/conv2d_backward.h"
 #include "cuda/kernels/conv2d_implicit_gemm.h"
-#include "ops/conv.h"
+#include "ops/conv2d.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
 #include "ops/elementwise.h"
@@ -125,7 +125,7 @@ ConvImpl conv_impl() {
   return impl_setting();
 }
 
-Tensor CudaKernels::conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+Tensor CudaBackend::conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                            const Conv2dOptions& options) {
   check_float_dtype("conv2d", input);
   const Geometry g = geometry_of(input, weight, options);
@@ -150,7 +150,7 @@ Tensor CudaKernels::conv2d(const Tensor& input, const Tensor& weight, const Tens
   return stoke_forward(g, input.detach(), weight.detach(), bias.defined() ? bias.detach() : bias);
 }
 
-Conv2dGrads CudaKernels::conv2d_backward(const Tensor& grad_out, const Tensor& input,
+Conv2dGrads CudaBackend::conv2d_backward(const Tensor& grad_out, const Tensor& input,
                                          const Tensor& weight, const Conv2dOptions& options,
                                          bool need_input, bool need_weight, bool need_bias) {
   check_float_dtype("conv2d_backward", input);

@@ -1,0 +1,93 @@
+#include "ops/backend.h"
+
+#include <array>
+
+namespace stoke::ops {
+namespace {
+
+std::array<Backend*, 2>& registry() {
+  static std::array<Backend*, 2> r{};
+  return r;
+}
+
+}  // namespace
+
+const char* binary_op_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::add:
+      return "add";
+    case BinaryOp::sub:
+      return "sub";
+    case BinaryOp::mul:
+      return "mul";
+    case BinaryOp::div:
+      return "div";
+    case BinaryOp::maximum:
+      return "maximum";
+    case BinaryOp::minimum:
+      return "minimum";
+  }
+  return "binary";
+}
+
+const char* unary_op_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::neg:
+      return "neg";
+    case UnaryOp::exp:
+      return "exp";
+    case UnaryOp::log:
+      return "log";
+    case UnaryOp::sqrt:
+      return "sqrt";
+    case UnaryOp::rsqrt:
+      return "rsqrt";
+    case UnaryOp::abs:
+      return "abs";
+    case UnaryOp::relu:
+      return "relu";
+    case UnaryOp::sigmoid:
+      return "sigmoid";
+    case UnaryOp::tanh:
+      return "tanh";
+    case UnaryOp::gelu:
+      return "gelu";
+    case UnaryOp::gelu_tanh:
+      return "gelu";
+    case UnaryOp::sign:
+      return "sign";
+    case UnaryOp::silu:
+      return "silu";
+    case UnaryOp::hardswish:
+      return "hardswish";
+  }
+  return "unary";
+}
+
+void register_backend(Device::Type type, Backend* backend) {
+  STOKE_CHECK(type != Device::Type::cpu, "register_backend",
+              "the cpu backend is built in (ops/cpu/backend.cpp) and cannot be replaced");
+  registry()[static_cast<size_t>(type)] = backend;
+}
+
+Backend& backend_for(const char* op, Device device) {
+  if (device.is_cpu()) return cpu_backend();
+  Backend* b = registry()[static_cast<size_t>(device.type)];
+  STOKE_CHECK(b != nullptr, op, "got a tensor on ", device,
+              ", but this build has no kernels for that device (built without CUDA)");
+  b->use_device(op, device);
+  return *b;
+}
+
+Backend& dispatch(const char* op, std::initializer_list<const Tensor*> tensors) {
+  const Tensor* first = nullptr;
+  for (const Tensor* t : tensors) {
+    if (!t || !t->defined()) continue;
+    if (!first) first = t;
+    STOKE_CHECK(t->device() == first->device(), op, "expected all tensors on the same device, got ",
+                first->device(), " and ", t->device());
+  }
+  return first ? backend_for(op, first->device()) : cpu_backend();
+}
+
+}  // namespace stoke::ops
