@@ -1,9 +1,9 @@
 #include "ops/creation.h"
 
-#include "ops/backend.h"
-
 #include <cmath>
 #include <numbers>
+
+#include "ops/backend.h"
 
 #include "core/parallel.h"
 
@@ -28,10 +28,7 @@ Tensor on_device(Tensor t, Device d, const char* op) {
 }  // namespace
 
 void fill_(const Tensor& t, double value) {
-  if (!t.device().is_cpu()) return ops::backend_for("fill_", t.device()).fill(t, value);
-  Tensor v = empty({}, {.dtype = DType::f64});
-  *v.data<double>() = value;
-  copy_strided(t, v.expand(t.shape()));
+  ops::dispatch("fill_", {&t}).fill(t, value);
 }
 
 Tensor full(const Shape& shape, double value, TensorOptions options) {

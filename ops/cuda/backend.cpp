@@ -1,9 +1,8 @@
-// Registration of the CUDA backend with core (allocator, copies) and ops (kernels), and the copy
-// and fill kernels core's Tensor methods need.
+// Registration of the CUDA backend with core (allocator, copies) and ops (kernels), and the
+// helpers every glue file shares. The copy and fill kernels are in ops/cuda/creation.cpp.
 #include "ops/cuda/backend.h"
 
 #include "core/device_copy.h"
-#include "cuda/kernels/cast.h"
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/copy.h"
 #include "cuda/runtime/device.h"
@@ -76,25 +75,6 @@ void CudaBackend::use_device(const char* op, Device device) const {
     STOKE_FAIL(op, "got a tensor on ", device, ", but there is no CUDA device (",
                cuda::device_unavailable_reason(), ")");
   STOKE_FAIL(op, "got a tensor on ", device, ", but there are only ", count, " CUDA devices");
-}
-
-void CudaBackend::copy_strided(const Tensor& dst, const Tensor& src) {
-  STOKE_CHECK(dst.shape() == src.shape(), "copy", "shapes differ: destination ", dst.shape(),
-              ", source ", src.shape());
-  if (dst.numel() == 0) return;
-  const int ndim = static_cast<int>(dst.dim());
-  const auto offsets =
-      cuda::make_cast_offsets(dst.shape().data(), ndim, dst.strides().data(), src.strides().data());
-  cuda::cast_strided(src.dtype(), src.data_ptr(), dst.dtype(), dst.data_ptr(), offsets, dst.numel(),
-                     cuda::current_stream());
-}
-
-void CudaBackend::fill(const Tensor& t, double value) {
-  if (t.numel() == 0) return;
-  // One launch, the value a kernel argument: no pageable host-to-device copy per fill.
-  const auto offsets =
-      cuda::make_fill_offsets(t.shape().data(), static_cast<int>(t.dim()), t.strides().data());
-  cuda::fill(t.dtype(), t.data_ptr(), offsets, t.numel(), value, cuda::current_stream());
 }
 
 }  // namespace cuda_glue
