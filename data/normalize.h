@@ -1,7 +1,8 @@
 // The consumer side of a batch: uint8 NHWC pixels become normalized f32 or f16 NCHW, computing
 // (x / 255 - mean[c]) / std[c] in one fused pass (read u8, scale, shift, cast, transpose) spread
-// over the thread pool. Batches stay uint8 until here so that workers move 4x fewer bytes; the
-// CUDA backend does the same in one kernel after the host-to-device copy (docs/design.md, "Data").
+// over the thread pool (the op is ops::normalize_u8_nhwc, ops/normalize.h). Batches stay uint8
+// until here so that workers move 4x fewer bytes; the CUDA backend does the same in one kernel
+// after the host-to-device copy (docs/design.md, "Data").
 #pragma once
 
 #include <vector>

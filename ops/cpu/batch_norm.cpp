@@ -4,16 +4,18 @@
 // are folded into double after each block: vectorized, and accurate to double-ish precision for
 // f32. The variance is computed around a per-channel shift (the channel's first element), which
 // avoids the cancellation of E[x^2] - E[x]^2 when the mean is large against the spread.
+// The entry points (ops/batch_norm.cpp) have checked that the tensors are defined and on one
+// device; the CPU's dtype rule (per-channel tensors in the input's dtype) is checked here.
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "core/parallel.h"
-#include "ops/check.h"
-#include "ops/backend.h"
 #include "ops/batch_norm.h"
+#include "ops/check.h"
+#include "ops/cpu/backend.h"
 
-namespace stoke::ops {
+namespace stoke::ops::cpu {
 namespace {
 
 struct Layout {
@@ -177,16 +179,11 @@ void check_channel_tensor(const char* op, const Tensor& t, const char* name, con
 
 }  // namespace
 
-BatchNormForward batch_norm_forward(const Tensor& input, const Tensor& running_mean,
-                                    const Tensor& running_var, const Tensor& weight,
-                                    const Tensor& bias, const BatchNormOptions& options) {
+BatchNormForward CpuBackend::batch_norm_forward(const Tensor& input, const Tensor& running_mean,
+                                                const Tensor& running_var, const Tensor& weight,
+                                                const Tensor& bias,
+                                                const BatchNormOptions& options) {
   const char* op = "batch_norm";
-  STOKE_CHECK(input.defined(), op, "expected a defined input tensor");
-  STOKE_CHECK(input.dim() >= 2, op, "expected input with at least 2 dims (N, C, ...), got shape ",
-              input.shape());
-  if (auto* k = device_dispatch(op, {&input, &running_mean, &running_var, &weight, &bias}))
-    return k->batch_norm_forward(input, running_mean, running_var, weight, bias, options);
-  check_same_device(op, {&input, &running_mean, &running_var, &weight, &bias});
   check_float(op, input, "input");
   check_channel_tensor(op, running_mean, "running_mean", input);
   check_channel_tensor(op, running_var, "running_var", input);
@@ -265,25 +262,11 @@ BatchNormForward batch_norm_forward(const Tensor& input, const Tensor& running_m
   return r;
 }
 
-Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
-                  const Tensor& weight, const Tensor& bias, const BatchNormOptions& options) {
-  return batch_norm_forward(input, running_mean, running_var, weight, bias, options).output;
-}
-
-BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& input,
-                                   const Tensor& weight, const Tensor& save_mean,
-                                   const Tensor& save_invstd, bool training,
-                                   std::array<bool, 3> output_mask) {
+BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_output, const Tensor& input,
+                                               const Tensor& weight, const Tensor& save_mean,
+                                               const Tensor& save_invstd, bool training,
+                                               std::array<bool, 3> output_mask) {
   const char* op = "batch_norm_backward";
-  STOKE_CHECK(
-      grad_output.defined() && input.defined() && save_mean.defined() && save_invstd.defined(), op,
-      "expected defined grad_output, input, save_mean and save_invstd");
-  STOKE_CHECK(input.dim() >= 2, op, "expected input with at least 2 dims (N, C, ...), got shape ",
-              input.shape());
-  if (auto* k = device_dispatch(op, {&grad_output, &input, &weight, &save_mean, &save_invstd}))
-    return k->batch_norm_backward(grad_output, input, weight, save_mean, save_invstd, training,
-                                  output_mask);
-  check_same_device(op, {&grad_output, &input, &weight, &save_mean, &save_invstd});
   check_float(op, input, "input");
   check_same_dtype(op, input, "input", grad_output, "grad_output");
   check_shape(op, grad_output, "grad_output", input.shape());
@@ -335,4 +318,4 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& inpu
   return g;
 }
 
-}  // namespace stoke::ops
+}  // namespace stoke::ops::cpu

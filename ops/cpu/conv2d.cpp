@@ -4,59 +4,29 @@
 // inside. When the batch is smaller than the pool, samples run in order and
 // each GEMM is split over the pool instead. 1x1 stride-1 unpadded convolutions read the input as
 // the column matrix directly; depthwise ones use the direct kernels in conv2d_kernels.cpp.
+#include "ops/cpu/conv2d.h"
+
 #include <algorithm>
 
 #include "core/parallel.h"
 #include "ops/check.h"
 #include "ops/conv2d.h"
+#include "ops/cpu/backend.h"
 #include "ops/cpu/conv2d_kernels.h"
 #include "ops/cpu/gemm.h"
 #include "ops/creation.h"
-#include "ops/backend.h"
-#include "ops/reduce.h"
 
-namespace stoke::ops {
+namespace stoke::ops::cpu {
 namespace {
 
-using cpu::ConvGeometry;
-
-void check_options(const char* op, const Conv2dOptions& o) {
-  STOKE_CHECK(o.stride[0] >= 1 && o.stride[1] >= 1, op, "expected stride >= 1, got (", o.stride[0],
-              ", ", o.stride[1], ")");
-  STOKE_CHECK(o.dilation[0] >= 1 && o.dilation[1] >= 1, op, "expected dilation >= 1, got (",
-              o.dilation[0], ", ", o.dilation[1], ")");
-  STOKE_CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, op, "expected padding >= 0, got (",
-              o.padding[0], ", ", o.padding[1], ")");
-  STOKE_CHECK(o.groups >= 1, op, "expected groups >= 1, got ", o.groups);
-}
-
-// Validates input/weight/bias and returns the geometry.
-ConvGeometry make_geometry(const char* op, const Tensor& input, const Tensor& weight,
-                           const Tensor& bias, const Conv2dOptions& o) {
-  STOKE_CHECK(input.defined() && weight.defined(), op, "expected defined input and weight");
-  check_same_dtype(op, input, "input", weight, "weight");
-  check_dim(op, input, "input", 4, "(N, C, H, W) (or 3 dims (C, H, W) for one sample)");
-  check_dim(op, weight, "weight", 4, "(K, C/groups, kh, kw)");
-  check_options(op, o);
-  const int64_t C = input.size(1), K = weight.size(0);
-  STOKE_CHECK(C % o.groups == 0, op, "expected input channels divisible by groups=", o.groups,
-              ", got input of shape ", input.shape());
-  STOKE_CHECK(K % o.groups == 0, op, "expected output channels divisible by groups=", o.groups,
-              ", got weight of shape ", weight.shape());
-  STOKE_CHECK(weight.size(1) * o.groups == C, op, "expected weight of shape [", K, ", ",
-              C / o.groups, ", kh, kw] (C/groups = ", C, "/", o.groups,
-              " input channels per group) for input of shape ", input.shape(),
-              ", got weight of shape ", weight.shape());
-  if (bias.defined()) {
-    check_same_dtype(op, input, "input", bias, "bias");
-    check_shape(op, bias, "bias", {K});
-  }
+// The geometry of a convolution the entry point has checked (ops/conv2d.cpp).
+ConvGeometry geometry_of(const Tensor& input, const Tensor& weight, const Conv2dOptions& o) {
   ConvGeometry g{};
   g.N = input.size(0);
-  g.C = C;
+  g.C = input.size(1);
   g.H = input.size(2);
   g.W = input.size(3);
-  g.K = K;
+  g.K = weight.size(0);
   g.kh = weight.size(2);
   g.kw = weight.size(3);
   const auto out = conv2d_output_size({g.H, g.W}, {g.kh, g.kw}, o);
@@ -219,35 +189,10 @@ void backward_gemm(const ConvGeometry& g, const T* gout, const T* x, const T* w,
 
 }  // namespace
 
-std::array<int64_t, 2> conv2d_output_size(const std::array<int64_t, 2>& input_size,
-                                          const std::array<int64_t, 2>& kernel_size,
-                                          const Conv2dOptions& o) {
-  check_options("conv2d", o);
-  std::array<int64_t, 2> out{};
-  for (int d = 0; d < 2; ++d) {
-    const int64_t span =
-        input_size[d] + 2 * o.padding[d] - o.dilation[d] * (kernel_size[d] - 1) - 1;
-    out[d] = span < 0 ? 0 : span / o.stride[d] + 1;
-  }
-  STOKE_CHECK(out[0] > 0 && out[1] > 0 && kernel_size[0] > 0 && kernel_size[1] > 0, "conv2d",
-              "output size would be (", out[0], ", ", out[1], ") for input size (", input_size[0],
-              ", ", input_size[1], "), kernel (", kernel_size[0], ", ", kernel_size[1],
-              "), padding (", o.padding[0], ", ", o.padding[1], "), stride (", o.stride[0], ", ",
-              o.stride[1], "), dilation (", o.dilation[0], ", ", o.dilation[1],
-              "): the (padded) input must be at least as large as the dilated kernel");
-  return out;
-}
-
-Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
-              const Conv2dOptions& options) {
-  // One sample (C, H, W), as torch accepts it: a batch of one, then the batch dim dropped.
-  if (input_in.defined() && input_in.dim() == 3)
-    return conv2d(input_in.detach().unsqueeze(0), weight_in, bias_in, options).squeeze(0);
-  const ConvGeometry g = make_geometry("conv2d", input_in, weight_in, bias_in, options);
-  if (auto* k = device_dispatch("conv2d", {&input_in, &weight_in, &bias_in}))
-    return k->conv2d(input_in, weight_in, bias_in, options);
-  check_cpu("conv2d", {&input_in, &weight_in, &bias_in});
+Tensor CpuBackend::conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bias_in,
+                          const Conv2dOptions& options) {
   check_float("conv2d", input_in, "input");
+  const ConvGeometry g = geometry_of(input_in, weight_in, options);
   const Tensor x = input_in.detach().contiguous();
   const Tensor w = weight_in.detach().contiguous();
   const Tensor b = bias_in.defined() ? bias_in.detach().contiguous() : Tensor();
@@ -264,33 +209,16 @@ Tensor conv2d(const Tensor& input_in, const Tensor& weight_in, const Tensor& bia
   return out;
 }
 
-Conv2dGrads conv2d_backward(const Tensor& grad_out_in, const Tensor& input_in,
-                            const Tensor& weight_in, const Conv2dOptions& options, bool need_input,
-                            bool need_weight, bool need_bias) {
-  if (input_in.defined() && input_in.dim() == 3) {  // one sample (C, H, W): see conv2d
-    STOKE_CHECK(grad_out_in.defined() && grad_out_in.dim() == 3, "conv2d_backward",
-                "expected grad_out with 3 dims (K, OH, OW) for input of shape ", input_in.shape(),
-                ", got ", grad_out_in.defined() ? grad_out_in.shape() : Shape{});
-    Conv2dGrads r =
-        conv2d_backward(grad_out_in.detach().unsqueeze(0), input_in.detach().unsqueeze(0),
-                        weight_in, options, need_input, need_weight, need_bias);
-    if (r.grad_input.defined()) r.grad_input = r.grad_input.squeeze(0);
-    return r;
-  }
-  const ConvGeometry g = make_geometry("conv2d_backward", input_in, weight_in, Tensor(), options);
-  STOKE_CHECK(grad_out_in.defined(), "conv2d_backward", "expected a defined grad_out");
-  check_same_dtype("conv2d_backward", grad_out_in, "grad_out", input_in, "input");
-  check_shape("conv2d_backward", grad_out_in, "grad_out", {g.N, g.K, g.OH, g.OW});
-  if (auto* k = device_dispatch("conv2d_backward", {&grad_out_in, &input_in, &weight_in}))
-    return k->conv2d_backward(grad_out_in, input_in, weight_in, options, need_input, need_weight,
-                              need_bias);
-  check_cpu("conv2d_backward", {&grad_out_in, &input_in, &weight_in});
+Conv2dGrads CpuBackend::conv2d_backward(const Tensor& grad_out_in, const Tensor& input_in,
+                                        const Tensor& weight_in, const Conv2dOptions& options,
+                                        bool need_input, bool need_weight, bool need_bias) {
   check_float("conv2d_backward", input_in, "input");
+  const ConvGeometry g = geometry_of(input_in, weight_in, options);
   const Tensor gout = grad_out_in.detach().contiguous();
   Conv2dGrads r;
   if (need_input) r.grad_input = empty(input_in.shape(), {.dtype = input_in.dtype()});
   if (need_weight) r.grad_weight = empty(weight_in.shape(), {.dtype = weight_in.dtype()});
-  if (need_bias) r.grad_bias = conv2d_backward_bias(gout);
+  if (need_bias) r.grad_bias = cpu::conv2d_backward_bias(gout);
   if (!need_input && !need_weight) return r;
   if (g.N == 0) {
     if (need_weight) fill_(r.grad_weight, 0);
@@ -312,24 +240,7 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out_in, const Tensor& input_in,
   return r;
 }
 
-Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
-                             const Conv2dOptions& options) {
-  return conv2d_backward(grad_out, input, weight, options, true, false, false).grad_input;
-}
-
-Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
-                              const Conv2dOptions& options) {
-  return conv2d_backward(grad_out, input, weight, options, false, true, false).grad_weight;
-}
-
 Tensor conv2d_backward_bias(const Tensor& grad_out_in) {
-  STOKE_CHECK(grad_out_in.defined(), "conv2d_backward_bias", "expected a defined grad_out");
-  if (grad_out_in.dim() == 3) return conv2d_backward_bias(grad_out_in.detach().unsqueeze(0));
-  check_dim("conv2d_backward_bias", grad_out_in, "grad_out", 4,
-            "(N, K, OH, OW) (or 3 dims (K, OH, OW) for one sample)");
-  // Other devices: a sum over (N, OH, OW) with their reduction kernel.
-  if (!grad_out_in.device().is_cpu()) return sum(grad_out_in.detach(), {0, 2, 3});
-  check_cpu("conv2d_backward_bias", {&grad_out_in});
   check_float("conv2d_backward_bias", grad_out_in, "grad_out");
   const Tensor gout = grad_out_in.detach().contiguous();
   const int64_t N = gout.size(0), K = gout.size(1), P = gout.size(2) * gout.size(3);
@@ -351,4 +262,4 @@ Tensor conv2d_backward_bias(const Tensor& grad_out_in) {
   return out;
 }
 
-}  // namespace stoke::ops
+}  // namespace stoke::ops::cpu

@@ -8,11 +8,11 @@
 #include "core/parallel.h"
 #include "core/philox.h"
 #include "ops/check.h"
+#include "ops/cpu/backend.h"
 #include "ops/creation.h"
-#include "ops/backend.h"
 #include "ops/dropout.h"
 
-namespace stoke::ops {
+namespace stoke::ops::cpu {
 namespace {
 
 constexpr int64_t kGroup = 16;  // Philox blocks per vectorized group (64 elements)
@@ -32,28 +32,12 @@ void philox_group(uint64_t first, uint64_t key, uint32_t (&r)[4 * kGroup]) {
   }
 }
 
-void check_p(const char* op, double p) {
-  STOKE_CHECK(p >= 0 && p <= 1, op, "expected a probability p in [0, 1], got ", p);
-}
-
 }  // namespace
 
-DropoutResult dropout_with_mask(const Tensor& input, double p, Generator* generator) {
+DropoutResult CpuBackend::dropout_with_mask(const Tensor& input, double p, GeneratorState st) {
   const char* op = "dropout";
-  STOKE_CHECK(input.defined(), op, "expected a defined input tensor");
-  check_p(op, p);
-  STOKE_CHECK(p > 0 && p < 1, op, "dropout_with_mask needs 0 < p < 1, got ", p);
-  auto* device = device_dispatch(op, {&input});
-  if (!device) {
-    check_cpu(op, {&input});
-    check_float(op, input, "input");
-  }
+  check_float(op, input, "input");
   const int64_t n = input.numel();
-  const uint64_t blocks = static_cast<uint64_t>((n + 3) / 4);
-  Generator& gen = generator ? *generator : default_generator();
-  // Reserved the same way on every device, so that one seed gives one mask on cpu and cuda.
-  const GeneratorState st = gen.reserve(blocks);
-  if (device) return device->dropout_with_mask(input, p, st);
   const Tensor x = input.contiguous();
   // Element kept when its uniform (r >> 8) * 2^-24 is below 1 - p, i.e. (r >> 8) < threshold.
   const uint32_t threshold = static_cast<uint32_t>(std::ceil((1.0 - p) * 0x1p24));
@@ -95,27 +79,8 @@ DropoutResult dropout_with_mask(const Tensor& input, double p, Generator* genera
   return r;
 }
 
-Tensor dropout(const Tensor& input, double p, bool training, Generator* generator) {
-  const char* op = "dropout";
-  check_p(op, p);
-  STOKE_CHECK(input.defined(), op, "expected a defined input tensor");
-  if (!training || p == 0) return input;
-  if (p == 1) {
-    if (input.device().is_cpu()) check_float(op, input, "input");
-    return zeros(input.shape(), {.dtype = input.dtype(), .device = input.device()});
-  }
-  return dropout_with_mask(input, p, generator).output;
-}
-
-Tensor dropout_backward(const Tensor& grad_output, const Tensor& mask, double p) {
+Tensor CpuBackend::dropout_backward(const Tensor& grad_output, const Tensor& mask, double p) {
   const char* op = "dropout_backward";
-  STOKE_CHECK(grad_output.defined() && mask.defined(), op, "expected defined grad_output and mask");
-  check_p(op, p);
-  STOKE_CHECK(mask.dtype() == DType::u8, op, "expected a mask of dtype u8, got ", mask.dtype());
-  check_shape(op, mask, "mask", grad_output.shape());
-  if (auto* k = device_dispatch(op, {&grad_output, &mask}))
-    return k->dropout_backward(grad_output, mask, p);
-  check_cpu(op, {&grad_output, &mask});
   check_float(op, grad_output, "grad_output");
   const Tensor g = grad_output.contiguous(), m = mask.contiguous();
   Tensor out = empty(g.shape(), {.dtype = g.dtype()});
@@ -136,4 +101,4 @@ Tensor dropout_backward(const Tensor& grad_output, const Tensor& mask, double p)
   return out;
 }
 
-}  // namespace stoke::ops
+}  // namespace stoke::ops::cpu

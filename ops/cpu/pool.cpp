@@ -1,5 +1,9 @@
 // CPU pooling kernels. Every kernel works on contiguous (H, W) planes and is parallel over the
 // N*C planes; each plane is written by exactly one thread, so backward scatters need no atomics.
+// The entry points (ops/pool.cpp) have checked the shapes and the window; the CPU dtypes are
+// checked here.
+#include "ops/cpu/pool.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,65 +12,15 @@
 
 #include "core/parallel.h"
 #include "ops/check.h"
-#include "ops/backend.h"
-#include "ops/pool.h"
+#include "ops/cpu/backend.h"
+#include "ops/pool_detail.h"
 
-namespace stoke::ops {
+namespace stoke::ops::cpu {
 namespace {
-
-// Plane count, plane sizes and the window parameters after defaults are applied.
-struct PoolGeometry {
-  int64_t planes = 0, H = 0, W = 0, OH = 0, OW = 0;
-  int64_t kh = 0, kw = 0, sh = 0, sw = 0, ph = 0, pw = 0;
-  Shape out_shape;
-};
 
 // Planes per parallel chunk so that a chunk holds at least ~16k elements of work.
 int64_t plane_grain(int64_t plane_elems) {
   return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, plane_elems));
-}
-
-void check_pool_input(const char* op, const Tensor& x) {
-  STOKE_CHECK(x.defined(), op, "expected a defined input tensor");
-  STOKE_CHECK(x.dim() == 3 || x.dim() == 4, op,
-              "expected input with 3 dims (C, H, W) or 4 dims (N, C, H, W), got shape ", x.shape());
-  STOKE_CHECK(x.size(-1) > 0 && x.size(-2) > 0, op,
-              "expected input with non-empty spatial dims, got shape ", x.shape());
-}
-
-// The CPU side of an entry point, after the device dispatch: CPU tensors of the CPU dtypes.
-void check_cpu_float(const char* op, const Tensor& t, const char* name) {
-  check_cpu(op, {&t});
-  check_float(op, t, name);
-}
-
-PoolGeometry make_geometry(const char* op, const Shape& in, const Pool2dOptions& o) {
-  PoolGeometry g;
-  const int64_t nd = static_cast<int64_t>(in.size());
-  g.H = in[nd - 2];
-  g.W = in[nd - 1];
-  g.planes = g.H * g.W == 0 ? 0 : Shape(in).numel() / (g.H * g.W);
-  g.kh = o.kernel_size[0];
-  g.kw = o.kernel_size[1];
-  STOKE_CHECK(g.kh > 0 && g.kw > 0, op, "expected kernel_size > 0, got ", g.kh, ",", g.kw);
-  g.sh = o.stride[0] == 0 ? g.kh : o.stride[0];
-  g.sw = o.stride[1] == 0 ? g.kw : o.stride[1];
-  STOKE_CHECK(g.sh > 0 && g.sw > 0, op, "expected stride > 0 (or 0 for kernel_size), got ",
-              o.stride[0], ",", o.stride[1]);
-  g.ph = o.padding[0];
-  g.pw = o.padding[1];
-  STOKE_CHECK(g.ph >= 0 && g.pw >= 0 && g.ph <= g.kh / 2 && g.pw <= g.kw / 2, op,
-              "expected padding >= 0 and at most half the kernel size (kernel ", g.kh, ",", g.kw,
-              "), got padding ", g.ph, ",", g.pw);
-  g.OH = pool_output_size(g.H, g.kh, g.sh, g.ph, o.ceil_mode);
-  g.OW = pool_output_size(g.W, g.kw, g.sw, g.pw, o.ceil_mode);
-  STOKE_CHECK(g.OH >= 1 && g.OW >= 1, op, "input of shape ", Shape(in), " is too small for kernel ",
-              g.kh, ",", g.kw, " with padding ", g.ph, ",", g.pw, ": output size would be ", g.OH,
-              "x", g.OW);
-  g.out_shape = in;
-  g.out_shape[nd - 2] = g.OH;
-  g.out_shape[nd - 1] = g.OW;
-  return g;
 }
 
 // The 2x2 stride-2 unpadded window that tiles the input exactly: the hot case in CNNs.
@@ -244,14 +198,8 @@ void max_pool_plane(const PoolGeometry& g, const T* in, T* out, int64_t* ind) {
 
 template <bool kIndices>
 MaxPool2dResult max_pool_impl(const char* op, const Tensor& input, const Pool2dOptions& options) {
-  check_pool_input(op, input);
-  const PoolGeometry g = make_geometry(op, input.shape(), options);
-  if (auto* k = device_dispatch(op, {&input})) {
-    MaxPool2dResult d = k->max_pool2d_with_indices(input, options);
-    if (!kIndices) d.indices = Tensor();
-    return d;
-  }
-  check_cpu_float(op, input, "input");
+  check_float(op, input, "input");
+  const PoolGeometry g = pool_geometry(op, input.shape(), options);
   const Tensor x = input.contiguous();
   MaxPool2dResult r;
   r.output = empty(g.out_shape, {.dtype = x.dtype()});
@@ -301,53 +249,22 @@ void adaptive_bounds(int64_t in, int64_t out, std::vector<int64_t>& start,
   }
 }
 
-// Checks a pooling gradient against the input shape it belongs to (any device, any dtype).
-void checked_grad(const char* op, const Tensor& grad, const Shape& input_shape) {
-  STOKE_CHECK(grad.defined(), op, "expected a defined grad_output");
-  STOKE_CHECK((input_shape.size() == 3 || input_shape.size() == 4) &&
-                  grad.dim() == static_cast<int64_t>(input_shape.size()),
-              op, "expected grad_output and input shape with the same 3 or 4 dims, got ",
-              grad.shape(), " and ", input_shape);
-  for (size_t d = 0; d + 2 < input_shape.size(); ++d)
-    STOKE_CHECK(grad.size(static_cast<int64_t>(d)) == input_shape[d], op,
-                "expected grad_output with leading dims of input shape ", input_shape, ", got ",
-                grad.shape());
-}
-
 }  // namespace
 
-int64_t pool_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t pad,
-                         bool ceil_mode) {
-  STOKE_CHECK(stride > 0, "pool_output_size", "expected stride > 0, got ", stride);
-  const int64_t num = input + 2 * pad - (kernel - 1) - 1 + (ceil_mode ? stride - 1 : 0);
-  // Division rounding toward negative infinity, as PyTorch's div_rtn.
-  int64_t q = num / stride;
-  if ((num % stride != 0) && ((num < 0) != (stride < 0))) --q;
-  int64_t out = q + 1;
-  if (ceil_mode && (out - 1) * stride >= input + pad) --out;  // last window starts inside
-  return out;
-}
-
-Tensor max_pool2d(const Tensor& input, const Pool2dOptions& options) {
+Tensor max_pool2d_no_indices(const Tensor& input, const Pool2dOptions& options) {
   return max_pool_impl<false>("max_pool2d", input, options).output;
 }
 
-MaxPool2dResult max_pool2d_with_indices(const Tensor& input, const Pool2dOptions& options) {
+MaxPool2dResult CpuBackend::max_pool2d_with_indices(const Tensor& input,
+                                                    const Pool2dOptions& options) {
   return max_pool_impl<true>("max_pool2d", input, options);
 }
 
-Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
-                           const Shape& input_shape, const Pool2dOptions& options) {
+// Scatters by index alone: `options` (the forward's window) is not needed on the CPU.
+Tensor CpuBackend::max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
+                                       const Shape& input_shape, const Pool2dOptions&) {
   const char* op = "max_pool2d_backward";
-  checked_grad(op, grad_output, input_shape);
-  STOKE_CHECK(indices.defined() && indices.dtype() == DType::i64, op,
-              "expected indices of dtype i64, got ",
-              indices.defined() ? dtype_name(indices.dtype()) : "an undefined tensor");
-  check_shape(op, indices, "indices", grad_output.shape());
-  if (auto* k = device_dispatch(op, {&grad_output, &indices}))
-    return k->max_pool2d_backward(grad_output, indices, input_shape, options);
-  check_cpu_float(op, grad_output, "grad_output");
-  check_cpu(op, {&indices});
+  check_float(op, grad_output, "grad_output");
   const Tensor g = grad_output.contiguous();
   const Tensor ind = indices.contiguous();
   const int64_t nd = static_cast<int64_t>(input_shape.size());
@@ -378,12 +295,10 @@ Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
   return gi;
 }
 
-Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
+Tensor CpuBackend::avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
   const char* op = "avg_pool2d";
-  check_pool_input(op, input);
-  const PoolGeometry g = make_geometry(op, input.shape(), options);
-  if (auto* k = device_dispatch(op, {&input})) return k->avg_pool2d(input, options);
-  check_cpu_float(op, input, "input");
+  check_float(op, input, "input");
+  const PoolGeometry g = pool_geometry(op, input.shape(), options);
   const Tensor x = input.contiguous();
   Tensor out = empty(g.out_shape, {.dtype = x.dtype()});
   dispatch_float(x.dtype(), op, [&](auto tag) {
@@ -419,15 +334,11 @@ Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
   return out;
 }
 
-Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
-                           const Pool2dOptions& options) {
+Tensor CpuBackend::avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
+                                       const Pool2dOptions& options) {
   const char* op = "avg_pool2d_backward";
-  checked_grad(op, grad_output, input_shape);
-  const PoolGeometry g = make_geometry(op, input_shape, options);
-  check_shape(op, grad_output, "grad_output", g.out_shape);
-  if (auto* k = device_dispatch(op, {&grad_output}))
-    return k->avg_pool2d_backward(grad_output, input_shape, options);
-  check_cpu_float(op, grad_output, "grad_output");
+  check_float(op, grad_output, "grad_output");
+  const PoolGeometry g = pool_geometry(op, input_shape, options);
   const Tensor gr = grad_output.contiguous();
   Tensor gi = empty(input_shape, {.dtype = gr.dtype()});
   dispatch_float(gr.dtype(), op, [&](auto tag) {
@@ -468,13 +379,9 @@ Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
   return gi;
 }
 
-Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size) {
+Tensor CpuBackend::adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size) {
   const char* op = "adaptive_avg_pool2d";
-  check_pool_input(op, input);
-  STOKE_CHECK(output_size[0] > 0 && output_size[1] > 0, op, "expected output_size > 0, got ",
-              output_size[0], ",", output_size[1]);
-  if (auto* k = device_dispatch(op, {&input})) return k->adaptive_avg_pool2d(input, output_size);
-  check_cpu_float(op, input, "input");
+  check_float(op, input, "input");
   const Tensor x = input.contiguous();
   const int64_t H = x.size(-2), W = x.size(-1), OH = output_size[0], OW = output_size[1];
   Shape out_shape = x.shape();
@@ -506,12 +413,10 @@ Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_si
   return out;
 }
 
-Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape) {
+Tensor CpuBackend::adaptive_avg_pool2d_backward(const Tensor& grad_output,
+                                                const Shape& input_shape) {
   const char* op = "adaptive_avg_pool2d_backward";
-  checked_grad(op, grad_output, input_shape);
-  if (auto* k = device_dispatch(op, {&grad_output}))
-    return k->adaptive_avg_pool2d_backward(grad_output, input_shape);
-  check_cpu_float(op, grad_output, "grad_output");
+  check_float(op, grad_output, "grad_output");
   const Tensor g = grad_output.contiguous();
   const int64_t nd = static_cast<int64_t>(input_shape.size());
   const int64_t H = input_shape[nd - 2], W = input_shape[nd - 1];
@@ -543,4 +448,4 @@ Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& inpu
   return gi;
 }
 
-}  // namespace stoke::ops
+}  // namespace stoke::ops::cpu

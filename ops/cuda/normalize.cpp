@@ -1,5 +1,5 @@
-// data::normalize on cuda: the u8 batch crossed the bus as bytes; one fused kernel turns it into
-// normalized NCHW floats on the device (cuda/kernels/normalize.h).
+// ops::normalize_u8_nhwc (data::normalize) on cuda: the u8 batch crossed the bus as bytes; one
+// fused kernel turns it into normalized NCHW floats on the device (cuda/kernels/normalize.h).
 #include "cuda/kernels/normalize.h"
 #include "ops/cuda/backend.h"
 

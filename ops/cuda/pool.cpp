@@ -1,5 +1,5 @@
 // Pooling on cuda tensors: the ops/pool.h entry points translated to cuda/kernels/pool.h. The
-// entry points have already checked the geometry (ops/cpu/pool.cpp); here the dtype is checked
+// entry points have already checked the geometry (ops/pool.cpp); here the dtype is checked
 // and the geometry rebuilt for the kernels. Both builds use our kernels: cuDNN pooling
 // (cuda/vendor/cudnn_pool.h) is exercised by stoke-gpu-selftest, and which one the dispatch uses
 // is to be chosen by measurement on a GPU (bench/ops_cuda puts them side by side).

@@ -1,0 +1,120 @@
+// conv2d entry points: the device-independent checks (shapes, options, dtypes agree), then the
+// backend of the tensors' device (ops/cpu/conv2d.cpp, ops/cuda/conv2d.cpp). One sample (C, H, W)
+// is a batch of one, as torch accepts it.
+#include "ops/conv2d.h"
+
+#include "ops/backend.h"
+#include "ops/check.h"
+#include "ops/cpu/conv2d.h"
+#include "ops/reduce.h"
+
+namespace stoke::ops {
+namespace {
+
+void check_options(const char* op, const Conv2dOptions& o) {
+  STOKE_CHECK(o.stride[0] >= 1 && o.stride[1] >= 1, op, "expected stride >= 1, got (", o.stride[0],
+              ", ", o.stride[1], ")");
+  STOKE_CHECK(o.dilation[0] >= 1 && o.dilation[1] >= 1, op, "expected dilation >= 1, got (",
+              o.dilation[0], ", ", o.dilation[1], ")");
+  STOKE_CHECK(o.padding[0] >= 0 && o.padding[1] >= 0, op, "expected padding >= 0, got (",
+              o.padding[0], ", ", o.padding[1], ")");
+  STOKE_CHECK(o.groups >= 1, op, "expected groups >= 1, got ", o.groups);
+}
+
+// Validates input/weight/bias and returns the output's spatial size (OH, OW).
+std::array<int64_t, 2> check_conv(const char* op, const Tensor& input, const Tensor& weight,
+                                  const Tensor& bias, const Conv2dOptions& o) {
+  STOKE_CHECK(input.defined() && weight.defined(), op, "expected defined input and weight");
+  check_same_dtype(op, input, "input", weight, "weight");
+  check_dim(op, input, "input", 4, "(N, C, H, W) (or 3 dims (C, H, W) for one sample)");
+  check_dim(op, weight, "weight", 4, "(K, C/groups, kh, kw)");
+  check_options(op, o);
+  const int64_t C = input.size(1), K = weight.size(0);
+  STOKE_CHECK(C % o.groups == 0, op, "expected input channels divisible by groups=", o.groups,
+              ", got input of shape ", input.shape());
+  STOKE_CHECK(K % o.groups == 0, op, "expected output channels divisible by groups=", o.groups,
+              ", got weight of shape ", weight.shape());
+  STOKE_CHECK(weight.size(1) * o.groups == C, op, "expected weight of shape [", K, ", ",
+              C / o.groups, ", kh, kw] (C/groups = ", C, "/", o.groups,
+              " input channels per group) for input of shape ", input.shape(),
+              ", got weight of shape ", weight.shape());
+  if (bias.defined()) {
+    check_same_dtype(op, input, "input", bias, "bias");
+    check_shape(op, bias, "bias", {K});
+  }
+  return conv2d_output_size({input.size(2), input.size(3)}, {weight.size(2), weight.size(3)}, o);
+}
+
+}  // namespace
+
+std::array<int64_t, 2> conv2d_output_size(const std::array<int64_t, 2>& input_size,
+                                          const std::array<int64_t, 2>& kernel_size,
+                                          const Conv2dOptions& o) {
+  check_options("conv2d", o);
+  std::array<int64_t, 2> out{};
+  for (int d = 0; d < 2; ++d) {
+    const int64_t span =
+        input_size[d] + 2 * o.padding[d] - o.dilation[d] * (kernel_size[d] - 1) - 1;
+    out[d] = span < 0 ? 0 : span / o.stride[d] + 1;
+  }
+  STOKE_CHECK(out[0] > 0 && out[1] > 0 && kernel_size[0] > 0 && kernel_size[1] > 0, "conv2d",
+              "output size would be (", out[0], ", ", out[1], ") for input size (", input_size[0],
+              ", ", input_size[1], "), kernel (", kernel_size[0], ", ", kernel_size[1],
+              "), padding (", o.padding[0], ", ", o.padding[1], "), stride (", o.stride[0], ", ",
+              o.stride[1], "), dilation (", o.dilation[0], ", ", o.dilation[1],
+              "): the (padded) input must be at least as large as the dilated kernel");
+  return out;
+}
+
+Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+              const Conv2dOptions& options) {
+  // One sample (C, H, W), as torch accepts it: a batch of one, then the batch dim dropped.
+  if (input.defined() && input.dim() == 3)
+    return conv2d(input.detach().unsqueeze(0), weight, bias, options).squeeze(0);
+  check_conv("conv2d", input, weight, bias, options);
+  return dispatch("conv2d", {&input, &weight, &bias}).conv2d(input, weight, bias, options);
+}
+
+Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
+                            const Conv2dOptions& options, bool need_input, bool need_weight,
+                            bool need_bias) {
+  if (input.defined() && input.dim() == 3) {  // one sample (C, H, W): see conv2d
+    STOKE_CHECK(grad_out.defined() && grad_out.dim() == 3, "conv2d_backward",
+                "expected grad_out with 3 dims (K, OH, OW) for input of shape ", input.shape(),
+                ", got ", grad_out.defined() ? grad_out.shape() : Shape{});
+    Conv2dGrads r = conv2d_backward(grad_out.detach().unsqueeze(0), input.detach().unsqueeze(0),
+                                    weight, options, need_input, need_weight, need_bias);
+    if (r.grad_input.defined()) r.grad_input = r.grad_input.squeeze(0);
+    return r;
+  }
+  const auto out = check_conv("conv2d_backward", input, weight, Tensor(), options);
+  STOKE_CHECK(grad_out.defined(), "conv2d_backward", "expected a defined grad_out");
+  check_same_dtype("conv2d_backward", grad_out, "grad_out", input, "input");
+  check_shape("conv2d_backward", grad_out, "grad_out",
+              {input.size(0), weight.size(0), out[0], out[1]});
+  return dispatch("conv2d_backward", {&grad_out, &input, &weight})
+      .conv2d_backward(grad_out, input, weight, options, need_input, need_weight, need_bias);
+}
+
+Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
+                             const Conv2dOptions& options) {
+  return conv2d_backward(grad_out, input, weight, options, true, false, false).grad_input;
+}
+
+Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
+                              const Conv2dOptions& options) {
+  return conv2d_backward(grad_out, input, weight, options, false, true, false).grad_weight;
+}
+
+Tensor conv2d_backward_bias(const Tensor& grad_out) {
+  STOKE_CHECK(grad_out.defined(), "conv2d_backward_bias", "expected a defined grad_out");
+  if (grad_out.dim() == 3) return conv2d_backward_bias(grad_out.detach().unsqueeze(0));
+  check_dim("conv2d_backward_bias", grad_out, "grad_out", 4,
+            "(N, K, OH, OW) (or 3 dims (K, OH, OW) for one sample)");
+  // No backend method: other devices sum over (N, OH, OW) with their reduction kernel; the CPU has
+  // a dedicated one (one channel per task, the batch summed in order).
+  if (!grad_out.device().is_cpu()) return sum(grad_out.detach(), {0, 2, 3});
+  return cpu::conv2d_backward_bias(grad_out);
+}
+
+}  // namespace stoke::ops
