@@ -7,13 +7,13 @@
 #include "core/parallel.h"
 #include "core/strided.h"
 #include "ops/check.h"
+#include "ops/cpu/backend.h"
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/linalg_kernels.h"
 #include "ops/creation.h"
-#include "ops/backend.h"
-#include "ops/elementwise.h"
 #include "ops/linalg.h"
 
-namespace stoke::ops {
+namespace stoke::ops::cpu {
 namespace {
 
 // How GEMM reads the trailing (rows x cols) matrix of a tensor: stored row-major with row stride
@@ -104,7 +104,6 @@ Tensor product_to_shape(const Tensor& a, const Tensor& b, const Shape& full, con
 
 void check_operands(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
                     const char* b_name) {
-  check_cpu(op, {&a, &b});
   check_float(op, a, a_name);
   check_same_dtype(op, a, a_name, b, b_name);
 }
@@ -113,11 +112,23 @@ Shape batch_of(const Tensor& t) {
   return Shape(t.shape().begin(), t.shape().end() - 2);
 }
 
+void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  STOKE_CHECK(x.defined() && weight.defined(), op, "expected defined input and weight");
+  check_float(op, x, "input");
+  check_same_dtype(op, x, "input", weight, "weight");
+  check_dim(op, weight, "weight", 2, "(out_features, in_features)");
+  STOKE_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), op,
+              "expected input (..., in_features) with in_features = ", weight.size(1),
+              " to match weight of shape ", weight.shape(), ", got input of shape ", x.shape());
+  if (bias.defined()) {
+    check_same_dtype(op, x, "input", bias, "bias");
+    check_shape(op, bias, "bias", {weight.size(0)});
+  }
+}
+
 }  // namespace
 
-Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
-  STOKE_CHECK(a_in.defined() && b_in.defined(), "matmul", "expected defined operands");
-  if (auto* k = device_dispatch("matmul", {&a_in, &b_in})) return k->matmul(a_in, b_in);
+Tensor CpuBackend::matmul(const Tensor& a_in, const Tensor& b_in) {
   check_operands("matmul", a_in, "a", b_in, "b");
   STOKE_CHECK(a_in.dim() >= 1 && b_in.dim() >= 1, "matmul",
               "expected operands with at least 1 dim, got shapes ", a_in.shape(), " and ",
@@ -138,71 +149,7 @@ Tensor matmul(const Tensor& a_in, const Tensor& b_in) {
   return out.view(result);
 }
 
-MatmulGrads matmul_backward(const Tensor& grad_out, const Tensor& a_in, const Tensor& b_in,
-                            bool need_a, bool need_b) {
-  const bool on_device = device_dispatch("matmul_backward", {&grad_out, &a_in, &b_in}) != nullptr;
-  if (!on_device) {
-    check_operands("matmul_backward", a_in, "a", b_in, "b");
-    check_operands("matmul_backward", grad_out, "grad_out", a_in, "a");
-  } else {
-    check_same_dtype("matmul_backward", a_in, "a", b_in, "b");
-    check_same_dtype("matmul_backward", grad_out, "grad_out", a_in, "a");
-  }
-  STOKE_CHECK(a_in.dim() >= 2 && b_in.dim() >= 2, "matmul_backward",
-              "expected operands with at least 2 dims, got shapes ", a_in.shape(), " and ",
-              b_in.shape());
-  Shape full = broadcast_shapes(batch_of(a_in), batch_of(b_in), "matmul_backward");
-  full.push_back(a_in.size(-2));
-  full.push_back(b_in.size(-1));
-  check_shape("matmul_backward", grad_out, "grad_out", full);
-  if (on_device) {
-    // The device's GEMMs (ops::matmul dispatches them, broadcasting batch dims), then the sum over
-    // the batch dims an operand was broadcast along.
-    const Tensor g = grad_out.detach();
-    MatmulGrads r;
-    if (need_a) r.grad_a = sum_to(matmul(g, b_in.detach().transpose(-1, -2)), a_in.shape());
-    if (need_b) r.grad_b = sum_to(matmul(a_in.detach().transpose(-1, -2), g), b_in.shape());
-    return r;
-  }
-  const Tensor g = blas_ready(grad_out.detach());
-  MatmulGrads r;
-  if (need_a) {
-    const Tensor bt = blas_ready(b_in.detach()).transpose(-1, -2);
-    Shape fa = full;
-    fa.back() = a_in.size(-1);
-    r.grad_a = product_to_shape(g, bt, fa, a_in.shape());
-  }
-  if (need_b) {
-    const Tensor at = blas_ready(a_in.detach()).transpose(-1, -2);
-    Shape fb = full;
-    fb[fb.size() - 2] = b_in.size(-2);
-    r.grad_b = product_to_shape(at, g, fb, b_in.shape());
-  }
-  return r;
-}
-
-namespace {
-
-void check_linear(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  STOKE_CHECK(x.defined() && weight.defined(), op, "expected defined input and weight");
-  check_cpu(op, {&x, &weight, &bias});
-  check_float(op, x, "input");
-  check_same_dtype(op, x, "input", weight, "weight");
-  check_dim(op, weight, "weight", 2, "(out_features, in_features)");
-  STOKE_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), op,
-              "expected input (..., in_features) with in_features = ", weight.size(1),
-              " to match weight of shape ", weight.shape(), ", got input of shape ", x.shape());
-  if (bias.defined()) {
-    check_same_dtype(op, x, "input", bias, "bias");
-    check_shape(op, bias, "bias", {weight.size(0)});
-  }
-}
-
-}  // namespace
-
-Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
-  if (auto* k = device_dispatch("linear", {&x_in, &weight_in, &bias_in}))
-    return k->linear(x_in, weight_in, bias_in);
+Tensor CpuBackend::linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in) {
   check_linear("linear", x_in, weight_in, bias_in);
   const int64_t in = weight_in.size(1), out_f = weight_in.size(0);
   Shape out_shape(x_in.shape().begin(), x_in.shape().end() - 1);
@@ -233,10 +180,9 @@ Tensor linear(const Tensor& x_in, const Tensor& weight_in, const Tensor& bias_in
   return y.view(out_shape);
 }
 
-LinearGrads linear_backward(const Tensor& grad_out, const Tensor& x_in, const Tensor& weight_in,
-                            bool need_input, bool need_weight, bool need_bias) {
-  if (auto* k = device_dispatch("linear_backward", {&grad_out, &x_in, &weight_in}))
-    return k->linear_backward(grad_out, x_in, weight_in, need_input, need_weight, need_bias);
+LinearGrads CpuBackend::linear_backward(const Tensor& grad_out, const Tensor& x_in,
+                                        const Tensor& weight_in, bool need_input, bool need_weight,
+                                        bool need_bias) {
   check_linear("linear_backward", x_in, weight_in, Tensor());
   check_same_dtype("linear_backward", grad_out, "grad_out", x_in, "input");
   const int64_t in = weight_in.size(1), out_f = weight_in.size(0);
@@ -266,19 +212,32 @@ LinearGrads linear_backward(const Tensor& grad_out, const Tensor& x_in, const Te
       r.grad_weight = gw;
     }
   });
-  if (need_bias) r.grad_bias = sum_leading_dims(grad_out);
+  if (need_bias) r.grad_bias = ops::sum_leading_dims(grad_out);
+  return r;
+}
+
+// --- ops without a backend method (linalg_kernels.h) -------------------------------------------
+
+MatmulGrads matmul_backward(const Tensor& grad_out, const Tensor& a_in, const Tensor& b_in,
+                            const Shape& full, bool need_a, bool need_b) {
+  const Tensor g = blas_ready(grad_out.detach());
+  MatmulGrads r;
+  if (need_a) {
+    const Tensor bt = blas_ready(b_in.detach()).transpose(-1, -2);
+    Shape fa = full;
+    fa.back() = a_in.size(-1);
+    r.grad_a = product_to_shape(g, bt, fa, a_in.shape());
+  }
+  if (need_b) {
+    const Tensor at = blas_ready(a_in.detach()).transpose(-1, -2);
+    Shape fb = full;
+    fb[fb.size() - 2] = b_in.size(-2);
+    r.grad_b = product_to_shape(at, g, fb, b_in.shape());
+  }
   return r;
 }
 
 Tensor sum_leading_dims(const Tensor& g_in) {
-  if (auto* k = device_dispatch("sum_leading_dims", {&g_in})) {
-    STOKE_CHECK(g_in.dim() >= 1, "sum_leading_dims", "expected at least 1 dim, got shape ",
-                g_in.shape());
-    std::vector<int64_t> dims;
-    for (int64_t d = 0; d + 1 < g_in.dim(); ++d) dims.push_back(d);
-    return dims.empty() ? g_in.detach().clone() : k->sum(g_in, dims, false);
-  }
-  check_cpu("sum_leading_dims", {&g_in});
   check_float("sum_leading_dims", g_in, "input");
   STOKE_CHECK(g_in.dim() >= 1, "sum_leading_dims", "expected at least 1 dim, got shape ",
               g_in.shape());
@@ -308,4 +267,4 @@ Tensor sum_leading_dims(const Tensor& g_in) {
   return out;
 }
 
-}  // namespace stoke::ops
+}  // namespace stoke::ops::cpu

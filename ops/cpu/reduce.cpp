@@ -13,49 +13,21 @@
 #include "core/parallel.h"
 #include "core/strided.h"
 #include "ops/check.h"
+#include "ops/cpu/backend.h"
+#include "ops/cpu/reduce_kernels.h"
 #include "ops/cpu/row_kernels.h"
 #include "ops/creation.h"
-#include "ops/backend.h"
-#include "ops/index.h"
 #include "ops/reduce.h"
-#include "ops/softmax.h"
+#include "ops/reduce_detail.h"
 
-namespace stoke::ops {
+namespace stoke::ops::cpu {
+using namespace reduce_detail;
 namespace {
 
 constexpr int64_t kGrain = 32768;  // elements per parallel chunk, at least
 constexpr int kLanes = 16;         // independent accumulators: vectorizable without fast-math
 constexpr int64_t kBlock = 1024;   // elements summed in lane precision before widening to A
 constexpr int64_t kTile = 512;     // inner-dim width of one column-reduction task
-
-// `t`'s elements as a contiguous tensor of `shape` (same numel). Unlike Tensor::reshape this also
-// accepts 0-dim tensors, whose view strides core does not compute.
-Tensor reshaped(const Tensor& t, const Shape& shape) {
-  const Tensor c = t.contiguous();
-  return c.as_strided(shape, contiguous_strides(shape), c.offset());
-}
-
-std::vector<bool> reduce_mask(int64_t ndim, const std::vector<int64_t>& dims, const char* op) {
-  std::vector<bool> mask(ndim, dims.empty());
-  for (int64_t d : dims) {
-    const int64_t w = wrap_dim(d, ndim, op);
-    if (ndim == 0) continue;
-    STOKE_CHECK(!mask[w], op, "dim ", d, " appears more than once in dims ", Shape(dims));
-    mask[w] = true;
-  }
-  return mask;
-}
-
-Shape shape_after(const Shape& shape, const std::vector<bool>& mask, bool keepdim) {
-  Shape out;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    if (!mask[d])
-      out.push_back(shape[d]);
-    else if (keepdim)
-      out.push_back(1);
-  }
-  return out;
-}
 
 struct Layout {
   Tensor x;  // contiguous
@@ -80,13 +52,6 @@ Runs runs_of(const Tensor& x, const std::vector<bool>& mask) {
 bool is_simple(const Runs& runs) {
   const size_t n = runs.size();
   return n <= 2 || (n == 3 && !runs[0].second);
-}
-
-int64_t reduced_count(const Shape& shape, const std::vector<bool>& mask) {
-  int64_t count = 1;
-  for (size_t d = 0; d < shape.size(); ++d)
-    if (mask[d]) count *= shape[d];
-  return count;
 }
 
 Layout plan(const Tensor& x, const std::vector<bool>& mask) {
@@ -379,12 +344,10 @@ void extremum_kernel(const T* x, int64_t outer, int64_t n, int64_t inner, T* val
       });
 }
 
+// The CPU's max/min along a dim; `op` names it in messages. The entry point has checked dim and
+// the reduced size with the user-facing op's name (argmax, ...); the checks here repeat them.
 template <bool IsMax>
 ValuesIndices extremum(const Tensor& x_in, int64_t dim, bool keepdim, const char* op) {
-  if (auto* k = device_dispatch(op, {&x_in}))
-    return IsMax ? k->max_with_indices(x_in, dim, keepdim)
-                 : k->min_with_indices(x_in, dim, keepdim);
-  check_cpu(op, {&x_in});
   const Tensor x = x_in.dtype() == DType::boolean ? x_in.detach().to(DType::u8) : x_in.detach();
   const int64_t ndim = x.dim();
   const int64_t d = wrap_dim(dim, ndim, op);
@@ -406,23 +369,9 @@ ValuesIndices extremum(const Tensor& x_in, int64_t dim, bool keepdim, const char
   return r;
 }
 
-template <bool IsMax>
-ValuesIndices extremum_all(const Tensor& x, const char* op) {
-  STOKE_CHECK(x.numel() > 0, op, "expected a non-empty tensor, got shape ", x.shape());
-  ValuesIndices r = extremum<IsMax>(reshaped(x, {x.numel()}), 0, false, op);
-  return {reshaped(r.values, {}), reshaped(r.indices, {})};
-}
-
 }  // namespace
 
-Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& dims, bool keepdim,
-                    const char* op) {
-  return shape_after(shape, reduce_mask(static_cast<int64_t>(shape.size()), dims, op), keepdim);
-}
-
-Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
-  if (auto* k = device_dispatch("sum", {&x_in})) return k->sum(x_in, dims, keepdim);
-  check_cpu("sum", {&x_in});
+Tensor CpuBackend::sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
   // Detached: the copies made here (cast, permute + contiguous) are not part of any graph.
   const Tensor x = x_in.dtype() == DType::boolean ? x_in.detach().to(DType::u8) : x_in.detach();
   const auto mask = reduce_mask(x.dim(), dims, "sum");
@@ -442,9 +391,7 @@ Tensor sum(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
   });
 }
 
-Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
-  if (auto* k = device_dispatch("mean", {&x_in})) return k->mean(x_in, dims, keepdim);
-  check_cpu("mean", {&x_in});
+Tensor CpuBackend::mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) {
   const Tensor x = x_in.detach();
   check_float("mean", x, "input");
   const auto mask = reduce_mask(x.dim(), dims, "mean");
@@ -458,23 +405,17 @@ Tensor mean(const Tensor& x_in, const std::vector<int64_t>& dims, bool keepdim) 
   return out;
 }
 
-Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
-  const Tensor x = x_in.detach();
-  STOKE_CHECK(correction >= 0, "var", "expected correction >= 0, got ", correction);
-  const auto mask = reduce_mask(x.dim(), dims, "var");
-  if (device_dispatch("var", {&x_in})) {
-    // Other devices compose it from their kernels: two passes (mean, then squared deviations).
-    // The corrected two-pass formula (sum d^2 - (sum d)^2 / n): the second term removes, to
-    // first order, the error of a mean rounded to the input's precision.
-    const Tensor d = sub(x, mean(x, dims, true));
-    const int64_t n = reduced_count(x.shape(), mask);
-    const int64_t denom = std::max<int64_t>(0, n - correction);
-    const Tensor s1 = sum(d, dims, keepdim);
-    const Tensor s2 = sum(mul(d, d), dims, keepdim);
-    return div(sub(s2, div(mul(s1, s1), static_cast<double>(std::max<int64_t>(n, 1)))),
-               static_cast<double>(denom));
-  }
-  check_cpu("var", {&x_in});
+ValuesIndices CpuBackend::max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
+  return extremum<true>(x, dim, keepdim, "max");
+}
+
+ValuesIndices CpuBackend::min_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
+  return extremum<false>(x, dim, keepdim, "min");
+}
+
+// --- ops without a backend method (reduce_kernels.h) -------------------------------------------
+
+Tensor var(const Tensor& x, const std::vector<bool>& mask, int64_t correction, bool keepdim) {
   check_float("var", x, "input");
   const Layout l = plan(x, mask);
   Tensor out = empty(shape_after(x.shape(), mask, keepdim), {.dtype = x.dtype()});
@@ -498,75 +439,8 @@ Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correct
   return out;
 }
 
-ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
-  return extremum<true>(x, dim, keepdim, "max");
-}
-ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
-  return extremum<false>(x, dim, keepdim, "min");
-}
-Tensor max(const Tensor& x, int64_t dim, bool keepdim) {
-  return extremum<true>(x, dim, keepdim, "max").values;
-}
-Tensor min(const Tensor& x, int64_t dim, bool keepdim) {
-  return extremum<false>(x, dim, keepdim, "min").values;
-}
-Tensor argmax(const Tensor& x, int64_t dim, bool keepdim) {
-  return extremum<true>(x, dim, keepdim, "argmax").indices;
-}
-Tensor argmin(const Tensor& x, int64_t dim, bool keepdim) {
-  return extremum<false>(x, dim, keepdim, "argmin").indices;
-}
-Tensor max(const Tensor& x) {
-  return extremum_all<true>(x, "max").values;
-}
-Tensor min(const Tensor& x) {
-  return extremum_all<false>(x, "min").values;
-}
-ValuesIndices max_all_with_index(const Tensor& x) {
-  return extremum_all<true>(x, "max");
-}
-ValuesIndices min_all_with_index(const Tensor& x) {
-  return extremum_all<false>(x, "min");
-}
-Tensor argmax(const Tensor& x) {
-  return extremum_all<true>(x, "argmax").indices;
-}
-Tensor argmin(const Tensor& x) {
-  return extremum_all<false>(x, "argmin").indices;
-}
-
-// --- backward ----------------------------------------------------------------------------------
-
-namespace {
-// grad viewed with the reduced dims kept as size 1, after checking its shape.
-Tensor grad_keepdim(const Tensor& grad, const Shape& input_shape, const std::vector<bool>& mask,
-                    bool keepdim, const char* op) {
-  const Shape expect = shape_after(input_shape, mask, keepdim);
-  check_shape(op, grad, "grad", expect);
-  return reshaped(grad, shape_after(input_shape, mask, true));
-}
-}  // namespace
-
-Tensor sum_backward(const Tensor& grad, const Shape& input_shape, const std::vector<int64_t>& dims,
-                    bool keepdim) {
-  // Device independent: a broadcasting copy, which every device's copier does.
-  STOKE_CHECK(grad.defined(), "sum_backward", "expected a defined grad");
-  const auto mask = reduce_mask(static_cast<int64_t>(input_shape.size()), dims, "sum_backward");
-  const Tensor g = grad_keepdim(grad, input_shape, mask, keepdim, "sum_backward");
-  Tensor out = empty(input_shape, {.dtype = grad.dtype(), .device = grad.device()});
-  copy_strided(out, g.expand(input_shape));
-  return out;
-}
-
 Tensor mean_backward(const Tensor& grad, const Shape& input_shape, const std::vector<int64_t>& dims,
-                     bool keepdim) {
-  const auto mask = reduce_mask(static_cast<int64_t>(input_shape.size()), dims, "mean_backward");
-  const int64_t count = reduced_count(input_shape, mask);
-  if (!grad.device().is_cpu()) {
-    Tensor out = sum_backward(grad, input_shape, dims, keepdim);
-    mul_(out, 1.0 / static_cast<double>(count));
-    return out;
-  }
+                     bool keepdim, int64_t count) {
   check_float("mean_backward", grad, "grad");
   Tensor out = sum_backward(grad, input_shape, dims, keepdim);
   dispatch_float(out.dtype(), "mean_backward", [&](auto tag) {
@@ -580,17 +454,8 @@ Tensor mean_backward(const Tensor& grad, const Shape& input_shape, const std::ve
   return out;
 }
 
-Tensor var_backward(const Tensor& grad, const Tensor& x, const std::vector<int64_t>& dims,
-                    int64_t correction, bool keepdim) {
-  check_same_dtype("var_backward", grad, "grad", x, "input");
-  const auto mask = reduce_mask(x.dim(), dims, "var_backward");
-  const Tensor g = grad_keepdim(grad, x.shape(), mask, keepdim, "var_backward");
-  const int64_t count = reduced_count(x.shape(), mask);
-  const double scale = 2.0 / static_cast<double>(std::max<int64_t>(0, count - correction));
-  if (device_dispatch("var_backward", {&grad, &x})) {
-    // Other devices compose it from their elementwise kernels: g * scale * (x - mean).
-    return mul(mul(g, scale), sub(x, mean(x, dims, true)));
-  }
+Tensor var_backward(const Tensor& g, const Tensor& x, const std::vector<int64_t>& dims,
+                    double scale) {
   check_float("var_backward", x, "input");
   const Tensor m = mean(x, dims, true);
   Tensor out = empty(x.shape(), {.dtype = x.dtype()});
@@ -614,19 +479,6 @@ Tensor var_backward(const Tensor& grad, const Tensor& x, const std::vector<int64
 Tensor index_reduce_backward(const Tensor& grad, const Tensor& indices, const Shape& input_shape,
                              int64_t dim, bool keepdim) {
   const char* op = "index_reduce_backward";
-  STOKE_CHECK(indices.dtype() == DType::i64, op, "expected i64 indices, got ", indices.dtype());
-  if (device_dispatch(op, {&grad, &indices})) {
-    // On a device: the positions are unique along dim, so the scatter-add of gather's backward
-    // places each gradient exactly.
-    const int64_t nd = static_cast<int64_t>(input_shape.size());
-    if (nd == 0) return reshaped(grad, {}).clone();
-    const int64_t d = wrap_dim(dim, nd, op);
-    std::vector<bool> mask(nd, false);
-    mask[d] = true;
-    const Tensor g = grad_keepdim(grad, input_shape, mask, keepdim, op).contiguous();
-    return gather_backward(g, d, reshaped(indices, g.shape()).contiguous(), input_shape);
-  }
-  check_cpu(op, {&grad, &indices});
   Tensor out = zeros(input_shape, {.dtype = grad.dtype()});
   const int64_t ndim = static_cast<int64_t>(input_shape.size());
   if (ndim == 0) {
@@ -657,15 +509,4 @@ Tensor index_reduce_backward(const Tensor& grad, const Tensor& indices, const Sh
   return out;
 }
 
-Tensor flat_index_backward(const Tensor& grad, const Tensor& index, const Shape& input_shape) {
-  const char* op = "flat_index_backward";
-  device_dispatch(op, {&grad, &index});  // one device, any
-  STOKE_CHECK(grad.numel() == 1, op, "expected a one-element grad, got shape ", grad.shape());
-  Tensor out = zeros(input_shape, {.dtype = grad.dtype(), .device = grad.device()});
-  const int64_t i = index.to(Device::cpu()).item<int64_t>();
-  STOKE_CHECK(i >= 0 && i < out.numel(), op, "index ", i, " out of range for shape ", input_shape);
-  copy_strided(reshaped(out, {out.numel()}).narrow(0, i, 1), reshaped(grad, {1}));
-  return out;
-}
-
-}  // namespace stoke::ops
+}  // namespace stoke::ops::cpu

@@ -6,13 +6,13 @@
 
 #include "core/parallel.h"
 #include "ops/check.h"
+#include "ops/cpu/backend.h"
 #include "ops/cpu/row_kernels.h"
-#include "ops/backend.h"
 #include "ops/softmax.h"
 
-namespace stoke::ops {
+namespace stoke::ops::cpu {
 
-double cpu::vexp(double x) {
+double vexp(double x) {
   return std::exp(x);
 }
 
@@ -58,7 +58,6 @@ void drive(const Geometry& g, Row&& row, Tile&& tile) {
 
 template <bool Log>
 Tensor softmax_forward(const Tensor& x_in, int64_t dim, const char* op) {
-  check_cpu(op, {&x_in});
   check_float(op, x_in, "input");
   const Geometry g = geometry(x_in, dim, op);
   const Tensor x = x_in.detach().contiguous();
@@ -115,7 +114,6 @@ Tensor softmax_forward(const Tensor& x_in, int64_t dim, const char* op) {
 
 template <bool Log>
 Tensor softmax_grad(const Tensor& grad_in, const Tensor& out_in, int64_t dim, const char* op) {
-  check_cpu(op, {&grad_in, &out_in});
   check_same_dtype(op, grad_in, "grad", out_in, "output");
   check_float(op, out_in, "output");
   check_shape(op, grad_in, "grad", out_in.shape());
@@ -168,23 +166,15 @@ Tensor softmax_grad(const Tensor& grad_in, const Tensor& out_in, int64_t dim, co
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) {
-  if (auto* k = device_dispatch("softmax", {&x})) return k->softmax(x, dim, false);
-  return softmax_forward<false>(x, dim, "softmax");
-}
-Tensor log_softmax(const Tensor& x, int64_t dim) {
-  if (auto* k = device_dispatch("log_softmax", {&x})) return k->softmax(x, dim, true);
-  return softmax_forward<true>(x, dim, "log_softmax");
-}
-Tensor softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim) {
-  if (auto* k = device_dispatch("softmax_backward", {&grad, &output}))
-    return k->softmax_backward(grad, output, dim, false);
-  return softmax_grad<false>(grad, output, dim, "softmax_backward");
-}
-Tensor log_softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim) {
-  if (auto* k = device_dispatch("log_softmax_backward", {&grad, &output}))
-    return k->softmax_backward(grad, output, dim, true);
-  return softmax_grad<true>(grad, output, dim, "log_softmax_backward");
+Tensor CpuBackend::softmax(const Tensor& x, int64_t dim, bool log) {
+  return log ? softmax_forward<true>(x, dim, "log_softmax")
+             : softmax_forward<false>(x, dim, "softmax");
 }
 
-}  // namespace stoke::ops
+Tensor CpuBackend::softmax_backward(const Tensor& grad, const Tensor& output, int64_t dim,
+                                    bool log) {
+  return log ? softmax_grad<true>(grad, output, dim, "log_softmax_backward")
+             : softmax_grad<false>(grad, output, dim, "softmax_backward");
+}
+
+}  // namespace stoke::ops::cpu

@@ -1,4 +1,4 @@
-// Index ops on cuda tensors: cuda/kernels/index.h. The entry points (ops/cpu/index.cpp) have
+// Index ops on cuda tensors: cuda/kernels/index.h. The entry points (ops/index.cpp) have
 // checked shapes; index ranges are checked on the device and reported at the next synchronization
 // (check_index_range below, cuda/runtime/deferred_checks.h).
 #include "cuda/kernels/index.h"
