@@ -8,10 +8,10 @@
 
 #include "ops/check.h"
 #include "ops/cpu/elementwise_kernels.h"
+#include "ops/creation.h"
 #include "ops/elementwise.h"
-#include "ops/reduce.h"
 
-namespace stoke::ops {
+namespace stoke::ops::cpu {
 
 namespace {
 
@@ -110,7 +110,7 @@ void sum_to_kernel(const Tensor& grad, const Tensor& out) {
     }
   };
 
-  const int64_t work_grain = cpu::kElementwiseGrain;
+  const int64_t work_grain = kElementwiseGrain;
   if (m_total >= 4 * num_threads() || r_total < 8192) {
     // Enough output elements: split them over threads, each summing its block over all of R.
     constexpr int64_t kBlock = 256;
@@ -143,24 +143,6 @@ void sum_to_kernel(const Tensor& grad, const Tensor& out) {
 }  // namespace
 
 Tensor sum_to(const Tensor& grad, const Shape& shape) {
-  if (grad.shape() == shape) return grad;
-  const Shape& gs = grad.shape();
-  bool ok = shape.size() <= gs.size();
-  for (size_t i = 0; ok && i < shape.size(); ++i) {
-    const int64_t d = gs[gs.size() - shape.size() + i];
-    ok = shape[i] == d || shape[i] == 1;
-  }
-  STOKE_CHECK(ok, "sum_to", "cannot sum a tensor of shape ", gs, " to shape ", shape,
-              " (expected a shape that broadcasts to ", gs, ")");
-  if (!grad.device().is_cpu()) {
-    // Other devices: sum the broadcast dims with their reduction kernel, then drop the leading.
-    const size_t lead = gs.size() - shape.size();
-    std::vector<int64_t> dims;
-    for (size_t i = 0; i < gs.size(); ++i)
-      if (i < lead || shape[i - lead] == 1) dims.push_back(static_cast<int64_t>(i));
-    return sum(grad, dims, true).reshape(shape);
-  }
-  check_cpu("sum_to", {&grad});
   Tensor out = empty(shape, {.dtype = grad.dtype()});
   if (grad.numel() == 0 || out.numel() == 0) {
     std::memset(out.data_ptr(), 0, out.numel() * out.element_size());
@@ -171,4 +153,4 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   return out;
 }
 
-}  // namespace stoke::ops
+}  // namespace stoke::ops::cpu
