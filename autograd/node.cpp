@@ -2,51 +2,23 @@
 
 #include "autograd/function.h"
 #include "core/grad_mode.h"
-#include "core/strided.h"
 #include "ops/elementwise.h"
 
 namespace stoke::autograd {
-
-namespace {
-
-template <class T>
-void add_kernel(T* out, const T* a, const T* b, int64_t n) {
-  parallel_for(0, n, 1 << 15, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) out[i] = T(float(a[i]) + float(b[i]));
-  });
-}
-
-void add_kernel(float* out, const float* a, const float* b, int64_t n) {
-  parallel_for(0, n, 1 << 15, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
-  });
-}
-
-void add_kernel(double* out, const double* a, const double* b, int64_t n) {
-  parallel_for(0, n, 1 << 15, [&](int64_t lo, int64_t hi) {
-    for (int64_t i = lo; i < hi; ++i) out[i] = a[i] + b[i];
-  });
-}
-
-}  // namespace
 
 Tensor add_gradients(const Tensor& a, const Tensor& b) {
   STOKE_CHECK(a.shape() == b.shape() && a.dtype() == b.dtype(), "backward",
               "cannot accumulate gradients of different shapes or dtypes: ", a.dtype(), " ",
               a.shape(), " and ", b.dtype(), " ", b.shape());
-  // Other devices add with their elementwise kernel (ops::add dispatches and checks the devices).
-  if (!a.device().is_cpu() || !b.device().is_cpu()) return ops::add(a, b);
-  const Tensor ac = a.contiguous(), bc = b.contiguous();
-  Tensor out = empty_like(a);
-  dispatch_all(a.dtype(), "backward", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    if constexpr (std::is_same_v<T, bool>) {
-      STOKE_FAIL("backward", "gradients cannot be bool");
-    } else {
-      add_kernel(out.data<T>(), ac.data<T>(), bc.data<T>(), a.numel());
-    }
-  });
-  return out;
+  STOKE_CHECK(a.dtype() != DType::boolean, "backward", "gradients cannot be bool");
+  // A new tensor, never a or b written in place: either may be held elsewhere (a leaf's .grad the
+  // user kept, a gradient an op's backward passed through unchanged).
+  const bool cpu = a.device().is_cpu() && b.device().is_cpu();
+  if (cpu && (a.dtype() == DType::f16 || a.dtype() == DType::bf16)) {
+    // f16/bf16 are storage types on the CPU: the sum in f32, rounded once to the dtype.
+    return ops::add(a.to(DType::f32), b.to(DType::f32)).to(a.dtype());
+  }
+  return ops::add(a, b);
 }
 
 AccumulateGrad::AccumulateGrad(Tensor leaf) : leaf_(std::move(leaf)) {

@@ -10,7 +10,8 @@
 //   fwd      forward only, under NoGradGuard (no graph is recorded);
 //   fwd+bwd  forward with the inputs requiring grad, then out.backward(grad_out) (loss.backward()
 //            for cross_entropy); gradients are cleared between repetitions, outside the timing.
-// sgemm is forward only (ops::matmul on 2-D f32) and also reports GFLOP/s.
+// sgemm is forward only (ops::matmul on 2-D f32) and also reports GFLOP/s; optimizer times one
+// step (SGD with momentum, Adam) in the fwd column, against torch.optim with foreach=False.
 // The output is a table, then one JSON line with every row. --quick (CI smoke check) runs the
 // smallest case of each op once, without the peer: it checks that everything runs, not timings.
 #include <cctype>
@@ -26,11 +27,11 @@
 #include <string>
 #include <vector>
 
+#include "autograd/batch_norm.h"
 #include "autograd/conv2d.h"
 #include "autograd/elementwise.h"
 #include "autograd/linalg.h"
 #include "autograd/loss.h"
-#include "autograd/batch_norm.h"
 #include "autograd/pool.h"
 #include "autograd/softmax.h"
 #include "bench/bench_util.h"
@@ -206,6 +207,25 @@ Measured bench_sgemm(const std::string& name, const Args& a) {
   return m;
 }
 
+// One optimizer step over one f32 parameter of n elements with its gradient set
+// ("sgd_n1048576": SGD with momentum 0.9; "adam_n1048576": Adam), timed as fwd: the update
+// ops::sgd_step_ / ops::adam_step_ that Optimizer::step() runs, after a first step (untimed).
+Measured bench_optimizer(const std::string& name, const Args& a) {
+  auto p = parse_case(name);
+  Tensor w = randn({p["n"]}, leaf_options());
+  w.set_grad(randn({p["n"]}));
+  std::unique_ptr<nn::optim::Optimizer> opt;
+  if (p.count("sgd"))
+    opt = std::make_unique<nn::optim::SGD>(std::vector<Tensor>{w},
+                                           nn::optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+  else
+    opt = std::make_unique<nn::optim::Adam>(std::vector<Tensor>{w}, nn::optim::AdamOptions{});
+  opt->step();  // the first step allocates the state (untimed, as torch's)
+  Measured m;
+  m.fwd_ms = median_ms([&] { opt->step(); }, a.reps, a.warmup);
+  return m;
+}
+
 struct OpSpec {
   std::string name;
   std::vector<std::string> cases;  // names exactly as in bench/ops_cpu_torch.py, smallest first
@@ -223,6 +243,7 @@ const std::vector<OpSpec>& op_specs() {
       {"silu", {"N64_C32_H28"}, bench_activation<silu>},
       {"hardswish", {"N64_C32_H28"}, bench_activation<hardswish>},
       {"sgemm", {"n256", "n512", "n1024", "n2048"}, bench_sgemm},
+      {"optimizer", {"sgd_n1048576", "adam_n1048576"}, bench_optimizer},
   };
   return specs;
 }

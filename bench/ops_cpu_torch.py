@@ -7,7 +7,10 @@ Usage:
 
 Prints one JSON line per case to stdout, e.g.
     {"op": "conv2d", "case": "N64_C32_K64_H14_k3", "fwd_ms": 2.71, "fwdbwd_ms": 8.70}
-sgemm prints {"op": "sgemm", "case": "n1024", "fwd_ms": ..., "gflops": ...} instead.
+sgemm prints {"op": "sgemm", "case": "n1024", "fwd_ms": ..., "gflops": ...} instead, and
+optimizer {"op": "optimizer", "case": "adam_n1048576", "fwd_ms": ...}: one optimizer.step() over
+one parameter of n elements (torch.optim.SGD with momentum 0.9, torch.optim.Adam; foreach=False,
+the single-tensor rules stoke implements), after a first untimed step that creates the state.
 Times are medians over --reps timed repetitions (time.perf_counter), in milliseconds.
 
 fwd_ms     : forward only, under torch.no_grad() (no autograd graph is recorded).
@@ -36,6 +39,7 @@ OPS = {
     "silu": ["N64_C32_H28"],
     "hardswish": ["N64_C32_H28"],
     "sgemm": ["n256", "n512", "n1024", "n2048"],
+    "optimizer": ["sgd_n1048576", "adam_n1048576"],
 }
 
 
@@ -152,6 +156,16 @@ def run_case(op, case, reps, warmup):
         out = torch.empty(n, n, dtype=torch.float32)
         ms = median_ms(lambda: torch.mm(a, b, out=out), reps, warmup)
         return {"fwd_ms": round(ms, 4), "gflops": round(2.0 * n ** 3 / (ms * 1e-3) / 1e9, 3)}
+    if op == "optimizer":
+        n = int(p["n"])
+        w = torch.randn(n, dtype=torch.float32).requires_grad_(True)
+        w.grad = torch.randn(n, dtype=torch.float32)
+        if "sgd" in p:
+            opt = torch.optim.SGD([w], lr=0.01, momentum=0.9, foreach=False)
+        else:
+            opt = torch.optim.Adam([w], foreach=False)
+        opt.step()  # the first step creates the state (untimed)
+        return {"fwd_ms": round(median_ms(opt.step, reps, warmup), 4)}
     raise ValueError("unknown op %r" % op)
 
 

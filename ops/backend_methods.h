@@ -9,6 +9,10 @@
 // comments say what the entry point has checked before calling. Include ops/backend.h, not this.
 #pragma once
 
+// The option structs of the optimizer family's methods (ops/backend.h includes the other
+// families' headers; this one is included here so that the family's entries stay in this file).
+#include "ops/optimizer.h"
+
 // clang-format off
 #define STOKE_BACKEND_METHODS(X)                                                                   \
   /* creation: t = value; dst <- src (same device and shape), strided, converting dtypes */       \
@@ -147,5 +151,15 @@
   X(void, normalize_u8_nhwc,                                                                      \
     (const Tensor& images, const Tensor& out, const std::vector<float>& mean,                     \
      const std::vector<float>& std),                                                              \
-    (images, out, mean, std), normalize)
+    (images, out, mean, std), normalize)                                                         \
+  /* optimizer updates, in place, after the entry point's checks: param, its state and grad of */ \
+  /* one dtype and shape, contiguous; momentum_buffer undefined when momentum == 0 */             \
+  X(void, sgd_step_,                                                                              \
+    (const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,                      \
+     const SgdStepOptions& options),                                                              \
+    (param, grad, momentum_buffer, options), optimizer)                                           \
+  X(void, adam_step_,                                                                             \
+    (const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,    \
+     const AdamStepOptions& options),                                                             \
+    (param, grad, exp_avg, exp_avg_sq, options), optimizer)
 // clang-format on

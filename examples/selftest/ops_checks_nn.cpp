@@ -1,9 +1,11 @@
 // The layers' ops on cuda tensors through autograd (forward and every gradient, as a training
 // step runs them): conv2d (stride, padding, dilation, groups, bias, non-square kernels; with
 // cuDNN and with stoke's kernels on the real backend), max/avg/adaptive pooling, batch norm
-// (training with the running statistics, evaluation), and dropout (masks bit for bit).
+// (training with the running statistics, evaluation), dropout (masks bit for bit), and the
+// optimizer updates (ops::sgd_step_, ops::adam_step_ on f32 parameters, as the optimizers step).
 #include "examples/selftest/ops_checks.h"
 #include "ops/cuda/backend.h"
+#include "ops/optimizer.h"
 
 namespace stoke::selftest {
 
@@ -207,6 +209,62 @@ void check_dropout(Suite& s, bool quick) {
       }
     }
   }
+}
+
+void check_optimizer(Suite& s, bool quick) {
+  NoGradGuard no_grad;
+  // Sizes that are no multiple of the kernels' 4-element accesses or of a block; a view that
+  // starts one element in (no 16-byte accesses) as the last case.
+  std::vector<Shape> shapes = {{1}, {7}, {33, 5}, {1000}};
+  if (!quick) shapes.push_back({(1 << 20) + 3});
+  const double tol = tolerance(DType::f32);
+  for (const Shape& shape : shapes)
+    for (bool offset : {false, true}) {
+      const std::string l = shape_str(shape) + (offset ? " (offset view)" : "");
+      const int64_t n = shape.numel();
+      // The device tensors, one element into a larger buffer when `offset`.
+      auto on_dev = [&](const Tensor& cpu) {
+        if (!offset) return cpu.to(dev());
+        Tensor base = empty({n + 1}, {.device = dev()});
+        Tensor v = base.narrow(0, 1, n).view(shape);
+        v.copy_(cpu.to(dev()));
+        return v;
+      };
+      const Tensor p0 = randn_cpu(shape, 240);
+      const std::vector<Tensor> grads = {randn_cpu(shape, 241), randn_cpu(shape, 242),
+                                         randn_cpu(shape, 243)};
+      {
+        // SGD with nesterov momentum and L2 decay: the buffer's first step, then two more.
+        Tensor pc = p0.clone(), bc = zeros(shape), pd = on_dev(p0), bd = on_dev(zeros(shape));
+        for (size_t t = 0; t < grads.size(); ++t) {
+          const ops::SgdStepOptions o{.lr = 0.1,
+                                      .momentum = 0.9,
+                                      .weight_decay = 1e-3,
+                                      .nesterov = true,
+                                      .first_step = t == 0};
+          ops::sgd_step_(pc, grads[t], bc, o);
+          ops::sgd_step_(pd, on_dev(grads[t]), bd, o);
+        }
+        compare_on(s, "sgd_step_ param", l, DType::f32, pd, pc, tol);
+        compare_on(s, "sgd_step_ momentum_buffer", l, DType::f32, bd, bc, tol);
+      }
+      for (bool decoupled : {false, true}) {
+        const std::string name = decoupled ? "adam_step_ (AdamW)" : "adam_step_";
+        Tensor pc = p0.clone(), mc = zeros(shape), vc = zeros(shape);
+        Tensor pd = on_dev(p0), md = on_dev(zeros(shape)), vd = on_dev(zeros(shape));
+        for (size_t t = 0; t < grads.size(); ++t) {
+          const ops::AdamStepOptions o{.lr = 1e-2,
+                                       .weight_decay = 1e-2,
+                                       .decoupled = decoupled,
+                                       .step = static_cast<int64_t>(t + 1)};
+          ops::adam_step_(pc, grads[t], mc, vc, o);
+          ops::adam_step_(pd, on_dev(grads[t]), md, vd, o);
+        }
+        compare_on(s, name + " param", l, DType::f32, pd, pc, tol);
+        compare_on(s, name + " exp_avg", l, DType::f32, md, mc, tol);
+        compare_on(s, name + " exp_avg_sq", l, DType::f32, vd, vc, tol);
+      }
+    }
 }
 
 }  // namespace stoke::selftest

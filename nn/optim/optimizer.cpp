@@ -2,30 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <map>
 #include <set>
 
 #include "core/grad_mode.h"
-#include "core/parallel.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
+#include "ops/optimizer.h"
 #include "ops/reduce.h"
 
 namespace stoke::nn::optim {
 
 namespace {
-
-constexpr int64_t kGrain = 1 << 14;
-
-// Contiguous f32/f64 views of a parameter and its gradient for the update loops.
-template <class T>
-struct Slot {
-  T* p;
-  const T* g;
-  int64_t n;
-};
 
 Tensor contiguous_grad(const Tensor& p) {
   Tensor g = p.grad();
@@ -36,39 +25,6 @@ Tensor contiguous_grad(const Tensor& p) {
 
 Tensor zeros_like_param(const Tensor& p) {
   return zeros(p.shape(), {.dtype = p.dtype(), .device = p.device()});
-}
-
-// On a device the updates are composed from ops:: in-place kernels (the same formulas, a few
-// launches per parameter instead of one fused loop); the CPU keeps its fused loops below.
-void sgd_step_on_device(const Tensor& p, const Tensor& g, Tensor& buf, bool first, double lr,
-                        double mom, double damp, double wd, bool nesterov) {
-  Tensor d = wd != 0 ? ops::add(g, ops::mul(p, wd)) : g;
-  if (mom != 0) {
-    if (first) {
-      buf = d.clone();
-    } else {
-      ops::mul_(buf, mom);
-      ops::add_(buf, d, 1 - damp);
-    }
-    d = nesterov ? ops::add(d, ops::mul(buf, mom)) : buf;
-  }
-  ops::add_(p, d, -lr);
-}
-
-void adam_step_on_device(const Tensor& p, const Tensor& g, const Tensor& m, const Tensor& v,
-                         bool decoupled, double b1, double b2, double lr, double wd,
-                         double step_size, double bias2_sqrt, double eps) {
-  Tensor d = g;
-  if (decoupled)
-    ops::mul_(p, 1 - lr * wd);
-  else if (wd != 0)
-    d = ops::add(g, ops::mul(p, wd));
-  ops::mul_(m, b1);
-  ops::add_(m, d, 1 - b1);
-  ops::mul_(v, b2);
-  ops::addcmul_(v, d, d, 1 - b2);
-  const Tensor denom = ops::add(ops::div(ops::sqrt(v), bias2_sqrt), eps);
-  ops::addcdiv_(p, m, denom, -step_size);
 }
 
 std::map<std::string, Tensor> by_name(const NamedTensors& state) {
@@ -204,30 +160,17 @@ void SGD::update(size_t i, double lr, double wd, double mom, double damp, bool n
   if (!p.grad().defined()) return;
   const Tensor g = contiguous_grad(p);
   const bool first = !momentum_buffers_[i].defined();
-  if (!p.device().is_cpu()) {
-    sgd_step_on_device(p, g, momentum_buffers_[i], first, lr, mom, damp, wd, nesterov);
-    return;
-  }
-  if (mom != 0 && first) momentum_buffers_[i] = zeros_like_param(p);
-  dispatch_float(p.dtype(), "SGD", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* w = p.data<T>();
-    const T* gp = g.data<T>();
-    T* buf = mom != 0 ? momentum_buffers_[i].data<T>() : nullptr;
-    const T tlr = T(lr), tmom = T(mom), tdamp = T(1 - damp), twd = T(wd);
-    parallel_for(0, p.numel(), kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) {
-        T d = gp[j];
-        if (wd != 0) d = d + twd * w[j];
-        if (buf) {
-          // torch: buf = clone(d) on the first step, else buf = mom * buf + (1 - dampening) * d
-          buf[j] = first ? d : tmom * buf[j] + tdamp * d;
-          d = nesterov ? d + tmom * buf[j] : buf[j];
-        }
-        w[j] = w[j] - tlr * d;
-      }
-    });
-  });
+  // The first step writes the buffer without reading it (torch: buf = clone(d)); it is kept once
+  // the step has succeeded, so that a refused step leaves no half-made state.
+  const Tensor buf = mom != 0 && first ? empty_like(p) : momentum_buffers_[i];
+  ops::sgd_step_(p, g, buf,
+                 {.lr = lr,
+                  .momentum = mom,
+                  .dampening = damp,
+                  .weight_decay = wd,
+                  .nesterov = nesterov,
+                  .first_step = first});
+  momentum_buffers_[i] = buf;
 }
 
 NamedTensors SGD::state_dict() const {
@@ -272,45 +215,22 @@ void Adam::update(size_t i, double lr, double wd) {
   const Tensor& p = params_[i];
   if (!p.grad().defined()) return;
   const Tensor g = contiguous_grad(p);
-  if (!exp_avg_[i].defined()) {
-    exp_avg_[i] = zeros_like_param(p);
-    exp_avg_sq_[i] = zeros_like_param(p);
-  }
-  const int64_t step = ++steps_[i];
-  const double b1 = options_.beta1, b2 = options_.beta2;
-  const double bias1 = 1 - std::pow(b1, static_cast<double>(step));
-  const double bias2_sqrt = std::sqrt(1 - std::pow(b2, static_cast<double>(step)));
-  const double step_size = lr / bias1;
-  if (!p.device().is_cpu()) {
-    adam_step_on_device(p, g, exp_avg_[i], exp_avg_sq_[i], decoupled_, b1, b2, lr, wd, step_size,
-                        bias2_sqrt, options_.eps);
-    return;
-  }
-  dispatch_float(p.dtype(), "Adam", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    T* w = p.data<T>();
-    const T* gp = g.data<T>();
-    T* m = exp_avg_[i].data<T>();
-    T* v = exp_avg_sq_[i].data<T>();
-    const T tb1 = T(b1), tb2 = T(b2), omb1 = T(1 - b1), omb2 = T(1 - b2), twd = T(wd),
-            decay = T(1 - lr * wd), tss = T(step_size), tb2s = T(bias2_sqrt),
-            teps = T(options_.eps);
-    const bool decoupled = decoupled_;
-    parallel_for(0, p.numel(), kGrain, [&](int64_t b, int64_t e) {
-      for (int64_t j = b; j < e; ++j) {
-        T d = gp[j];
-        if (decoupled) {
-          w[j] = w[j] * decay;
-        } else if (wd != 0) {
-          d = d + twd * w[j];
-        }
-        m[j] = m[j] * tb1 + omb1 * d;
-        v[j] = v[j] * tb2 + omb2 * d * d;
-        const T denom = std::sqrt(v[j]) / tb2s + teps;
-        w[j] = w[j] - tss * (m[j] / denom);
-      }
-    });
-  });
+  // The state changes only once the step has succeeded (a refused step leaves none behind).
+  const bool first = !exp_avg_[i].defined();
+  const Tensor m = first ? zeros_like_param(p) : exp_avg_[i];
+  const Tensor v = first ? zeros_like_param(p) : exp_avg_sq_[i];
+  const int64_t step = steps_[i] + 1;
+  ops::adam_step_(p, g, m, v,
+                  {.lr = lr,
+                   .beta1 = options_.beta1,
+                   .beta2 = options_.beta2,
+                   .eps = options_.eps,
+                   .weight_decay = wd,
+                   .decoupled = decoupled_,
+                   .step = step});
+  exp_avg_[i] = m;
+  exp_avg_sq_[i] = v;
+  steps_[i] = step;
 }
 
 NamedTensors Adam::state_dict() const {

@@ -1,5 +1,7 @@
 // Optimizers with PyTorch's exact update rules (torch.optim, single-tensor path), learning-rate
-// schedulers and gradient clipping.
+// schedulers and gradient clipping. The rules themselves are ops (ops::sgd_step_ and
+// ops::adam_step_, ops/optimizer.h), one fused kernel per parameter on every device; the optimizers
+// keep the state, the groups and the step counts.
 //
 //   optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
 //   ...; loss.backward(); opt.step(); opt.zero_grad();
