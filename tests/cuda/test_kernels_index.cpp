@@ -133,7 +133,7 @@ TEST_CASE("cuda kernels: gather_kernel and gather_backward_kernel match ops::",
 }
 
 TEST_CASE(
-    "cuda kernels: check_indices_kernel finds the first bad index; kernels never go out "
+    "cuda kernels: check_indices_kernel finds the first bad index, and kernels never go out "
     "of bounds",
     "[cuda][kernels][index]") {
   const Tensor idx = from_vector<int64_t>({0, 2, 1, 5, 3, -1, 2}, {7}, {.dtype = DType::i64});
