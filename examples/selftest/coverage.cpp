@@ -8,19 +8,8 @@
 
 namespace stoke::selftest {
 
-using ops::BatchNormForward;
-using ops::BatchNormGrads;
-using ops::BinaryOp;
-using ops::CompareOp;
-using ops::Conv2dGrads;
-using ops::CrossEntropyForward;
-using ops::DropoutResult;
-using ops::LinearGrads;
-using ops::MaxPool2dResult;
-using ops::UnaryGradOp;
-using ops::UnaryGradParams;
-using ops::UnaryOp;
-using ops::ValuesIndices;
+// The method list (ops/backend_methods.h) names ops:: types unqualified.
+using namespace stoke::ops;
 
 namespace {
 

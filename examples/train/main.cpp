@@ -25,7 +25,7 @@
 #include "nn/models/models.h"
 #include "nn/optim/optimizer.h"
 #include "nn/optim/scheduler.h"
-#include "ops/device_kernels.h"
+#include "ops/backend.h"
 #include "ops/reduce.h"
 #include "progress.h"
 #include "run_dir.h"
@@ -334,7 +334,7 @@ int run(Flags f) {
                 "stoke-train", "unknown device '", f.device, "' (cpu or cuda[:i])");
     const Device want = Device::cuda(std::stoi(index));
     try {
-      ops::device_kernels("stoke-train", want);  // throws naming the reason when unusable
+      ops::backend_for("stoke-train", want);  // throws naming the reason when unusable
       device = want;
     } catch (const Error& e) {
       if (!f.allow_cpu_fallback) {
