@@ -21,6 +21,7 @@
 #include "data/packed.h"
 #include "data_check.h"
 #include "flags.h"
+#include "metrics_records.h"
 #include "nn/checkpoint/safetensors.h"
 #include "nn/models/models.h"
 #include "nn/optim/optimizer.h"
@@ -258,17 +259,8 @@ const char* non_finite_name(double v) {
   return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
 }
 
-// One metrics record from its parts, formatted as an ostream formats them.
-template <class... Parts>
-void record(MetricsLog& metrics, const Parts&... parts) {
-  if (!metrics.is_open()) return;
-  std::ostringstream os;
-  (os << ... << parts);
-  metrics.write(os.str());
-}
-
 // A non-finite test loss means the weights diverged in the last steps: stop before it is logged
-// (it would not be valid JSON) or the model is saved.
+// or the model is saved.
 void check_finite_eval(const EvalResult& r, const Position& pos, const std::string& last_good) {
   STOKE_CHECK(std::isfinite(r.loss), "stoke-train", "the test loss is ", non_finite_name(r.loss),
               " after step ", pos.global_step, " (epoch ", pos.epoch + 1,
@@ -456,7 +448,7 @@ int run(Flags f) {
       Tensor loss = cross_entropy(logits, b.labels, {.label_smoothing = f.label_smoothing});
       const double loss_value = loss.item();
       // Divergence stops the run before the step that would put it into the weights: nothing
-      // non-finite is trained on, logged (it would not be valid JSON) or saved.
+      // non-finite is trained on, logged or saved.
       STOKE_CHECK(std::isfinite(loss_value), "stoke-train", "the training loss is ",
                   non_finite_name(loss_value), " at epoch ", pos.epoch + 1, ", batch ",
                   pos.batch + 1, " (step ", pos.global_step + 1, "); the last finite loss was ",
@@ -487,9 +479,8 @@ int run(Flags f) {
         if (sched) sched->step();
         ++pos.global_step;
         if (f.log_every > 0 && pos.global_step % f.log_every == 0)
-          record(metrics, "{\"type\":\"step\",\"epoch\":", pos.epoch + 1,
-                 ",\"step\":", pos.global_step, ",\"loss\":", loss_value, ",\"lr\":", opt->lr(),
-                 ",\"data_wait_s\":", batch->wait_seconds, "}");
+          log_step(metrics, pos.epoch + 1, pos.global_step, loss_value, opt->lr(),
+                   batch->wait_seconds);
         if (f.checkpoint_every > 0 && pos.global_step % f.checkpoint_every == 0 &&
             !last_path.empty()) {
           Position next = pos;
@@ -500,8 +491,7 @@ int run(Flags f) {
         if (f.eval_every > 0 && pos.global_step % f.eval_every == 0) {
           const EvalResult r = evaluate(*model, *test_loader, device);
           check_finite_eval(r, pos, last_good);
-          record(metrics, "{\"type\":\"eval\",\"step\":", pos.global_step,
-                 ",\"test_loss\":", r.loss, ",\"test_acc\":", r.acc, "}");
+          log_eval(metrics, pos.global_step, r.loss, r.acc);
         }
         // Nothing is flushed first: every record is already written.
         if (kill_at_step > 0 && pos.global_step == kill_at_step) std::raise(SIGKILL);
@@ -535,13 +525,19 @@ int run(Flags f) {
         train_acc, r.loss, r.acc, epoch_time, ips, 100.0 * data_wait / std::max(epoch_time, 1e-9),
         eval_time, current_rss_mib(), peak_rss_mib());
     std::fflush(stdout);
-    record(metrics, "{\"type\":\"epoch\",\"epoch\":", pos.epoch + 1, ",\"step\":", pos.global_step,
-           ",\"train_loss\":", train_loss, ",\"train_acc\":", train_acc, ",\"test_loss\":", r.loss,
-           ",\"test_acc\":", r.acc, ",\"time_s\":", epoch_time, ",\"images_per_s\":", ips,
-           ",\"data_wait_s\":", data_wait,
-           ",\"data_wait_pct\":", 100.0 * data_wait / std::max(epoch_time, 1e-9),
-           ",\"lr\":", opt->lr(), ",\"rss_mib\":", current_rss_mib(),
-           ",\"peak_rss_mib\":", peak_rss_mib(), "}");
+    log_epoch(metrics, {.epoch = pos.epoch + 1,
+                        .step = pos.global_step,
+                        .train_loss = train_loss,
+                        .train_acc = train_acc,
+                        .test_loss = r.loss,
+                        .test_acc = r.acc,
+                        .time_s = epoch_time,
+                        .images_per_s = ips,
+                        .data_wait_s = data_wait,
+                        .data_wait_pct = 100.0 * data_wait / std::max(epoch_time, 1e-9),
+                        .lr = opt->lr(),
+                        .rss_mib = current_rss_mib(),
+                        .peak_rss_mib = peak_rss_mib()});
     if (r.acc > pos.best_acc) {
       pos.best_acc = r.acc;
       if (!best_path.empty())
