@@ -8,8 +8,8 @@ namespace {
 // ordered_json keeps the keys in the order they are set (nlohmann::json would sort them).
 using Record = nlohmann::ordered_json;
 
-// The run stops before a non-finite loss is logged, so every value here is finite;
-// one that was not would be written as null, still valid JSON, never as a bare nan or inf.
+// The run stops before a non-finite loss is logged, so every value here is finite; one that was
+// not would be written as null, still valid JSON, never as a bare nan or inf.
 void write(MetricsLog& metrics, const Record& record) {
   metrics.write(record.dump());
 }

@@ -7,6 +7,11 @@
 
 namespace stoke::train {
 
+using Clock = std::chrono::steady_clock;
+inline double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
 // A one-line progress bar on stderr ("epoch 1/2 [#####-----] 234/469 loss 0.51 ...") redrawn at
 // most every 0.2 s; on a non-terminal it prints nothing until finish().
 class ProgressBar {
