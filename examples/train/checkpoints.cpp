@@ -21,6 +21,16 @@ nn::NamedTensors on_cpu(nn::NamedTensors tensors) {
   return tensors;
 }
 
+// The shortest text that reads back as exactly `x` (std::to_string kept 6 decimals: a resumed
+// run's epoch loss and best values came back rounded). meta_double reads it, and the 6-decimal
+// values of older checkpoints, with std::from_chars.
+std::string exact(double x) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  STOKE_CHECK(ec == std::errc(), "stoke-train", "cannot format ", x);
+  return {buf, end};
+}
+
 Metadata to_metadata(const Position& p, const Flags& f) {
   const GeneratorState g = default_generator().state();
   return {{"format", "stoke-train/1"},
@@ -28,10 +38,10 @@ Metadata to_metadata(const Position& p, const Flags& f) {
           {"epoch", std::to_string(p.epoch)},
           {"batch", std::to_string(p.batch)},
           {"global_step", std::to_string(p.global_step)},
-          {"best_acc", std::to_string(p.best_acc)},
-          {"best_loss", std::to_string(p.best_loss)},
+          {"best_acc", exact(p.best_acc)},
+          {"best_loss", exact(p.best_loss)},
           {"bad_epochs", std::to_string(p.bad_epochs)},
-          {"epoch_loss_sum", std::to_string(p.epoch_loss_sum)},
+          {"epoch_loss_sum", exact(p.epoch_loss_sum)},
           {"epoch_correct", std::to_string(p.epoch_correct)},
           {"epoch_seen", std::to_string(p.epoch_seen)},
           {"rng_seed", std::to_string(g.seed)},
@@ -120,10 +130,9 @@ Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimi
 
 void save_best(const std::string& path, const nn::Module& model, int64_t epoch, double test_acc,
                const Flags& f) {
-  nn::save_safetensors(path, on_cpu(model.state_dict()),
-                       {{"epoch", std::to_string(epoch)},
-                        {"test_acc", std::to_string(test_acc)},
-                        {"model", f.model}});
+  nn::save_safetensors(
+      path, on_cpu(model.state_dict()),
+      {{"epoch", std::to_string(epoch)}, {"test_acc", exact(test_acc)}, {"model", f.model}});
 }
 
 }  // namespace stoke::train
