@@ -83,14 +83,9 @@ void apply_fast_recipe(Flags& f) {
 }
 
 std::optional<Device> select_device(const Flags& f) {
-  if (f.device == "cpu") return Device::cpu();
-  STOKE_CHECK(f.device == "cuda" || f.device.rfind("cuda:", 0) == 0, "stoke-train",
-              "unknown device '", f.device, "' (cpu or cuda[:i])");
-  const std::string index = f.device == "cuda" ? "0" : f.device.substr(5);
-  STOKE_CHECK(!index.empty() && index.size() <= 3 &&
-                  index.find_first_not_of("0123456789") == std::string::npos,
-              "stoke-train", "unknown device '", f.device, "' (cpu or cuda[:i])");
-  const Device want = Device::cuda(std::stoi(index));
+  const std::optional<int> index = cuda_index(f.device);
+  if (!index) return Device::cpu();
+  const Device want = Device::cuda(*index);
   try {
     ops::device_kernels("stoke-train", want);  // throws naming the reason when unusable
     return want;

@@ -472,3 +472,28 @@ TEST_CASE("stoke-train: --no-decay-norm-bias trains with two parameter groups", 
   CHECK_THAT(run_train("--no-decay-norm-bias=maybe").output,
              Catch::Contains("--no-decay-norm-bias"));
 }
+
+TEST_CASE("stoke-train: model, optimizer, schedule and device names are checked before the data",
+          "[nn][train]") {
+  const std::string missing = " --data /nonexistent/stoke-train-data";
+  struct Bad {
+    const char* args;
+    const char* says;
+  };
+  for (const Bad& b : {
+           Bad{"--optimizer sgdd", "unknown optimizer 'sgdd' (known: sgd, adam, adamw)"},
+           Bad{"--schedule cos",
+               "unknown schedule 'cos' (known: none, step, multistep, cosine, onecycle)"},
+           Bad{"--model lenet", "unknown model 'lenet' (known: lenet5, "},
+           Bad{"--device gpu", "unknown device 'gpu' (cpu or cuda[:i])"},
+           Bad{"--device cuda:x", "unknown device 'cuda:x' (cpu or cuda[:i])"},
+       }) {
+    const Run r = run_train(b.args + missing);
+    INFO(b.args << ": " << r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains(b.says));
+    CHECK_THAT(r.output, !Catch::Contains("nonexistent") && !Catch::Contains("data:"));
+  }
+  // The names themselves are still taken.
+  CHECK(run_train(kQuick + " --optimizer adamw --schedule onecycle").exit_code == 0);
+}
