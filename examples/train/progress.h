@@ -1,6 +1,7 @@
 // Terminal progress bar and process statistics for the training main.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -28,8 +29,16 @@ class ProgressBar {
   std::chrono::steady_clock::time_point start_, last_draw_;
 };
 
-// Resident set size now and at its peak, in MiB.
-double current_rss_mib();
-double peak_rss_mib();
+// Resident set size now and at its peak, in MiB, as one reading.
+struct RssMib {
+  double current = 0, peak = 0;
+};
+// The two come from different counters (/proc/self/statm and getrusage's ru_maxrss, read one
+// after the other, the second kept by the kernel at its own moments), so the peak as read can be
+// below the current size ("rss 104 MiB (peak 103)"): the reading's peak is at least its current.
+inline RssMib rss_reading(double current_mib, double peak_mib) {
+  return {current_mib, std::max(peak_mib, current_mib)};
+}
+RssMib read_rss_mib();
 
 }  // namespace stoke::train

@@ -179,6 +179,7 @@ bool Trainer::end_epoch(const EpochStats& e) {
   const auto t_eval = Clock::now();
   const EvalResult r = evaluate_finite();
   const double eval_seconds = seconds_since(t_eval);
+  const RssMib rss = read_rss_mib();
   const EpochRecord record{.epoch = pos_.epoch + 1,
                            .step = pos_.global_step,
                            .train_loss = pos_.epoch_loss_sum / seen,
@@ -190,8 +191,8 @@ bool Trainer::end_epoch(const EpochStats& e) {
                            .data_wait_s = e.data_wait,
                            .data_wait_pct = 100.0 * per_second(e.data_wait, e.seconds),
                            .lr = opt_->lr(),
-                           .rss_mib = current_rss_mib(),
-                           .peak_rss_mib = peak_rss_mib()};
+                           .rss_mib = rss.current,
+                           .peak_rss_mib = rss.peak};
   print_epoch_line(record, f_.epochs, eval_seconds);
   log_epoch(metrics_, record);
   const bool stop = update_best(r);
