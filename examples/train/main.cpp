@@ -6,6 +6,9 @@
 //
 // This file is the run's outline; setup.cpp makes its parts, trainer.cpp trains, evaluate.cpp
 // evaluates, checkpoints.cpp and metrics_records.cpp write its results.
+//
+// It is written against stoke's user API (stoke/stoke.h: stoke::, stoke::nn, stoke::data); the
+// one ops:: call left is the device check in setup.cpp, which stoke:: has no equivalent of.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>

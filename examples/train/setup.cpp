@@ -87,7 +87,9 @@ std::optional<Device> select_device(const Flags& f) {
   if (!index) return Device::cpu();
   const Device want = Device::cuda(*index);
   try {
-    ops::device_kernels("stoke-train", want);  // throws naming the reason when unusable
+    // ops:: on purpose: stoke:: has no call that says whether a device is usable, and why not;
+    // the lookup of the device's kernels throws that reason.
+    ops::device_kernels("stoke-train", want);
     return want;
   } catch (const Error& e) {
     if (!f.allow_cpu_fallback) {

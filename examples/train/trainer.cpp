@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <limits>
 
-#include "autograd/loss.h"
 #include "stoke/stoke.h"
 
 namespace stoke::train {
