@@ -10,7 +10,7 @@
 // An im2col implementation writes X_col to memory (KH * KW times the input's
 // size) and reads it back; here each 256-thread block gathers its TILE x 8 slab
 // of X_col straight from x into shared memory and never stores it, then runs
-// the register-blocked inner loop of sgemm v2 (thread (tx, ty) owns GEMM rows
+// the register-blocked inner loop of sgemm v2 (gemm_tile.h; thread (tx, ty) owns GEMM rows
 // tx + 16i and columns ty + 16j, TILE / 16 of each). Rows run along threadIdx.x
 // so that both the gather (consecutive ow -> consecutive iw for stride 1) and
 // the NCHW output stores (consecutive pixels of one channel plane) are
@@ -25,6 +25,7 @@
 
 #include "cuda/compat.h"
 #include "cuda/kernels/conv2d_implicit_gemm.h"
+#include "cuda/kernels/gemm_tile.h"
 
 namespace stoke::cuda {
 namespace conv_igemm_detail {
@@ -78,12 +79,8 @@ __global__ void __launch_bounds__(256)
   const int RS = p.R * p.S;
   const float* wg = w + static_cast<int64_t>(g) * p.Kg * p.GK;
 
-  float acc[TM][TM];
-  STOKE_UNROLL
-  for (int i = 0; i < TM; ++i) {
-    STOKE_UNROLL
-    for (int j = 0; j < TM; ++j) acc[i][j] = 0.f;
-  }
+  gemm_tile::MicroTile<TM, TM> t;  // the thread's TM x TM block of the output in t.acc
+  t.clear();
 
   for (int k0 = 0; k0 < p.GK; k0 += kSlab) {
     STOKE_UNROLL
@@ -108,19 +105,7 @@ __global__ void __launch_bounds__(256)
       Bs[kl][nl] = gn < p.Kg && gk < p.GK ? wg[static_cast<int64_t>(gn) * p.GK + gk] : 0.f;
     }
     __syncthreads();
-    STOKE_UNROLL
-    for (int k = 0; k < kSlab; ++k) {
-      float a[TM], b[TM];
-      STOKE_UNROLL
-      for (int i = 0; i < TM; ++i) a[i] = As[k][tx + 16 * i];
-      STOKE_UNROLL
-      for (int j = 0; j < TM; ++j) b[j] = Bs[k][ty + 16 * j];
-      STOKE_UNROLL
-      for (int i = 0; i < TM; ++i) {
-        STOKE_UNROLL
-        for (int j = 0; j < TM; ++j) acc[i][j] += a[i] * b[j];
-      }
-    }
+    t.accumulate_slab(As, tx, Bs, ty);
     __syncthreads();  // the next slab overwrites the tiles
   }
 
@@ -134,7 +119,7 @@ __global__ void __launch_bounds__(256)
     STOKE_UNROLL
     for (int j = 0; j < TM; ++j) {
       const int n = n0 + ty + 16 * j;
-      if (n < p.Kg) yp[static_cast<int64_t>(n) * OHW] = acc[i][j] + (bias ? bias[oc0 + n] : 0.f);
+      if (n < p.Kg) yp[static_cast<int64_t>(n) * OHW] = t.acc[i][j] + (bias ? bias[oc0 + n] : 0.f);
     }
   }
 }

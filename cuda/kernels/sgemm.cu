@@ -46,6 +46,7 @@
 #include <climits>
 
 #include "cuda/compat.h"
+#include "cuda/kernels/gemm_tile.h"
 #include "cuda/kernels/sgemm.h"
 
 namespace stoke::cuda {
@@ -201,31 +202,15 @@ __global__ void __launch_bounds__(256)
   __shared__ float Bs[kSlab][TILE];  // Bs[k][j] = op(B)(k0 + k, col0 + j)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int row0 = blockIdx.y * TILE, col0 = blockIdx.x * TILE;
-  float acc[TM][TM];
-  STOKE_UNROLL
-  for (int i = 0; i < TM; ++i) {
-    STOKE_UNROLL
-    for (int j = 0; j < TM; ++j) acc[i][j] = 0.f;
-  }
+  gemm_tile::MicroTile<TM, TM> t;  // the thread's TM x TM block of C in t.acc
+  t.clear();
   for (int k0 = 0; k0 < K; k0 += kSlab) {
     // op(A) is contiguous along k unless transposed; op(B) (seen as B^T's rows)
     // the other way.
     sgemm_detail::load_slab_scalar<TILE, !TA>(A, lda, M, K, row0, k0, As);
     sgemm_detail::load_slab_scalar<TILE, TB>(B, ldb, N, K, col0, k0, Bs);
     __syncthreads();
-    STOKE_UNROLL
-    for (int k = 0; k < kSlab; ++k) {
-      float a[TM], b[TM];
-      STOKE_UNROLL
-      for (int i = 0; i < TM; ++i) a[i] = As[k][ty + 16 * i];
-      STOKE_UNROLL
-      for (int j = 0; j < TM; ++j) b[j] = Bs[k][tx + 16 * j];
-      STOKE_UNROLL
-      for (int i = 0; i < TM; ++i) {
-        STOKE_UNROLL
-        for (int j = 0; j < TM; ++j) acc[i][j] += a[i] * b[j];
-      }
-    }
+    t.accumulate_slab(As, ty, Bs, tx);
     __syncthreads();
   }
   STOKE_UNROLL
@@ -235,7 +220,7 @@ __global__ void __launch_bounds__(256)
     STOKE_UNROLL
     for (int j = 0; j < TM; ++j) {
       const int col = col0 + tx + 16 * j;
-      if (col < N) store_c(C + static_cast<int64_t>(row) * ldc + col, acc[i][j], alpha, beta);
+      if (col < N) store_c(C + static_cast<int64_t>(row) * ldc + col, t.acc[i][j], alpha, beta);
     }
   }
 }
@@ -255,37 +240,13 @@ __global__ void __launch_bounds__(256)
   __shared__ float4 Bs[kSlab][TILE / 4];  // Bs[k][j / 4] = op(B)(k0 + k, col0 + j..j+3)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int row0 = blockIdx.y * TILE, col0 = blockIdx.x * TILE;
-  float acc[TM][TM];
-  STOKE_UNROLL
-  for (int i = 0; i < TM; ++i) {
-    STOKE_UNROLL
-    for (int j = 0; j < TM; ++j) acc[i][j] = 0.f;
-  }
+  gemm_tile::MicroTile<TM, TM> t;  // the thread's TM x TM block of C in t.acc
+  t.clear();
   for (int k0 = 0; k0 < K; k0 += kSlab) {
     sgemm_detail::load_slab_vec<TILE, !TA>(A, lda, M, K, row0, k0, As);
     sgemm_detail::load_slab_vec<TILE, TB>(B, ldb, N, K, col0, k0, Bs);
     __syncthreads();
-    STOKE_UNROLL
-    for (int k = 0; k < kSlab; ++k) {
-      float a[TM], b[TM];
-      STOKE_UNROLL
-      for (int v = 0; v < TV; ++v) {
-        const float4 av = As[k][ty + 16 * v], bv = Bs[k][tx + 16 * v];
-        a[4 * v] = av.x;
-        a[4 * v + 1] = av.y;
-        a[4 * v + 2] = av.z;
-        a[4 * v + 3] = av.w;
-        b[4 * v] = bv.x;
-        b[4 * v + 1] = bv.y;
-        b[4 * v + 2] = bv.z;
-        b[4 * v + 3] = bv.w;
-      }
-      STOKE_UNROLL
-      for (int i = 0; i < TM; ++i) {
-        STOKE_UNROLL
-        for (int j = 0; j < TM; ++j) acc[i][j] += a[i] * b[j];
-      }
-    }
+    t.accumulate_slab(As, ty, Bs, tx);
     __syncthreads();
   }
   STOKE_UNROLL
@@ -296,7 +257,7 @@ __global__ void __launch_bounds__(256)
     STOKE_UNROLL
     for (int v = 0; v < TV; ++v) {
       const int col = col0 + 4 * (tx + 16 * v);
-      const float* r = &acc[i][4 * v];
+      const float* r = &t.acc[i][4 * v];
       if (col + 3 < N) {
         float4* p = reinterpret_cast<float4*>(crow + col);
         float4 out = make_float4(alpha * r[0], alpha * r[1], alpha * r[2], alpha * r[3]);
