@@ -1,20 +1,17 @@
 // Implicit-GEMM conv2d forward (see conv2d_implicit_gemm.h).
 //
 // Per group g the convolution is one GEMM, Y_g = X_col * W_g^T:
-//   GEMM M = N * OH * OW     one row per output pixel (n, oh, ow)
-//   GEMM N = OC / groups     one column per output channel of the group
-//   GEMM K = C / groups * KH * KW   one term per (input channel c, kernel row
-//   r, kernel col s) X_col(m, k) = x[n, g * Cg + c, oh * sh - ph + r * dh, ow *
-//   sw - pw + s * dw] (0 in padding) W_g(n, k)   = w[g * Kg + n, c, r, s]: the
-//   weight tensor is already this K-contiguous matrix.
-// An im2col implementation writes X_col to memory (KH * KW times the input's
-// size) and reads it back; here each 256-thread block gathers its TILE x 8 slab
-// of X_col straight from x into shared memory and never stores it, then runs
-// the register-blocked inner loop of sgemm v2 (gemm_tile.h; thread (tx, ty) owns GEMM rows
-// tx + 16i and columns ty + 16j, TILE / 16 of each). Rows run along threadIdx.x
-// so that both the gather (consecutive ow -> consecutive iw for stride 1) and
-// the NCHW output stores (consecutive pixels of one channel plane) are
-// coalesced.
+//   GEMM M = N * OH * OW             one row per output pixel (n, oh, ow)
+//   GEMM N = OC / groups             one column per output channel of the group
+//   GEMM K = C / groups * KH * KW    one term per (input channel c, kernel row r, kernel col s)
+//   X_col(m, k) = x[n, g * Cg + c, oh * sh - ph + r * dh, ow * sw - pw + s * dw] (0 in padding)
+//   W_g(n, k)   = w[g * Kg + n, c, r, s]: the weight tensor is already this K-contiguous matrix.
+// An im2col implementation writes X_col to memory (KH * KW times the input's size) and reads it
+// back; here each 256-thread block gathers its TILE x 8 slab of X_col straight from x into shared
+// memory and never stores it, then runs the register-blocked inner loop of sgemm v2 (gemm_tile.h's
+// MicroTile; thread (tx, ty) owns GEMM rows tx + 16i and columns ty + 16j, TILE / 16 of each).
+// Rows run along threadIdx.x so that both the gather (consecutive ow -> consecutive iw for stride
+// 1) and the NCHW output stores (consecutive pixels of one channel plane) are coalesced.
 //
 // Each thread gathers the same GEMM row in every k-slab (256 is a multiple of
 // TILE), so the row's (n, oh, ow) decomposition is done once; the k
