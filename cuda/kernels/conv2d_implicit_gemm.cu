@@ -1,20 +1,17 @@
 // Implicit-GEMM conv2d forward (see conv2d_implicit_gemm.h).
 //
 // Per group g the convolution is one GEMM, Y_g = X_col * W_g^T:
-//   GEMM M = N * OH * OW     one row per output pixel (n, oh, ow)
-//   GEMM N = OC / groups     one column per output channel of the group
-//   GEMM K = C / groups * KH * KW   one term per (input channel c, kernel row
-//   r, kernel col s) X_col(m, k) = x[n, g * Cg + c, oh * sh - ph + r * dh, ow *
-//   sw - pw + s * dw] (0 in padding) W_g(n, k)   = w[g * Kg + n, c, r, s]: the
-//   weight tensor is already this K-contiguous matrix.
-// An im2col implementation writes X_col to memory (KH * KW times the input's
-// size) and reads it back; here each 256-thread block gathers its TILE x 8 slab
-// of X_col straight from x into shared memory and never stores it, then runs
-// the register-blocked inner loop of sgemm v2 (thread (tx, ty) owns GEMM rows
-// tx + 16i and columns ty + 16j, TILE / 16 of each). Rows run along threadIdx.x
-// so that both the gather (consecutive ow -> consecutive iw for stride 1) and
-// the NCHW output stores (consecutive pixels of one channel plane) are
-// coalesced.
+//   GEMM M = N * OH * OW             one row per output pixel (n, oh, ow)
+//   GEMM N = OC / groups             one column per output channel of the group
+//   GEMM K = C / groups * KH * KW    one term per (input channel c, kernel row r, kernel col s)
+//   X_col(m, k) = x[n, g * Cg + c, oh * sh - ph + r * dh, ow * sw - pw + s * dw] (0 in padding)
+//   W_g(n, k)   = w[g * Kg + n, c, r, s]: the weight tensor is already this K-contiguous matrix.
+// An im2col implementation writes X_col to memory (KH * KW times the input's size) and reads it
+// back; here each 256-thread block gathers its TILE x 8 slab of X_col straight from x into shared
+// memory and never stores it, then runs the register-blocked inner loop of sgemm v2 (gemm_tile.h's
+// MicroTile; thread (tx, ty) owns GEMM rows tx + 16i and columns ty + 16j, TILE / 16 of each).
+// Rows run along threadIdx.x so that both the gather (consecutive ow -> consecutive iw for stride
+// 1) and the NCHW output stores (consecutive pixels of one channel plane) are coalesced.
 //
 // Each thread gathers the same GEMM row in every k-slab (256 is a multiple of
 // TILE), so the row's (n, oh, ow) decomposition is done once; the k
@@ -25,6 +22,7 @@
 
 #include "cuda/compat.h"
 #include "cuda/kernels/conv2d_implicit_gemm.h"
+#include "cuda/kernels/gemm_tile.h"
 
 namespace stoke::cuda {
 namespace conv_igemm_detail {
@@ -78,12 +76,8 @@ __global__ void __launch_bounds__(256)
   const int RS = p.R * p.S;
   const float* wg = w + static_cast<int64_t>(g) * p.Kg * p.GK;
 
-  float acc[TM][TM];
-  STOKE_UNROLL
-  for (int i = 0; i < TM; ++i) {
-    STOKE_UNROLL
-    for (int j = 0; j < TM; ++j) acc[i][j] = 0.f;
-  }
+  gemm_tile::MicroTile<TM, TM> t;  // the thread's TM x TM block of the output in t.acc
+  t.clear();
 
   for (int k0 = 0; k0 < p.GK; k0 += kSlab) {
     STOKE_UNROLL
@@ -108,19 +102,7 @@ __global__ void __launch_bounds__(256)
       Bs[kl][nl] = gn < p.Kg && gk < p.GK ? wg[static_cast<int64_t>(gn) * p.GK + gk] : 0.f;
     }
     __syncthreads();
-    STOKE_UNROLL
-    for (int k = 0; k < kSlab; ++k) {
-      float a[TM], b[TM];
-      STOKE_UNROLL
-      for (int i = 0; i < TM; ++i) a[i] = As[k][tx + 16 * i];
-      STOKE_UNROLL
-      for (int j = 0; j < TM; ++j) b[j] = Bs[k][ty + 16 * j];
-      STOKE_UNROLL
-      for (int i = 0; i < TM; ++i) {
-        STOKE_UNROLL
-        for (int j = 0; j < TM; ++j) acc[i][j] += a[i] * b[j];
-      }
-    }
+    t.accumulate_slab(As, tx, Bs, ty);
     __syncthreads();  // the next slab overwrites the tiles
   }
 
@@ -134,7 +116,7 @@ __global__ void __launch_bounds__(256)
     STOKE_UNROLL
     for (int j = 0; j < TM; ++j) {
       const int n = n0 + ty + 16 * j;
-      if (n < p.Kg) yp[static_cast<int64_t>(n) * OHW] = acc[i][j] + (bias ? bias[oc0 + n] : 0.f);
+      if (n < p.Kg) yp[static_cast<int64_t>(n) * OHW] = t.acc[i][j] + (bias ? bias[oc0 + n] : 0.f);
     }
   }
 }

@@ -1,51 +1,43 @@
-// stoke's SGEMM versions (see sgemm.h). C = alpha * op(A) * op(B) + beta * C,
-// row-major.
+// stoke's SGEMM versions (see sgemm.h). C = alpha * op(A) * op(B) + beta * C, row-major.
 //
 // What each version buys on a real GPU. The fractions of peak below are the usual ones for this
 // progression on an A100-class part (~19.5 TFLOP/s f32, ~1.5-2 TB/s DRAM, ~19 TB/s shared
 // memory), not measurements of this code: bench/kernels/stoke-kernel-sgemm measures them.
 //
-// v0 naive: thread (row, col) walks k and reads A(row, k) and B(k, col) from
-// global memory: two
-//   loads per FMA. threadIdx.x runs along the columns, so a warp's B and C
-//   accesses are coalesced and its A access is one broadcast, but every operand
-//   is re-read from L2/DRAM by every thread that needs it: the kernel is bound
-//   by memory traffic at ~1-3% of peak.
-// v1 smem_tiled: a T x T block stages a T x T tile of op(A) and of op(B) in
-// shared memory once per
-//   k-step (each global element loaded once per block instead of once per
-//   thread, a T-fold cut in global traffic) and each thread does T FMAs from
-//   shared memory. Now shared-memory bandwidth is the limit (two shared loads
-//   per FMA): ~10-15% of peak. Transposed operands are loaded with threadIdx.x
-//   along their contiguous dim (coalesced) and stored transposed into a tile
-//   padded to T+1 columns so the transposed store is free of bank conflicts.
-// v2 register_blocked: a 256-thread block computes a TILE x TILE tile of C
-// (TILE = 32/64/128) in
-//   8-deep k-slabs; each thread keeps a TM x TN (TILE/16 squared) block of C in
-//   registers and per k reads TM values of A and TN of B from shared memory for
-//   TM*TN FMAs (an outer product): shared traffic per FMA drops by
-//   TM*TN/(TM+TN) (4x at 8x8) and the kernel becomes compute-bound, ~50-70% of
-//   peak. Thread (tx, ty) owns rows ty + 16i and columns tx + 16j: strided
-//   ownership keeps shared reads conflict-free and C stores coalesced.
-// v3 vectorized: version 2 with 128-bit memory instructions everywhere they
-// fit: float4 global
-//   loads of A and B along their contiguous dim (a quarter of the load
-//   instructions), float4 shared reads of the A and B fragments (each thread
-//   owns rows 4*(ty + 16i) + 0..3 and columns 4*(tx + 16j) + 0..3, so its
-//   fragments are float4s of the k-major tiles), and float4 stores of C. Fewer
-//   instructions per FMA: ~70-80% of peak; the remaining steps to cuBLAS are
-//   double- buffered shared tiles (load slab k+1 while computing slab k), warp
-//   tiling and tensor cores.
+// v0 naive: thread (row, col) walks k and reads A(row, k) and B(k, col) from global memory: two
+//   loads per FMA. threadIdx.x runs along the columns, so a warp's B and C accesses are coalesced
+//   and its A access is one broadcast, but every operand is re-read from L2/DRAM by every thread
+//   that needs it: the kernel is bound by memory traffic at ~1-3% of peak.
+// v1 smem_tiled: a T x T block stages a T x T tile of op(A) and of op(B) in shared memory once per
+//   k-step (each global element loaded once per block instead of once per thread, a T-fold cut in
+//   global traffic) and each thread does T FMAs from shared memory. Now shared-memory bandwidth is
+//   the limit (two shared loads per FMA): ~10-15% of peak. Transposed operands are loaded with
+//   threadIdx.x along their contiguous dim (coalesced) and stored transposed into a tile padded to
+//   T+1 columns so the transposed store is free of bank conflicts.
+// v2 register_blocked: a 256-thread block computes a TILE x TILE tile of C (TILE = 32/64/128) in
+//   8-deep k-slabs; each thread keeps a TM x TN (TILE/16 squared) block of C in registers and per
+//   k reads TM values of A and TN of B from shared memory for TM*TN FMAs (an outer product; the
+//   loop is gemm_tile.h's, shared with conv2d_implicit_gemm.cu): shared traffic per FMA drops by
+//   TM*TN/(TM+TN) (4x at 8x8) and the kernel becomes compute-bound, ~50-70% of peak. Thread
+//   (tx, ty) owns rows ty + 16i and columns tx + 16j: strided ownership keeps shared reads
+//   conflict-free and C stores coalesced.
+// v3 vectorized: version 2 with 128-bit memory instructions everywhere they fit: float4 global
+//   loads of A and B along their contiguous dim (a quarter of the load instructions), float4 shared
+//   reads of the A and B fragments (each thread owns rows 4*(ty + 16i) + 0..3 and columns
+//   4*(tx + 16j) + 0..3, so its fragments are float4s of the k-major tiles), and float4 stores of
+//   C. Fewer instructions per FMA: ~70-80% of peak; the remaining steps to cuBLAS are
+//   double-buffered shared tiles (load slab k+1 while computing slab k), warp tiling and tensor
+//   cores.
 //
-// Every version handles any m, n, k: tile loads outside the matrix read 0,
-// stores outside are skipped. v3 needs 16-byte aligned A, B, C and leading dims
-// that are multiples of 4; the launcher checks and otherwise runs v2's kernel
-// with the same tile (same math, scalar accesses). Inside v3, a float4 that
-// would straddle the matrix edge (k or n not a multiple of 4) falls back to
-// scalar accesses for that vector only.
+// Every version handles any m, n, k: tile loads outside the matrix read 0, stores outside are
+// skipped. v3 needs 16-byte aligned A, B, C and leading dims that are multiples of 4; the launcher
+// checks and otherwise runs v2's kernel with the same tile (same math, scalar accesses). Inside v3,
+// a float4 that would straddle the matrix edge (k or n not a multiple of 4) falls back to scalar
+// accesses for that vector only.
 #include <climits>
 
 #include "cuda/compat.h"
+#include "cuda/kernels/gemm_tile.h"
 #include "cuda/kernels/sgemm.h"
 
 namespace stoke::cuda {
@@ -66,10 +58,9 @@ __device__ __forceinline__ void store_c(float* c, float acc, float alpha, float 
   *c = beta == 0.f ? alpha * acc : alpha * acc + beta * *c;
 }
 
-// Loads one kSlab x TILE slab of op(X) (X = A with rows = m, or X = B^T with
-// rows = n) into the k-major shared tile s[k][r] with scalar accesses.
-// `kContiguousK` says which dim of op(X) is contiguous in memory: threads run
-// fastest along it so that a warp's loads are coalesced.
+// Loads one kSlab x TILE slab of op(X) (X = A with rows = m, or X = B^T with rows = n) into the
+// k-major shared tile s[k][r] with scalar accesses. `kContiguousK` says which dim of op(X) is
+// contiguous in memory: threads run fastest along it so that a warp's loads are coalesced.
 template <int TILE, bool kContiguousK>
 __device__ __forceinline__ void load_slab_scalar(const float* __restrict__ x, int64_t ld, int rows,
                                                  int K, int r0, int k0, float (*s)[TILE]) {
@@ -85,10 +76,9 @@ __device__ __forceinline__ void load_slab_scalar(const float* __restrict__ x, in
   }
 }
 
-// The same slab with float4 global loads (x 16-byte aligned, ld % 4 == 0). With
-// k contiguous a float4 covers 4 k's of one row and is scattered into the
-// k-major tile; with rows contiguous it covers 4 rows of one k and is stored as
-// one float4. Vectors crossing the edge load scalars.
+// The same slab with float4 global loads (x 16-byte aligned, ld % 4 == 0). With k contiguous a
+// float4 covers 4 k's of one row and is scattered into the k-major tile; with rows contiguous it
+// covers 4 rows of one k and is stored as one float4. Vectors crossing the edge load scalars.
 template <int TILE, bool kContiguousK>
 __device__ __forceinline__ void load_slab_vec(const float* __restrict__ x, int64_t ld, int rows,
                                               int K, int r0, int k0, float4 (*s4)[TILE / 4]) {
@@ -136,8 +126,7 @@ using sgemm_detail::kThreads;
 using sgemm_detail::load_op;
 using sgemm_detail::store_c;
 
-// v0: one thread per element of C, blockDim (B, B); x runs along the columns of
-// C.
+// v0: one thread per element of C, blockDim (B, B); x runs along the columns of C.
 template <bool TA, bool TB>
 __global__ void sgemm_naive_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                                    int64_t lda, const float* __restrict__ B, int64_t ldb,
@@ -150,8 +139,7 @@ __global__ void sgemm_naive_kernel(int M, int N, int K, float alpha, const float
   store_c(C + static_cast<int64_t>(row) * ldc + col, acc, alpha, beta);
 }
 
-// v1: T x T threads, T x T tiles of op(A) and op(B) in shared memory, one C
-// element per thread.
+// v1: T x T threads, T x T tiles of op(A) and op(B) in shared memory, one C element per thread.
 template <int T, bool TA, bool TB>
 __global__ void __launch_bounds__(T* T)
     sgemm_smem_tiled_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
@@ -164,8 +152,7 @@ __global__ void __launch_bounds__(T* T)
   const int row = row0 + ty, col = col0 + tx;
   float acc = 0.f;
   for (int k0 = 0; k0 < K; k0 += T) {
-    // tx runs along each operand's contiguous dim: A's k (or m when
-    // transposed), B's n (or k).
+    // tx runs along each operand's contiguous dim: A's k (or m when transposed), B's n (or k).
     if (TA) {
       const int r = row0 + tx, kk = k0 + ty;
       As[tx][ty] = r < M && kk < K ? A[static_cast<int64_t>(kk) * lda + r] : 0.f;
@@ -188,9 +175,8 @@ __global__ void __launch_bounds__(T* T)
   if (row < M && col < N) store_c(C + static_cast<int64_t>(row) * ldc + col, acc, alpha, beta);
 }
 
-// v2: 256 threads compute a TILE x TILE tile of C; thread (tx, ty) owns rows ty
-// + 16i and columns tx + 16j (i, j < TILE / 16), accumulated in registers over
-// kSlab-deep shared slabs.
+// v2: 256 threads compute a TILE x TILE tile of C; thread (tx, ty) owns rows ty + 16i and columns
+// tx + 16j (i, j < TILE / 16), accumulated in registers over kSlab-deep shared slabs.
 template <int TILE, bool TA, bool TB>
 __global__ void __launch_bounds__(256)
     sgemm_register_blocked_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
@@ -201,31 +187,14 @@ __global__ void __launch_bounds__(256)
   __shared__ float Bs[kSlab][TILE];  // Bs[k][j] = op(B)(k0 + k, col0 + j)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int row0 = blockIdx.y * TILE, col0 = blockIdx.x * TILE;
-  float acc[TM][TM];
-  STOKE_UNROLL
-  for (int i = 0; i < TM; ++i) {
-    STOKE_UNROLL
-    for (int j = 0; j < TM; ++j) acc[i][j] = 0.f;
-  }
+  gemm_tile::MicroTile<TM, TM> t;  // the thread's TM x TM block of C in t.acc
+  t.clear();
   for (int k0 = 0; k0 < K; k0 += kSlab) {
-    // op(A) is contiguous along k unless transposed; op(B) (seen as B^T's rows)
-    // the other way.
+    // op(A) is contiguous along k unless transposed; op(B) (seen as B^T's rows) the other way.
     sgemm_detail::load_slab_scalar<TILE, !TA>(A, lda, M, K, row0, k0, As);
     sgemm_detail::load_slab_scalar<TILE, TB>(B, ldb, N, K, col0, k0, Bs);
     __syncthreads();
-    STOKE_UNROLL
-    for (int k = 0; k < kSlab; ++k) {
-      float a[TM], b[TM];
-      STOKE_UNROLL
-      for (int i = 0; i < TM; ++i) a[i] = As[k][ty + 16 * i];
-      STOKE_UNROLL
-      for (int j = 0; j < TM; ++j) b[j] = Bs[k][tx + 16 * j];
-      STOKE_UNROLL
-      for (int i = 0; i < TM; ++i) {
-        STOKE_UNROLL
-        for (int j = 0; j < TM; ++j) acc[i][j] += a[i] * b[j];
-      }
-    }
+    t.accumulate_slab(As, ty, Bs, tx);
     __syncthreads();
   }
   STOKE_UNROLL
@@ -235,15 +204,14 @@ __global__ void __launch_bounds__(256)
     STOKE_UNROLL
     for (int j = 0; j < TM; ++j) {
       const int col = col0 + tx + 16 * j;
-      if (col < N) store_c(C + static_cast<int64_t>(row) * ldc + col, acc[i][j], alpha, beta);
+      if (col < N) store_c(C + static_cast<int64_t>(row) * ldc + col, t.acc[i][j], alpha, beta);
     }
   }
 }
 
-// v3: v2's tiling with float4 accesses (TILE = 64 or 128). Thread (tx, ty) owns
-// rows 4 * (ty + 16i) + 0..3 and columns 4 * (tx + 16j) + 0..3 (i, j < TILE /
-// 64), so each fragment it reads from the k-major tiles is a float4 and each
-// row of its C block is float4 stores.
+// v3: v2's tiling with float4 accesses (TILE = 64 or 128). Thread (tx, ty) owns rows
+// 4 * (ty + 16i) + 0..3 and columns 4 * (tx + 16j) + 0..3 (i, j < TILE / 64), so each fragment it
+// reads from the k-major tiles is a float4 and each row of its C block is float4 stores.
 template <int TILE, bool TA, bool TB>
 __global__ void __launch_bounds__(256)
     sgemm_vectorized_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
@@ -255,37 +223,13 @@ __global__ void __launch_bounds__(256)
   __shared__ float4 Bs[kSlab][TILE / 4];  // Bs[k][j / 4] = op(B)(k0 + k, col0 + j..j+3)
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
   const int row0 = blockIdx.y * TILE, col0 = blockIdx.x * TILE;
-  float acc[TM][TM];
-  STOKE_UNROLL
-  for (int i = 0; i < TM; ++i) {
-    STOKE_UNROLL
-    for (int j = 0; j < TM; ++j) acc[i][j] = 0.f;
-  }
+  gemm_tile::MicroTile<TM, TM> t;  // the thread's TM x TM block of C in t.acc
+  t.clear();
   for (int k0 = 0; k0 < K; k0 += kSlab) {
     sgemm_detail::load_slab_vec<TILE, !TA>(A, lda, M, K, row0, k0, As);
     sgemm_detail::load_slab_vec<TILE, TB>(B, ldb, N, K, col0, k0, Bs);
     __syncthreads();
-    STOKE_UNROLL
-    for (int k = 0; k < kSlab; ++k) {
-      float a[TM], b[TM];
-      STOKE_UNROLL
-      for (int v = 0; v < TV; ++v) {
-        const float4 av = As[k][ty + 16 * v], bv = Bs[k][tx + 16 * v];
-        a[4 * v] = av.x;
-        a[4 * v + 1] = av.y;
-        a[4 * v + 2] = av.z;
-        a[4 * v + 3] = av.w;
-        b[4 * v] = bv.x;
-        b[4 * v + 1] = bv.y;
-        b[4 * v + 2] = bv.z;
-        b[4 * v + 3] = bv.w;
-      }
-      STOKE_UNROLL
-      for (int i = 0; i < TM; ++i) {
-        STOKE_UNROLL
-        for (int j = 0; j < TM; ++j) acc[i][j] += a[i] * b[j];
-      }
-    }
+    t.accumulate_slab(As, ty, Bs, tx);
     __syncthreads();
   }
   STOKE_UNROLL
@@ -296,7 +240,7 @@ __global__ void __launch_bounds__(256)
     STOKE_UNROLL
     for (int v = 0; v < TV; ++v) {
       const int col = col0 + 4 * (tx + 16 * v);
-      const float* r = &acc[i][4 * v];
+      const float* r = &t.acc[i][4 * v];
       if (col + 3 < N) {
         float4* p = reinterpret_cast<float4*>(crow + col);
         float4 out = make_float4(alpha * r[0], alpha * r[1], alpha * r[2], alpha * r[3]);

@@ -1,8 +1,7 @@
 #include "data_check.h"
 
 #include "core/error.h"
-#include "core/grad_mode.h"
-#include "ops/creation.h"
+#include "stoke/stoke.h"
 
 namespace stoke::train {
 

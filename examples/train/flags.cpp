@@ -1,5 +1,6 @@
 #include "flags.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -7,8 +8,10 @@
 #include <functional>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "core/error.h"
+#include "nn/models/models.h"
 
 namespace stoke::train {
 
@@ -45,7 +48,27 @@ bool to_bool(const std::string& flag, const std::string& v, bool has_value) {
   return false;
 }
 
+// `value` of a flag that names one of `known` ("unknown optimizer 'x' (known: sgd, adam, adamw)").
+void check_known(const char* what, const std::string& value,
+                 const std::vector<std::string>& known) {
+  if (std::find(known.begin(), known.end(), value) != known.end()) return;
+  std::string list;
+  for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
+  STOKE_FAIL("stoke-train", "unknown ", what, " '", value, "' (known: ", list, ")");
+}
+
 }  // namespace
+
+std::optional<int> cuda_index(const std::string& device) {
+  if (device == "cpu") return std::nullopt;
+  STOKE_CHECK(device == "cuda" || device.rfind("cuda:", 0) == 0, "stoke-train", "unknown device '",
+              device, "' (cpu or cuda[:i])");
+  const std::string index = device == "cuda" ? "0" : device.substr(5);
+  STOKE_CHECK(!index.empty() && index.size() <= 3 &&
+                  index.find_first_not_of("0123456789") == std::string::npos,
+              "stoke-train", "unknown device '", device, "' (cpu or cuda[:i])");
+  return std::stoi(index);
+}
 
 std::string usage() {
   return R"(usage: stoke-train [flags]
@@ -160,6 +183,11 @@ Flags parse_flags(int argc, char** argv) {
   std::stringstream milestones(f.milestones);
   for (std::string item; std::getline(milestones, item, ',');)
     to_int("--milestones", item, 1, 1 << 20);
+  // The names are checked here, before anything is loaded (they used to fail after the data).
+  check_known("model", f.model, nn::models::model_names());
+  check_known("optimizer", f.optimizer, {"sgd", "adam", "adamw"});
+  check_known("schedule", f.schedule, {"none", "step", "multistep", "cosine", "onecycle"});
+  cuda_index(f.device);
   STOKE_CHECK(f.recipe.empty() || f.recipe == "fast", "stoke-train", "unknown recipe '", f.recipe,
               "' (known: fast)");
   STOKE_CHECK(f.data_format == "idx" || f.data_format == "packed" || f.data_format == "folder",

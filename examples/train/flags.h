@@ -53,4 +53,7 @@ struct Flags {
 Flags parse_flags(int argc, char** argv);
 std::string usage();
 
+// The CUDA device index --device names ("cuda" is 0), nothing for "cpu"; throws for anything else.
+std::optional<int> cuda_index(const std::string& device);
+
 }  // namespace stoke::train

@@ -38,17 +38,16 @@ void ProgressBar::finish() {
   if (enabled_ && tty_) std::fprintf(stderr, "\r\033[K");
 }
 
-double current_rss_mib() {
+RssMib read_rss_mib() {
   std::ifstream statm("/proc/self/statm");
   long pages = 0, resident = 0;
   statm >> pages >> resident;
-  return static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
-}
-
-double peak_rss_mib() {
+  const double current =
+      static_cast<double>(resident) * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20);
   rusage u{};
   getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+  const double peak = static_cast<double>(u.ru_maxrss) / 1024.0;  // KiB on Linux
+  return rss_reading(current, peak);
 }
 
 }  // namespace stoke::train

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../../examples/train/progress.h"  // header-only: the RSS reading's rule
 #include "nn/checkpoint/safetensors.h"
 #include "stoke/stoke.h"
 
@@ -471,4 +472,46 @@ TEST_CASE("stoke-train: --no-decay-norm-bias trains with two parameter groups", 
   CHECK_THAT(r.output, Catch::Contains("done: best test acc"));
   CHECK_THAT(run_train("--no-decay-norm-bias=maybe").output,
              Catch::Contains("--no-decay-norm-bias"));
+}
+
+TEST_CASE("stoke-train: model, optimizer, schedule and device names are checked before the data",
+          "[nn][train]") {
+  const std::string missing = " --data /nonexistent/stoke-train-data";
+  struct Bad {
+    const char* args;
+    const char* says;
+  };
+  for (const Bad& b : {
+           Bad{"--optimizer sgdd", "unknown optimizer 'sgdd' (known: sgd, adam, adamw)"},
+           Bad{"--schedule cos",
+               "unknown schedule 'cos' (known: none, step, multistep, cosine, onecycle)"},
+           Bad{"--model lenet", "unknown model 'lenet' (known: lenet5, "},
+           Bad{"--device gpu", "unknown device 'gpu' (cpu or cuda[:i])"},
+           Bad{"--device cuda:x", "unknown device 'cuda:x' (cpu or cuda[:i])"},
+       }) {
+    const Run r = run_train(b.args + missing);
+    INFO(b.args << ": " << r.output);
+    CHECK(r.exit_code == 1);
+    CHECK_THAT(r.output, Catch::Contains(b.says));
+    CHECK_THAT(r.output, !Catch::Contains("nonexistent") && !Catch::Contains("data:"));
+  }
+  // The names themselves are still taken.
+  CHECK(run_train(kQuick + " --optimizer adamw --schedule onecycle").exit_code == 0);
+}
+
+TEST_CASE("stoke-train: the epoch's RSS peak is never below its current RSS", "[nn][train]") {
+  // The two counters are read apart; the reading raises the peak to the current size.
+  const train::RssMib low = train::rss_reading(104.4, 103.2);
+  CHECK(low.current == 104.4);
+  CHECK(low.peak == 104.4);
+  const train::RssMib high = train::rss_reading(80.0, 120.5);
+  CHECK(high.current == 80.0);
+  CHECK(high.peak == 120.5);
+  // And so in the epoch records (and the epoch line printed from them).
+  const TempDir tmp("stoke-rss");
+  const fs::path m = tmp.path / "m.jsonl";
+  REQUIRE(run_train(kQuick + " --metrics " + m.string()).exit_code == 0);
+  const auto rs = records(m);
+  REQUIRE(rs.size() == 1);
+  CHECK(rs[0]["rss_mib"].get<double>() <= rs[0]["peak_rss_mib"].get<double>());
 }

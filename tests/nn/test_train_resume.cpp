@@ -7,6 +7,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "nn/checkpoint/safetensors.h"
 #include "stoke/stoke.h"
@@ -23,6 +27,34 @@ const char* kData = "/usr/share/datasets/fashion-mnist";
 int run_train(const std::string& args, const std::string& env = "") {
   const std::string cmd = env + std::string(STOKE_TRAIN_EXE) + " " + args + " > /dev/null 2>&1";
   return std::system(cmd.c_str());
+}
+
+// Runs stoke-train with `args`; returns its stdout and stderr.
+std::string run_train_output(const std::string& args, const std::string& env = "") {
+  const std::string cmd = env + std::string(STOKE_TRAIN_EXE) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  pclose(p);
+  return out;
+}
+
+// The losses and accuracies of the epoch lines ("epoch 2/2: train loss ... | test loss ... acc
+// ...%"), without the timings.
+std::vector<std::string> epoch_results(const std::string& output) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while ((at = output.find("epoch ", at)) != std::string::npos) {
+    const size_t eol = output.find('\n', at);
+    const std::string line = output.substr(at, eol - at);
+    at = eol;
+    if (line.find(": train loss ") == std::string::npos) continue;
+    const size_t test = line.find(" | test loss ");
+    out.push_back(line.substr(0, line.find(" | ", test + 3)));
+  }
+  return out;
 }
 
 nn::NamedTensors model_tensors(const std::string& path) {
@@ -82,4 +114,61 @@ TEST_CASE("stoke-train: bad flags and --device cuda without a GPU explain and st
   CHECK(WEXITSTATUS(
             run_train("--device cuda --allow-cpu-fallback --tf32 --epochs 1 --limit-train 256 "
                       "--limit-test 256 --no-progress")) == 0);
+}
+
+TEST_CASE(
+    "stoke-train: a run killed mid-epoch and resumed reports the same epoch loss, bit for bit",
+    "[nn][train][resume]") {
+  if (!fs::exists(fs::path(kData) / "train-images-idx3-ubyte.gz")) {
+    WARN("Fashion-MNIST not installed at " << kData << ": skipped");
+    return;
+  }
+  const fs::path dir =
+      fs::temp_directory_path() / ("stoke_resume_loss_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  // 256 images / batch 32 = 8 steps an epoch; killed at step 13 after the checkpoint of step 12:
+  // the resumed run starts in epoch 2 with the checkpoint's sum of its first 4 batches' losses
+  // (and epoch 1's best accuracy and loss), which used to come back with 6 decimals.
+  const std::string common =
+      "--model lenet5 --limit-train 256 --limit-test 96 --batch 32 --epochs 2 --lr 0.05 "
+      "--seed 5 --threads 2 --no-progress --checkpoint-every 3 --checkpoint ";
+  const std::string full = run_train_output(common + (dir / "full").string());
+  const std::string killed = (dir / "killed").string();
+  run_train_output(common + killed, "STOKE_TRAIN_TEST_KILL_AT_STEP=13 ");
+  const std::string resumed = run_train_output(common + killed + " --resume");
+  INFO(full << "\n---\n" << resumed);
+  REQUIRE(resumed.find("resumed from") != std::string::npos);
+
+  // The epoch lines as printed: the resumed run prints epoch 2 only.
+  const auto full_lines = epoch_results(full), resumed_lines = epoch_results(resumed);
+  REQUIRE(full_lines.size() == 2);
+  REQUIRE(resumed_lines.size() == 1);
+  CHECK(resumed_lines[0] == full_lines[1]);
+
+  // The metrics' epoch records: every value but the timings and the memory, as doubles.
+  const auto epoch_records = [](const fs::path& p) {
+    std::vector<nlohmann::json> out;
+    std::ifstream in(p);
+    for (std::string line; std::getline(in, line);) {
+      auto r = nlohmann::json::parse(line);
+      if (r["type"] == "epoch") out.push_back(r);
+    }
+    return out;
+  };
+  const auto a = epoch_records(dir / "full" / "metrics.jsonl");
+  const auto b = epoch_records(dir / "killed" / "metrics.jsonl");
+  REQUIRE(a.size() == 2);
+  REQUIRE(b.size() == 2);
+  for (size_t i = 0; i < 2; ++i) {
+    for (const char* key : {"epoch", "step", "train_loss", "train_acc", "test_loss", "test_acc"}) {
+      INFO("epoch " << i + 1 << " " << key);
+      CHECK(a[i][key] == b[i][key]);
+    }
+  }
+  CHECK(a[1]["train_loss"].get<double>() == b[1]["train_loss"].get<double>());
+
+  // The final checkpoints' positions (best accuracy and loss included) are the same text.
+  CHECK(nn::load_safetensors((dir / "full" / "last.safetensors").string()).metadata ==
+        nn::load_safetensors((dir / "killed" / "last.safetensors").string()).metadata);
+  fs::remove_all(dir);
 }

@@ -1,0 +1,138 @@
+#include "checkpoints.h"
+
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <map>
+
+#include "nn/checkpoint/safetensors.h"
+#include "run_dir.h"
+#include "stoke/stoke.h"
+
+namespace stoke::train {
+namespace {
+
+using Metadata = std::map<std::string, std::string>;
+
+// Checkpoints are written from the CPU: device tensors are copied back first.
+nn::NamedTensors on_cpu(nn::NamedTensors tensors) {
+  for (auto& [name, t] : tensors)
+    if (!t.device().is_cpu()) t = t.to(Device::cpu());
+  return tensors;
+}
+
+// The shortest text that reads back as exactly `x` (std::to_string kept 6 decimals: a resumed
+// run's epoch loss and best values came back rounded). meta_double reads it, and the 6-decimal
+// values of older checkpoints, with std::from_chars.
+std::string exact(double x) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, x);
+  STOKE_CHECK(ec == std::errc(), "stoke-train", "cannot format ", x);
+  return {buf, end};
+}
+
+Metadata to_metadata(const Position& p, const Flags& f) {
+  const GeneratorState g = default_generator().state();
+  return {{"format", "stoke-train/1"},
+          {"model", f.model},
+          {"epoch", std::to_string(p.epoch)},
+          {"batch", std::to_string(p.batch)},
+          {"global_step", std::to_string(p.global_step)},
+          {"best_acc", exact(p.best_acc)},
+          {"best_loss", exact(p.best_loss)},
+          {"bad_epochs", std::to_string(p.bad_epochs)},
+          {"epoch_loss_sum", exact(p.epoch_loss_sum)},
+          {"epoch_correct", std::to_string(p.epoch_correct)},
+          {"epoch_seen", std::to_string(p.epoch_seen)},
+          {"rng_seed", std::to_string(g.seed)},
+          {"rng_offset", std::to_string(g.offset)}};
+}
+
+std::string meta(const Metadata& m, const std::string& key, const std::string& path) {
+  auto it = m.find(key);
+  STOKE_CHECK(it != m.end(), "stoke-train", path, ": checkpoint metadata has no '", key, "'");
+  return it->second;
+}
+
+// An integer of the metadata in [lo, hi]: the whole value must parse (a mutated "-5" or "12abc"
+// used to train a wrong number of epochs, and a non-number aborted with stoll's bare message).
+template <class Int>
+Int meta_int(const Metadata& m, const std::string& key, const std::string& path, Int lo, Int hi) {
+  const std::string v = meta(m, key, path);
+  Int x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  STOKE_CHECK(ec == std::errc() && end == v.data() + v.size() && x >= lo && x <= hi, "stoke-train",
+              path, ": checkpoint metadata '", key, "' is '", v, "', expected an integer in [", lo,
+              ", ", hi, "]");
+  return x;
+}
+
+// A finite number of the metadata (not NaN or infinite: those would poison the resumed run).
+double meta_double(const Metadata& m, const std::string& key, const std::string& path) {
+  const std::string v = meta(m, key, path);
+  double x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  STOKE_CHECK(ec == std::errc() && end == v.data() + v.size() && std::isfinite(x), "stoke-train",
+              path, ": checkpoint metadata '", key, "' is '", v, "', expected a finite number");
+  return x;
+}
+
+// The position and the generator's state from the metadata of `path`, each value checked.
+Position read_position(const Metadata& m, const std::string& path, const Flags& f) {
+  Position p;
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  p.epoch = meta_int<int64_t>(m, "epoch", path, 0, kMax);
+  STOKE_CHECK(p.epoch <= f.epochs, "stoke-train", path, ": the checkpoint is at epoch ", p.epoch,
+              ", past --epochs ", f.epochs, ": pass --epochs ", p.epoch + 1,
+              " or more to train on from it");
+  p.batch = meta_int<int64_t>(m, "batch", path, 0, kMax);
+  p.global_step = meta_int<int64_t>(m, "global_step", path, 0, kMax);
+  p.best_acc = meta_double(m, "best_acc", path);
+  p.best_loss = meta_double(m, "best_loss", path);
+  p.bad_epochs = meta_int<int64_t>(m, "bad_epochs", path, 0, kMax);
+  p.epoch_loss_sum = meta_double(m, "epoch_loss_sum", path);
+  p.epoch_seen = meta_int<int64_t>(m, "epoch_seen", path, 0, kMax);
+  p.epoch_correct = meta_int<int64_t>(m, "epoch_correct", path, 0, p.epoch_seen);
+  constexpr uint64_t kMaxU = std::numeric_limits<uint64_t>::max();
+  default_generator().set_state({meta_int<uint64_t>(m, "rng_seed", path, 0, kMaxU),
+                                 meta_int<uint64_t>(m, "rng_offset", path, 0, kMaxU)});
+  return p;
+}
+
+}  // namespace
+
+void save_last(const std::string& path, const nn::Module& model, const nn::optim::Optimizer& opt,
+               const Position& p, const Flags& f) {
+  remove_stale_temp_files(f.checkpoint);  // of saves that were killed before their rename
+  nn::NamedTensors all = on_cpu(model.state_dict());
+  for (auto& [k, t] : on_cpu(opt.state_dict())) all.emplace_back("optimizer." + k, t);
+  nn::save_safetensors(path, all, to_metadata(p, f));
+}
+
+Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimizer& opt,
+                   const Flags& f) {
+  const nn::SafetensorsFile file = nn::load_safetensors(path);
+  STOKE_CHECK(meta(file.metadata, "model", path) == f.model, "stoke-train", path,
+              ": checkpoint is of model '", meta(file.metadata, "model", path), "', not '", f.model,
+              "'");
+  nn::NamedTensors model_state, opt_state;
+  for (const auto& [k, t] : file.tensors) {
+    if (k.rfind("optimizer.", 0) == 0) {
+      opt_state.emplace_back(k.substr(10), t);
+    } else {
+      model_state.emplace_back(k, t);
+    }
+  }
+  model.load_state_dict(model_state);
+  opt.load_state_dict(opt_state);
+  return read_position(file.metadata, path, f);
+}
+
+void save_best(const std::string& path, const nn::Module& model, int64_t epoch, double test_acc,
+               const Flags& f) {
+  nn::save_safetensors(
+      path, on_cpu(model.state_dict()),
+      {{"epoch", std::to_string(epoch)}, {"test_acc", exact(test_acc)}, {"model", f.model}});
+}
+
+}  // namespace stoke::train

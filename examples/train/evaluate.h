@@ -1,0 +1,27 @@
+// Batches on the training device, and the evaluation on the test split.
+#pragma once
+
+#include <cstdint>
+
+#include "data/loader.h"
+#include "nn/module.h"
+
+namespace stoke::train {
+
+// A batch on the training device: images normalized to f32 NCHW, labels as loaded.
+struct DeviceBatch {
+  Tensor images, labels;
+};
+DeviceBatch to_device(const data::Batch& batch, Device device);
+
+// How many rows of `logits` have their largest value at the row's label (`labels` on the CPU).
+int64_t count_correct(const Tensor& logits, const Tensor& labels);
+
+struct EvalResult {
+  double loss = 0, acc = 0;  // the mean cross-entropy and the accuracy in percent
+};
+
+// The whole test split, in eval mode under no-grad; `model` is back in training mode after.
+EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device);
+
+}  // namespace stoke::train

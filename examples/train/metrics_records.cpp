@@ -1,0 +1,62 @@
+#include "metrics_records.h"
+
+#include <nlohmann/json.hpp>
+
+namespace stoke::train {
+namespace {
+
+// ordered_json keeps the keys in the order they are set (nlohmann::json would sort them).
+using Record = nlohmann::ordered_json;
+
+// The run stops before a non-finite loss is logged, so every value here is finite; one that was
+// not would be written as null, still valid JSON, never as a bare nan or inf.
+void write(MetricsLog& metrics, const Record& record) {
+  metrics.write(record.dump());
+}
+
+}  // namespace
+
+void log_step(MetricsLog& metrics, int64_t epoch, int64_t step, double loss, double lr,
+              double data_wait_s) {
+  if (!metrics.is_open()) return;
+  Record r;
+  r["type"] = "step";
+  r["epoch"] = epoch;
+  r["step"] = step;
+  r["loss"] = loss;
+  r["lr"] = lr;
+  r["data_wait_s"] = data_wait_s;
+  write(metrics, r);
+}
+
+void log_eval(MetricsLog& metrics, int64_t step, double test_loss, double test_acc) {
+  if (!metrics.is_open()) return;
+  Record r;
+  r["type"] = "eval";
+  r["step"] = step;
+  r["test_loss"] = test_loss;
+  r["test_acc"] = test_acc;
+  write(metrics, r);
+}
+
+void log_epoch(MetricsLog& metrics, const EpochRecord& e) {
+  if (!metrics.is_open()) return;
+  Record r;
+  r["type"] = "epoch";
+  r["epoch"] = e.epoch;
+  r["step"] = e.step;
+  r["train_loss"] = e.train_loss;
+  r["train_acc"] = e.train_acc;
+  r["test_loss"] = e.test_loss;
+  r["test_acc"] = e.test_acc;
+  r["time_s"] = e.time_s;
+  r["images_per_s"] = e.images_per_s;
+  r["data_wait_s"] = e.data_wait_s;
+  r["data_wait_pct"] = e.data_wait_pct;
+  r["lr"] = e.lr;
+  r["rss_mib"] = e.rss_mib;
+  r["peak_rss_mib"] = e.peak_rss_mib;
+  write(metrics, r);
+}
+
+}  // namespace stoke::train

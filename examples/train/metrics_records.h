@@ -1,0 +1,30 @@
+// The records of stoke-train's JSONL metrics, one JSON object a line. Their keys and key order
+// are an interface (tests, scripts and MetricsLog::drop_records_after read them): "type" first,
+// then the position ("epoch", "step"), then the values.
+#pragma once
+
+#include <cstdint>
+
+#include "run_dir.h"
+
+namespace stoke::train {
+
+// {"type":"step",...}: after an optimizer step, every --log-every steps.
+void log_step(MetricsLog& metrics, int64_t epoch, int64_t step, double loss, double lr,
+              double data_wait_s);
+
+// {"type":"eval",...}: after an evaluation every --eval-every steps.
+void log_eval(MetricsLog& metrics, int64_t step, double test_loss, double test_acc);
+
+// What an epoch's record (and its summary line) says; `epoch` is 1-based.
+struct EpochRecord {
+  int64_t epoch = 0, step = 0;
+  double train_loss = 0, train_acc = 0, test_loss = 0, test_acc = 0;
+  double time_s = 0, images_per_s = 0, data_wait_s = 0, data_wait_pct = 0, lr = 0;
+  double rss_mib = 0, peak_rss_mib = 0;
+};
+
+// {"type":"epoch",...}: at the end of each epoch.
+void log_epoch(MetricsLog& metrics, const EpochRecord& r);
+
+}  // namespace stoke::train

@@ -1,0 +1,45 @@
+// stoke-train's setup, in the order run() does it: the recipe, the device, the data and its
+// loaders, the model, the optimizer and its learning-rate schedule.
+#pragma once
+
+#include <memory>
+#include <optional>
+
+#include "data/loader.h"
+#include "flags.h"
+#include "nn/module.h"
+#include "nn/optim/optimizer.h"
+#include "nn/optim/scheduler.h"
+
+namespace stoke::train {
+
+// The flags that --recipe fast stands for (see README: the CPU speedrun).
+void apply_fast_recipe(Flags& f);
+
+// The device --device names. Nothing when a CUDA device is unusable and --allow-cpu-fallback is
+// not given: the reason is on stderr and the run exits 2.
+std::optional<Device> select_device(const Flags& f);
+
+// Both splits of the dataset and their loaders.
+struct Data {
+  std::shared_ptr<const data::Dataset> train_set, test_set;
+  std::unique_ptr<data::DataLoader> train, test;
+  data::Example first;  // the first training image: the model's input shape comes from it
+};
+
+// Opens both splits, checks that they match, makes the loaders and prints the "data:" line.
+Data load_data(const Flags& f, Device device);
+
+// The model --model names, for the data's shape and classes, on `device`, checked to fit them.
+std::shared_ptr<nn::Module> build_model(const Flags& f, const Data& data, Device device);
+
+std::unique_ptr<nn::optim::Optimizer> make_optimizer(const Flags& f, const nn::Module& model);
+
+// The schedule --schedule names (nullptr for none), stepped once per optimizer step.
+std::unique_ptr<nn::optim::LRScheduler> make_scheduler(const Flags& f, nn::optim::Optimizer& opt,
+                                                       int64_t steps_per_epoch);
+
+// The "model:" line: model, parameters, device, optimizer and the run's shape.
+void print_model_line(const Flags& f, const nn::Module& model, Device device);
+
+}  // namespace stoke::train

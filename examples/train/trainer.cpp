@@ -1,0 +1,254 @@
+#include "trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+
+#include "stoke/stoke.h"
+
+namespace stoke::train {
+namespace {
+
+// "nan", "inf" or "-inf", whatever sign bit a NaN carries.
+const char* non_finite_name(double v) {
+  return std::isnan(v) ? "nan" : (v > 0 ? "inf" : "-inf");
+}
+
+// A test hook, not a flag: the crash-and-resume tests kill the run right after this optimizer
+// step (STOKE_TRAIN_TEST_KILL_AT_STEP=N), deterministically, without a timing race.
+int64_t kill_at_step_from_env() {
+  const char* kill_env = std::getenv("STOKE_TRAIN_TEST_KILL_AT_STEP");
+  return kill_env ? std::strtoll(kill_env, nullptr, 10) : 0;
+}
+
+std::string in_checkpoint_dir(const Flags& f, const char* name) {
+  return f.checkpoint.empty() ? "" : f.checkpoint + "/" + name;
+}
+
+double per_second(double amount, double seconds) {
+  return amount / std::max(seconds, 1e-9);
+}
+
+void print_epoch_line(const EpochRecord& r, int64_t epochs, double eval_seconds) {
+  std::printf(
+      "epoch %lld/%lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s "
+      "(%.0f img/s, data wait %.1f%%), eval %.1f s, rss %.0f MiB (peak %.0f)\n",
+      static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss, r.train_acc,
+      r.test_loss, r.test_acc, r.time_s, r.images_per_s, r.data_wait_pct, eval_seconds, r.rss_mib,
+      r.peak_rss_mib);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics)
+    : f_(f),
+      device_(device),
+      metrics_(metrics),
+      data_(load_data(f_, device_)),
+      model_(build_model(f_, data_, device_)),
+      opt_(make_optimizer(f_, *model_)),
+      sched_(make_scheduler(f_, *opt_, (data_.train->num_batches() + f_.accum - 1) / f_.accum)),
+      last_path_(in_checkpoint_dir(f_, "last.safetensors")),
+      best_path_(in_checkpoint_dir(f_, "best.safetensors")),
+      kill_at_step_(kill_at_step_from_env()),
+      last_finite_loss_(std::numeric_limits<double>::quiet_NaN()) {
+  print_model_line(f_, *model_, device_);
+}
+
+void Trainer::resume() {
+  if (!f_.resume) return;
+  if (std::filesystem::exists(last_path_)) {
+    last_good_ = last_path_;
+    pos_ = load_last(last_path_, *model_, *opt_, f_);
+    if (sched_) sched_->set_last_step(pos_.global_step);
+    std::printf("resumed from %s at epoch %lld, batch %lld (step %lld)\n", last_path_.c_str(),
+                static_cast<long long>(pos_.epoch + 1), static_cast<long long>(pos_.batch),
+                static_cast<long long>(pos_.global_step));
+  } else {
+    std::printf("no checkpoint at %s: starting from scratch\n", last_path_.c_str());
+  }
+  // The records the interrupted run wrote past its checkpoint are written again from here.
+  const int64_t dropped = metrics_.drop_records_after(pos_.epoch, pos_.global_step);
+  if (dropped > 0)
+    std::printf("metrics: dropped %lld record%s of %s past step %lld (written again here)\n",
+                static_cast<long long>(dropped), dropped == 1 ? "" : "s", f_.metrics.c_str(),
+                static_cast<long long>(pos_.global_step));
+}
+
+RunTotals Trainer::fit() {
+  const auto start = Clock::now();
+  RunTotals totals;
+  bool stop = false;
+  for (; pos_.epoch < f_.epochs && !stop; ++pos_.epoch) {
+    const EpochStats e = train_epoch();
+    totals.train_seconds += e.seconds;
+    totals.images += e.images;
+    stop = end_epoch(e);
+  }
+  totals.best_acc = pos_.best_acc;
+  totals.seconds = seconds_since(start);
+  return totals;
+}
+
+Trainer::EpochStats Trainer::train_epoch() {
+  // A resumed run continues mid-epoch: the loader starts at the saved batch.
+  data_.train->set_epoch(pos_.epoch, pos_.batch);
+  model_->train();
+  EpochStats e;
+  const int64_t nb = data_.train->num_batches();
+  ProgressBar bar("epoch " + std::to_string(pos_.epoch + 1) + "/" + std::to_string(f_.epochs), nb,
+                  f_.progress);
+  for (; pos_.batch < nb; ++pos_.batch) {
+    auto batch = data_.train->next();
+    STOKE_CHECK(batch.has_value(), "stoke-train", "the loader ended after ", pos_.batch, " of ", nb,
+                " batches");
+    e.data_wait += batch->wait_seconds;
+    train_batch(*batch, nb, e);
+    const double seconds = seconds_since(e.start);
+    bar.update(pos_.batch + 1, per_second(static_cast<double>(e.images), seconds),
+               progress_text(e));
+  }
+  bar.finish();
+  e.seconds = seconds_since(e.start);
+  return e;
+}
+
+void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochStats& e) {
+  const DeviceBatch b = to_device(batch, device_);
+  const int64_t group_begin = pos_.batch / f_.accum * f_.accum;
+  const int64_t group_size = std::min(f_.accum, num_batches - group_begin);
+  Tensor logits = (*model_)(b.images);
+  Tensor loss = cross_entropy(logits, b.labels, {.label_smoothing = f_.label_smoothing});
+  const double loss_value = loss.item();
+  check_finite_loss(loss_value);
+  last_finite_loss_ = loss_value;
+  // Each micro-batch's mean loss is scaled so that k micro-batches of b give the gradient of
+  // one batch of k*b (when the micro-batches have equal size).
+  if (group_size > 1) loss = loss * (1.0 / static_cast<double>(group_size));
+  loss.backward();
+  {
+    NoGradGuard no_grad;
+    // B predictions come back to the host (the loss value already synchronized the step).
+    pos_.epoch_correct += count_correct(logits, batch.labels);
+  }
+  const int64_t n = batch.labels.numel();
+  pos_.epoch_loss_sum += loss_value * static_cast<double>(n);
+  pos_.epoch_seen += n;
+  e.images += n;
+  if (pos_.batch + 1 == group_begin + group_size) optimizer_step(loss_value, batch.wait_seconds);
+}
+
+void Trainer::optimizer_step(double loss_value, double data_wait_s) {
+  if (f_.clip_grad > 0) nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
+  opt_->step();
+  opt_->zero_grad();
+  if (sched_) sched_->step();
+  const int64_t step = ++pos_.global_step;
+  if (f_.log_every > 0 && step % f_.log_every == 0)
+    log_step(metrics_, pos_.epoch + 1, step, loss_value, opt_->lr(), data_wait_s);
+  if (f_.checkpoint_every > 0 && step % f_.checkpoint_every == 0 && !last_path_.empty()) {
+    Position next = pos_;  // a resume starts at the batch after this one
+    ++next.batch;
+    save_position(next);
+  }
+  if (f_.eval_every > 0 && step % f_.eval_every == 0) {
+    const EvalResult r = evaluate_finite();
+    log_eval(metrics_, step, r.loss, r.acc);
+  }
+  // Nothing is flushed first: every record is already written.
+  if (kill_at_step_ > 0 && step == kill_at_step_) std::raise(SIGKILL);
+}
+
+std::string Trainer::progress_text(const EpochStats& e) const {
+  const auto seen = static_cast<double>(pos_.epoch_seen);
+  char text[96];
+  std::snprintf(text, sizeof text, "loss %.4f acc %.1f%% wait %.0f%%", pos_.epoch_loss_sum / seen,
+                100.0 * static_cast<double>(pos_.epoch_correct) / seen,
+                100.0 * per_second(e.data_wait, seconds_since(e.start)));
+  return text;
+}
+
+bool Trainer::end_epoch(const EpochStats& e) {
+  const auto seen = static_cast<double>(std::max<int64_t>(pos_.epoch_seen, 1));
+  const auto t_eval = Clock::now();
+  const EvalResult r = evaluate_finite();
+  const double eval_seconds = seconds_since(t_eval);
+  const RssMib rss = read_rss_mib();
+  const EpochRecord record{.epoch = pos_.epoch + 1,
+                           .step = pos_.global_step,
+                           .train_loss = pos_.epoch_loss_sum / seen,
+                           .train_acc = 100.0 * static_cast<double>(pos_.epoch_correct) / seen,
+                           .test_loss = r.loss,
+                           .test_acc = r.acc,
+                           .time_s = e.seconds,
+                           .images_per_s = per_second(static_cast<double>(e.images), e.seconds),
+                           .data_wait_s = e.data_wait,
+                           .data_wait_pct = 100.0 * per_second(e.data_wait, e.seconds),
+                           .lr = opt_->lr(),
+                           .rss_mib = rss.current,
+                           .peak_rss_mib = rss.peak};
+  print_epoch_line(record, f_.epochs, eval_seconds);
+  log_epoch(metrics_, record);
+  const bool stop = update_best(r);
+  pos_.batch = 0;
+  pos_.epoch_loss_sum = 0;
+  pos_.epoch_correct = pos_.epoch_seen = 0;
+  if (!last_path_.empty()) {
+    Position next = pos_;  // a resume starts at the next epoch
+    ++next.epoch;
+    save_position(next);
+  }
+  return stop;
+}
+
+// Saves the best weights on a better test accuracy; true when the test loss has not improved for
+// --patience epochs.
+bool Trainer::update_best(const EvalResult& r) {
+  if (r.acc > pos_.best_acc) {
+    pos_.best_acc = r.acc;
+    if (!best_path_.empty()) save_best(best_path_, *model_, pos_.epoch + 1, r.acc, f_);
+  }
+  if (r.loss < pos_.best_loss) {
+    pos_.best_loss = r.loss;
+    pos_.bad_epochs = 0;
+  } else if (f_.patience > 0 && ++pos_.bad_epochs >= f_.patience) {
+    std::printf("early stopping: test loss has not improved for %lld epochs\n",
+                static_cast<long long>(pos_.bad_epochs));
+    return true;
+  }
+  return false;
+}
+
+// A non-finite test loss means the weights diverged in the last steps: stop before it is logged
+// or the model is saved.
+EvalResult Trainer::evaluate_finite() {
+  const EvalResult r = evaluate(*model_, *data_.test, device_);
+  STOKE_CHECK(std::isfinite(r.loss), "stoke-train", "the test loss is ", non_finite_name(r.loss),
+              " after step ", pos_.global_step, " (epoch ", pos_.epoch + 1,
+              "): the weights diverged; the last good checkpoint is ",
+              last_good_.empty() ? "none" : last_good_,
+              ". Stopping: lower --lr, add --clip-grad, or check the data");
+  return r;
+}
+
+// Divergence stops the run before the step that would put it into the weights: nothing
+// non-finite is trained on, logged or saved.
+void Trainer::check_finite_loss(double loss_value) const {
+  STOKE_CHECK(std::isfinite(loss_value), "stoke-train", "the training loss is ",
+              non_finite_name(loss_value), " at epoch ", pos_.epoch + 1, ", batch ", pos_.batch + 1,
+              " (step ", pos_.global_step + 1, "); the last finite loss was ", last_finite_loss_,
+              "; the last good checkpoint is ", last_good_.empty() ? "none" : last_good_,
+              ". Stopping: lower --lr, add --clip-grad, or check the data");
+}
+
+void Trainer::save_position(const Position& p) {
+  save_last(last_path_, *model_, *opt_, p, f_);
+  last_good_ = last_path_;
+}
+
+}  // namespace stoke::train

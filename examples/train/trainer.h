@@ -1,0 +1,74 @@
+// stoke-train's training loop: epochs of optimizer steps (with gradient accumulation, clipping
+// and the schedule), step and epoch records, evaluations, checkpoints, early stopping and
+// --resume from the last checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "checkpoints.h"
+#include "evaluate.h"
+#include "flags.h"
+#include "metrics_records.h"
+#include "progress.h"
+#include "run_dir.h"
+#include "setup.h"
+
+namespace stoke::train {
+
+// What the "done:" line reports.
+struct RunTotals {
+  double best_acc = 0, seconds = 0, train_seconds = 0;
+  int64_t images = 0;
+};
+
+class Trainer {
+ public:
+  // Loads the data and builds the model, optimizer and schedule (printing the "data:" and
+  // "model:" lines); records go to `metrics`, which must outlive the trainer.
+  Trainer(const Flags& f, Device device, MetricsLog& metrics);
+
+  // With --resume: continues from DIR/last.safetensors if there is one, and drops the metrics
+  // records the interrupted run wrote past it.
+  void resume();
+
+  // Trains the remaining epochs (or until early stopping).
+  RunTotals fit();
+
+ private:
+  // One epoch's timing and throughput, for the progress bar and the summary.
+  struct EpochStats {
+    Clock::time_point start = Clock::now();
+    double data_wait = 0, seconds = 0;
+    int64_t images = 0;
+  };
+
+  EpochStats train_epoch();
+  void train_batch(const data::Batch& batch, int64_t num_batches, EpochStats& e);
+  void optimizer_step(double loss_value, double data_wait_s);
+  std::string progress_text(const EpochStats& e) const;
+  // Evaluates, logs and checkpoints at the end of an epoch; true when early stopping ends the run.
+  bool end_epoch(const EpochStats& e);
+  bool update_best(const EvalResult& r);
+  EvalResult evaluate_finite();
+  void check_finite_loss(double loss_value) const;
+  void save_position(const Position& p);
+
+  const Flags f_;
+  const Device device_;
+  MetricsLog& metrics_;
+  Data data_;
+  std::shared_ptr<nn::Module> model_;
+  std::unique_ptr<nn::optim::Optimizer> opt_;
+  std::unique_ptr<nn::optim::LRScheduler> sched_;
+  const std::string last_path_, best_path_;  // empty without --checkpoint
+  const int64_t kill_at_step_;               // the crash-and-resume tests' hook; 0 = off
+  Position pos_;
+  // For the divergence message: the last finite training loss and the last checkpoint written
+  // (or resumed from) by this run.
+  double last_finite_loss_;
+  std::string last_good_;
+};
+
+}  // namespace stoke::train
