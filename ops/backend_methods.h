@@ -147,6 +147,62 @@
   X(Tensor, gather_backward,                                                                      \
     (const Tensor& grad, int64_t dim, const Tensor& index, const Shape& input_shape),             \
     (grad, dim, index, input_shape), index)                                                       \
+  /* ops whose CPU kernel is fused or specialized (one pass, no temporary), which the CUDA */     \
+  /* backend composes from its other methods and ops:: calls */                                   \
+  /* in place, after the in-place checks: t += value * a * b, t += value * a / b, t = 0 */        \
+  X(void, addcmul_, (const Tensor& t, const Tensor& a, const Tensor& b, double value),            \
+    (t, a, b, value), elementwise)                                                                \
+  X(void, addcdiv_, (const Tensor& t, const Tensor& a, const Tensor& b, double value),            \
+    (t, a, b, value), elementwise)                                                                \
+  X(void, zero_, (const Tensor& t), (t), elementwise)                                             \
+  /* grad summed to `shape`, which broadcasts to grad's shape and is not that shape */            \
+  X(Tensor, sum_to, (const Tensor& grad, const Shape& shape), (grad, shape), elementwise)         \
+  /* var of detached x over dims (checked), correction >= 0; var's backward takes grad with */    \
+  /* the reduced dims kept and scale = 2 / (count - correction); mean's, count per output */      \
+  X(Tensor, var,                                                                                  \
+    (const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim),        \
+    (x, dims, correction, keepdim), reduce)                                                       \
+  X(Tensor, var_backward,                                                                         \
+    (const Tensor& grad, const Tensor& x, const std::vector<int64_t>& dims, double scale),        \
+    (grad, x, dims, scale), reduce)                                                               \
+  X(Tensor, mean_backward,                                                                        \
+    (const Tensor& grad, const Shape& input_shape, const std::vector<int64_t>& dims,              \
+     bool keepdim, int64_t count),                                                                \
+    (grad, input_shape, dims, keepdim, count), reduce)                                            \
+  /* zeros of input_shape with grad written at `indices` (i64) along dim */                       \
+  X(Tensor, index_reduce_backward,                                                                \
+    (const Tensor& grad, const Tensor& indices, const Shape& input_shape, int64_t dim,            \
+     bool keepdim),                                                                               \
+    (grad, indices, input_shape, dim, keepdim), reduce)                                           \
+  /* idx: contiguous i64, every value checked to lie in [0, num_classes) */                       \
+  X(Tensor, one_hot, (const Tensor& idx, int64_t num_classes), (idx, num_classes), index)         \
+  /* losses on (N, C) rows; each backend checks the dtypes, shapes and target values */           \
+  X(Tensor, class_targets,                                                                        \
+    (const char* op, const Tensor& target, int64_t classes, int64_t ignore_index),                \
+    (op, target, classes, ignore_index), loss)                                                    \
+  X(Tensor, nll_loss,                                                                             \
+    (const Tensor& log_probs, const Tensor& target, const NllLossOptions& options),               \
+    (log_probs, target, options), loss)                                                           \
+  X(Tensor, nll_loss_backward,                                                                    \
+    (const Tensor& grad, const Shape& input_shape, const Tensor& target,                          \
+     const NllLossOptions& options),                                                              \
+    (grad, input_shape, target, options), loss)                                                   \
+  /* after the entry point's checks (one dtype, one shape, grad's shape per the reduction) */     \
+  X(Tensor, mse_loss, (const Tensor& input, const Tensor& target, Reduction reduction),           \
+    (input, target, reduction), loss)                                                             \
+  X(Tensor, mse_loss_backward,                                                                    \
+    (const Tensor& grad, const Tensor& input, const Tensor& target, Reduction reduction),         \
+    (grad, input, target, reduction), loss)                                                       \
+  /* each backend checks the dtypes, then the shapes (ops/linalg_detail.h) */                     \
+  X(MatmulGrads, matmul_backward,                                                                 \
+    (const Tensor& grad_out, const Tensor& a, const Tensor& b, bool need_a, bool need_b),         \
+    (grad_out, a, b, need_a, need_b), linalg)                                                     \
+  X(Tensor, sum_leading_dims, (const Tensor& g), (g), linalg)                                     \
+  /* conv2d's bias gradient: grad_out (N, K, OH, OW) summed over N, OH and OW */                  \
+  X(Tensor, conv2d_backward_bias, (const Tensor& grad_out), (grad_out), conv2d)                   \
+  /* max_pool2d's output without its indices, after the entry point's checks */                   \
+  X(Tensor, max_pool2d, (const Tensor& input, const Pool2dOptions& options), (input, options),    \
+    pool)                                                                                         \
   /* out (N, C, H, W) = (images (N, H, W, C) u8 / 255 - mean[c]) / std[c], both contiguous */     \
   X(void, normalize_u8_nhwc,                                                                      \
     (const Tensor& images, const Tensor& out, const std::vector<float>& mean,                     \

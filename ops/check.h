@@ -24,7 +24,12 @@ void check_shape(const char* op, const Tensor& t, const char* name, const Shape&
 // The checks of an in-place target that every device shares: no autograd recording of a tensor
 // that requires grad (torch: "a leaf Variable that requires grad is being used in an in-place
 // operation"), and no element written twice (an expanded tensor). Entry points run it after
-// device_dispatch and before sending the op to a device; cpu::check_inplace adds the CPU check.
+// dispatch (ops/backend.h) and before calling the backend's method.
 void check_inplace_target(const char* op, const Tensor& t);
+// `other` must broadcast to the in-place target's shape (the target cannot grow).
+inline void check_broadcasts_to(const char* op, const Tensor& other, const Shape& target) {
+  STOKE_CHECK(broadcast_shapes(other.shape(), target, op) == target, op, "operand of shape ",
+              other.shape(), " cannot be broadcast to the in-place target's shape ", target);
+}
 
 }  // namespace stoke::ops

@@ -5,8 +5,6 @@
 
 #include "ops/backend.h"
 #include "ops/check.h"
-#include "ops/cpu/conv2d.h"
-#include "ops/reduce.h"
 
 namespace stoke::ops {
 namespace {
@@ -111,10 +109,7 @@ Tensor conv2d_backward_bias(const Tensor& grad_out) {
   if (grad_out.dim() == 3) return conv2d_backward_bias(grad_out.detach().unsqueeze(0));
   check_dim("conv2d_backward_bias", grad_out, "grad_out", 4,
             "(N, K, OH, OW) (or 3 dims (K, OH, OW) for one sample)");
-  // No backend method: other devices sum over (N, OH, OW) with their reduction kernel; the CPU has
-  // a dedicated one (one channel per task, the batch summed in order).
-  if (!grad_out.device().is_cpu()) return sum(grad_out.detach(), {0, 2, 3});
-  return cpu::conv2d_backward_bias(grad_out);
+  return dispatch("conv2d_backward_bias", {&grad_out}).conv2d_backward_bias(grad_out);
 }
 
 }  // namespace stoke::ops

@@ -1,16 +1,11 @@
 // The elementwise entry points: the checks every device shares (dtypes agree, shapes broadcast,
 // in-place targets writable, a clamp bound given), in the order the tests expect, then the backend
-// of the tensors' device (ops/cpu/elementwise_*.cpp, ops/cuda/). addcmul_, addcdiv_, zero_ and
-// sum_to have no backend method: other devices compose them from other ops here, the CPU runs its
-// own kernel for them (ops/cpu/elementwise_kernels.h).
+// of the tensors' device (ops/cpu/elementwise*.cpp, ops/cuda/elementwise*.cpp).
 #include <cmath>
-#include <vector>
 
 #include "ops/backend.h"
 #include "ops/check.h"
-#include "ops/cpu/elementwise_kernels.h"
 #include "ops/elementwise.h"
-#include "ops/reduce.h"
 
 namespace stoke::ops {
 
@@ -55,7 +50,7 @@ Backend& inplace_dispatch(const char* op, const Tensor& t, const Tensor& a,
   for (const Tensor* o : {&a, b}) {
     if (!o) continue;
     check_same_dtype(op, t, "self", *o, "other");
-    cpu::check_broadcasts_to(op, *o, t.shape());
+    check_broadcasts_to(op, *o, t.shape());
   }
   return backend;
 }
@@ -261,20 +256,12 @@ Tensor div_(const Tensor& t, double s) {
 }
 
 Tensor addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
-  Backend& backend = inplace_dispatch("addcmul_", t, a, &b);
-  if (t.device().is_cpu())
-    cpu::addcmul_(t, a, b, value);
-  else  // two launches: the product, then the scaled in-place add
-    backend.binary_(BinaryOp::add, t, backend.binary(BinaryOp::mul, a, b), value);
+  inplace_dispatch("addcmul_", t, a, &b).addcmul_(t, a, b, value);
   return t;
 }
 
 Tensor addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
-  Backend& backend = inplace_dispatch("addcdiv_", t, a, &b);
-  if (t.device().is_cpu())
-    cpu::addcdiv_(t, a, b, value);
-  else  // two launches: the quotient, then the scaled in-place add
-    backend.binary_(BinaryOp::add, t, backend.binary(BinaryOp::div, a, b), value);
+  inplace_dispatch("addcdiv_", t, a, &b).addcdiv_(t, a, b, value);
   return t;
 }
 
@@ -284,11 +271,7 @@ Tensor sqrt_(const Tensor& t) {
 }
 
 Tensor zero_(const Tensor& t) {
-  Backend& backend = inplace_dispatch("zero_", t);
-  if (t.device().is_cpu())
-    cpu::zero_(t);
-  else
-    backend.fill(t, 0.0);
+  inplace_dispatch("zero_", t).zero_(t);
   return t;
 }
 
@@ -316,13 +299,7 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
   }
   STOKE_CHECK(ok, "sum_to", "cannot sum a tensor of shape ", gs, " to shape ", shape,
               " (expected a shape that broadcasts to ", gs, ")");
-  if (grad.device().is_cpu()) return cpu::sum_to(grad, shape);
-  // Other devices: sum the broadcast dims with their reduction kernel, then drop the leading.
-  const size_t lead = gs.size() - shape.size();
-  std::vector<int64_t> dims;
-  for (size_t i = 0; i < gs.size(); ++i)
-    if (i < lead || shape[i - lead] == 1) dims.push_back(static_cast<int64_t>(i));
-  return sum(grad, dims, true).reshape(shape);
+  return dispatch("sum_to", {&grad}).sum_to(grad, shape);
 }
 
 Tensor relu_backward(const Tensor& grad, const Tensor& out) {

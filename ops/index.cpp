@@ -1,14 +1,11 @@
 // Index and shape ops: checks (dtypes, shapes, every index value in range), then the backend of the
 // tensors' device (ops/cpu/index.cpp, ops/cuda/index.cpp). cat and stack are strided copies, which
-// every device does; one_hot is composed from comparisons except on the CPU, which has its own
-// kernel (ops/cpu/index_kernels.h).
+// every device does.
 #include <algorithm>
 
 #include "ops/backend.h"
 #include "ops/check.h"
-#include "ops/cpu/index_kernels.h"
 #include "ops/creation.h"
-#include "ops/elementwise.h"
 #include "ops/index.h"
 #include "ops/reduce.h"
 
@@ -165,28 +162,17 @@ Tensor gather_backward(const Tensor& grad, int64_t dim, const Tensor& index,
 }
 
 Tensor one_hot(const Tensor& indices, int64_t num_classes) {
-  if (dispatch("one_hot", {&indices}).type() != Device::Type::cpu) {
-    // On a device: compare the indices with 0..C-1 (num_classes inferred with one read-back).
-    if (num_classes < 0) {
-      STOKE_CHECK(indices.numel() > 0, "one_hot",
-                  "cannot infer num_classes from an empty tensor; pass it");
-      num_classes = max(indices.to(Device::cpu())).item<int64_t>() + 1;
-    }
-    check_range("one_hot", index_tensor("one_hot", indices, "indices"), num_classes, "the classes");
-    const Tensor classes =
-        arange(0, static_cast<double>(num_classes), 1, {.dtype = DType::i64}).to(indices.device());
-    return eq(indices.unsqueeze(-1), classes).to(DType::i64);
-  }
+  Backend& backend = dispatch("one_hot", {&indices});
   const Tensor idx = index_tensor("one_hot", indices, "indices");
   if (num_classes < 0) {
     STOKE_CHECK(idx.numel() > 0, "one_hot",
                 "cannot infer num_classes from an empty tensor; pass it");
-    // The tensor is in host memory: read its maximum in place.
-    const int64_t* ip = idx.data<int64_t>();
-    num_classes = *std::max_element(ip, ip + idx.numel()) + 1;
+    // Read on the host (CUDA's max takes float dtypes only): one copy from a device, none on the
+    // CPU, where .to is the tensor itself.
+    num_classes = max(idx.to(Device::cpu())).item<int64_t>() + 1;
   }
   check_range("one_hot", idx, num_classes, "the classes");
-  return cpu::one_hot(idx, indices.shape(), num_classes);
+  return backend.one_hot(idx, num_classes);
 }
 
 }  // namespace stoke::ops

@@ -4,7 +4,6 @@
 
 #include "ops/backend.h"
 #include "ops/check.h"
-#include "ops/cpu/pool.h"
 #include "ops/pool_detail.h"
 
 namespace stoke::ops {
@@ -78,10 +77,7 @@ Tensor max_pool2d(const Tensor& input, const Pool2dOptions& options) {
   const char* op = "max_pool2d";
   check_pool_input(op, input);
   pool_geometry(op, input.shape(), options);
-  Backend& backend = dispatch(op, {&input});
-  // The CPU kernel skips the indices when only the output is wanted (ops/cpu/pool.h).
-  if (input.device().is_cpu()) return cpu::max_pool2d_no_indices(input, options);
-  return backend.max_pool2d_with_indices(input, options).output;
+  return dispatch(op, {&input}).max_pool2d(input, options);
 }
 
 MaxPool2dResult max_pool2d_with_indices(const Tensor& input, const Pool2dOptions& options) {

@@ -1,15 +1,11 @@
 // The reductions' entry points: checks, then the backend of the tensors' device
-// (ops/cpu/reduce.cpp, ops/cuda/reduce.cpp). var, the backward kernels and the all-elements max/min
-// are composed here; where the CPU has its own kernel for one of them (ops/cpu/reduce_kernels.h),
-// it runs that.
+// (ops/cpu/reduce.cpp, ops/cuda/reduce.cpp). The all-elements max/min, sum_backward and
+// flat_index_backward are composed here from other ops.
 #include <algorithm>
 
 #include "ops/backend.h"
 #include "ops/check.h"
-#include "ops/cpu/reduce_kernels.h"
 #include "ops/creation.h"
-#include "ops/elementwise.h"
-#include "ops/index.h"
 #include "ops/reduce.h"
 #include "ops/reduce_detail.h"
 
@@ -84,10 +80,6 @@ ValuesIndices extremum_all(const Tensor& x, const char* op) {
   return {reshaped(r.values, {}), reshaped(r.indices, {})};
 }
 
-bool on_cpu(Backend& k) {
-  return k.type() == Device::Type::cpu;
-}
-
 }  // namespace
 
 Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& dims, bool keepdim,
@@ -106,18 +98,8 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 Tensor var(const Tensor& x_in, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
   const Tensor x = x_in.detach();
   STOKE_CHECK(correction >= 0, "var", "expected correction >= 0, got ", correction);
-  const auto mask = reduce_mask(x.dim(), dims, "var");
-  if (on_cpu(dispatch("var", {&x_in}))) return cpu::var(x, mask, correction, keepdim);
-  // Other devices compose it from their kernels: two passes (mean, then squared deviations).
-  // The corrected two-pass formula (sum d^2 - (sum d)^2 / n): the second term removes, to
-  // first order, the error of a mean rounded to the input's precision.
-  const Tensor d = sub(x, mean(x, dims, true));
-  const int64_t n = reduced_count(x.shape(), mask);
-  const int64_t denom = std::max<int64_t>(0, n - correction);
-  const Tensor s1 = sum(d, dims, keepdim);
-  const Tensor s2 = sum(mul(d, d), dims, keepdim);
-  return div(sub(s2, div(mul(s1, s1), static_cast<double>(std::max<int64_t>(n, 1)))),
-             static_cast<double>(denom));
+  reduce_mask(x.dim(), dims, "var");  // checks dims; the backend takes them as given
+  return dispatch("var", {&x_in}).var(x, dims, correction, keepdim);
 }
 
 ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
@@ -174,10 +156,7 @@ Tensor mean_backward(const Tensor& grad, const Shape& input_shape, const std::ve
                      bool keepdim) {
   const auto mask = reduce_mask(static_cast<int64_t>(input_shape.size()), dims, "mean_backward");
   const int64_t count = reduced_count(input_shape, mask);
-  if (grad.device().is_cpu()) return cpu::mean_backward(grad, input_shape, dims, keepdim, count);
-  Tensor out = sum_backward(grad, input_shape, dims, keepdim);
-  mul_(out, 1.0 / static_cast<double>(count));
-  return out;
+  return dispatch("mean_backward", {&grad}).mean_backward(grad, input_shape, dims, keepdim, count);
 }
 
 Tensor var_backward(const Tensor& grad, const Tensor& x, const std::vector<int64_t>& dims,
@@ -187,26 +166,15 @@ Tensor var_backward(const Tensor& grad, const Tensor& x, const std::vector<int64
   const Tensor g = grad_keepdim(grad, x.shape(), mask, keepdim, "var_backward");
   const int64_t count = reduced_count(x.shape(), mask);
   const double scale = 2.0 / static_cast<double>(std::max<int64_t>(0, count - correction));
-  if (on_cpu(dispatch("var_backward", {&grad, &x}))) return cpu::var_backward(g, x, dims, scale);
-  // Other devices compose it from their elementwise kernels: g * scale * (x - mean).
-  return mul(mul(g, scale), sub(x, mean(x, dims, true)));
+  return dispatch("var_backward", {&grad, &x}).var_backward(g, x, dims, scale);
 }
 
 Tensor index_reduce_backward(const Tensor& grad, const Tensor& indices, const Shape& input_shape,
                              int64_t dim, bool keepdim) {
   const char* op = "index_reduce_backward";
   STOKE_CHECK(indices.dtype() == DType::i64, op, "expected i64 indices, got ", indices.dtype());
-  if (on_cpu(dispatch(op, {&grad, &indices})))
-    return cpu::index_reduce_backward(grad, indices, input_shape, dim, keepdim);
-  // On a device: the positions are unique along dim, so the scatter-add of gather's backward
-  // places each gradient exactly.
-  const int64_t nd = static_cast<int64_t>(input_shape.size());
-  if (nd == 0) return reshaped(grad, {}).clone();
-  const int64_t d = wrap_dim(dim, nd, op);
-  std::vector<bool> mask(nd, false);
-  mask[d] = true;
-  const Tensor g = grad_keepdim(grad, input_shape, mask, keepdim, op).contiguous();
-  return gather_backward(g, d, reshaped(indices, g.shape()).contiguous(), input_shape);
+  return dispatch(op, {&grad, &indices})
+      .index_reduce_backward(grad, indices, input_shape, dim, keepdim);
 }
 
 Tensor flat_index_backward(const Tensor& grad, const Tensor& index, const Shape& input_shape) {

@@ -82,6 +82,12 @@ void check_index(Suite& s, bool quick) {
     backward_both(got, ref, randn_cpu(ref.shape(), 332), dt);
     compare_on(s, "embedding backward", le, dt, w.dev.grad(), w.cpu.grad(), scatter_tol(dt));
   }
+  // one_hot, with num_classes given and inferred (the maximum read back).
+  const Tensor labels = randint_cpu(0, 7, {3, 11}, DType::i64, 335);
+  compare_on(s, "one_hot 9 classes", "3x11", DType::i64, ops::one_hot(labels.to(dev()), 9),
+             ops::one_hot(labels, 9), 0);
+  compare_on(s, "one_hot (inferred classes)", "3x11", DType::i64, ops::one_hot(labels.to(dev())),
+             ops::one_hot(labels), 0);
   // A bad index fails on the device with the CPU's message, raised at the next synchronization (the
   // read-back of the result here), for index_select, gather and embedding.
   const Tensor x = randn_cpu({5, 4}, 340);

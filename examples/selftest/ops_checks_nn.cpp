@@ -111,6 +111,8 @@ void check_pooling(Suite& s, bool quick) {
         const auto gi = ops::max_pool2d_with_indices(x.dev.detach(), o);
         const auto ri = ops::max_pool2d_with_indices(x.cpu.detach(), o);
         compare_on(s, "max_pool2d indices", l, DType::i64, gi.indices, ri.indices, 0);
+        compare_on(s, "max_pool2d (no indices)", l, dt, ops::max_pool2d(x.dev.detach(), o),
+                   ops::max_pool2d(x.cpu.detach(), o), 0);
         compare_on(s, "max_pool2d_backward (no window)", l, dt,
                    ops::max_pool2d_backward(upload(g, dt), gi.indices, c.shape),
                    ops::max_pool2d_backward(rounded(g, dt), ri.indices, c.shape), tol);

@@ -1,6 +1,7 @@
 // Reductions (float sums and means over any dims, exact integer and bool sums, max/min with their
-// indices), softmax and log_softmax with their backward, the fused cross entropy through autograd
-// (every reduction, label smoothing, ignored rows), and matmul/linear with their gradients.
+// indices, the backward of mean, var and max/min), softmax and log_softmax with their backward, the
+// fused cross entropy through autograd (every reduction, label smoothing, ignored rows), nll and
+// mse with their backward, and matmul/linear with their gradients.
 #include "examples/selftest/ops_checks.h"
 
 namespace stoke::selftest {
@@ -61,6 +62,28 @@ void check_reductions(Suite& s, bool quick) {
       }
       compare_on(s, "argmax (all)", l, DType::i64, ops::argmax(d), ops::argmax(r), 0);
       compare_on(s, "min (all)", l, dt, ops::min(d), ops::min(r), 0);
+    }
+  }
+  // The backward of mean, var and max/min along a dim as ops:: computes them (autograd may
+  // compose them otherwise); the max positions come from the CPU, for both.
+  {
+    const Shape shape{3, 7, 33};
+    const std::string l = shape_str(shape) + " dim 1";
+    const Tensor x = randn_cpu(shape, 104), gk = randn_cpu({3, 1, 33}, 105);
+    const Tensor g = randn_cpu({3, 33}, 106);
+    const Tensor at = ops::max_with_indices(x, 1).indices;
+    for (DType dt : float_types()) {
+      const Tensor r = rounded(x, dt), d = upload(x, dt);
+      const double tol = tolerance(dt);
+      compare_on(s, "mean_backward keepdim", l, dt,
+                 ops::mean_backward(upload(gk, dt), shape, {1}, true),
+                 ops::mean_backward(rounded(gk, dt), shape, {1}, true), tol);
+      compare_on(s, "var_backward keepdim", l, dt,
+                 ops::var_backward(upload(gk, dt), d, {1}, 1, true),
+                 ops::var_backward(rounded(gk, dt), r, {1}, 1, true), 2 * tol);
+      compare_on(s, "index_reduce_backward", l, dt,
+                 ops::index_reduce_backward(upload(g, dt), at.to(dev()), shape, 1, false),
+                 ops::index_reduce_backward(rounded(g, dt), at, shape, 1, false), 0);
     }
   }
   // Exact sums of integer and bool tensors into i64 (one block per output).
@@ -168,6 +191,24 @@ void check_softmax_cross_entropy(Suite& s, bool quick) {
   const Tensor y = randn_cpu({13, 6}, 125);
   compare_on(s, "mse_loss", "13x6", DType::f32, stoke::mse_loss(logits.to(dev()), y.to(dev())),
              stoke::mse_loss(logits, y), tolerance(DType::f32));
+  // Their backward as ops:: computes them, every reduction, rows of class 2 ignored; the targets
+  // with the ignored rows set to class 0.
+  const std::pair<Reduction, const char*> reductions[] = {
+      {Reduction::mean, "mean"}, {Reduction::sum, "sum"}, {Reduction::none, "none"}};
+  for (const auto& [reduction, name] : reductions) {
+    const NllLossOptions o{.reduction = reduction, .ignore_index = 2};
+    const Tensor g = randn_cpu(reduction == Reduction::none ? Shape{13} : Shape{}, 126);
+    compare_on(s, detail::str_cat("nll_loss_backward ", name, ", ignore_index 2"), "13x6",
+               DType::f32, ops::nll_loss_backward(g.to(dev()), {13, 6}, target.to(dev()), o),
+               ops::nll_loss_backward(g, {13, 6}, target, o), tolerance(DType::f32));
+    const Tensor gm = reduction == Reduction::none ? randn_cpu({13, 6}, 127) : g;
+    compare_on(s, detail::str_cat("mse_loss_backward ", name), "13x6", DType::f32,
+               ops::mse_loss_backward(gm.to(dev()), logits.to(dev()), y.to(dev()), reduction),
+               ops::mse_loss_backward(gm, logits, y, reduction), tolerance(DType::f32));
+  }
+  compare_on(s, "class_targets ignore_index 2", "13", DType::i64,
+             ops::class_targets("class_targets", target.to(dev()), 6, 2),
+             ops::class_targets("class_targets", target, 6, 2), 0);
 }
 
 void check_linear_algebra(Suite& s, bool quick) {

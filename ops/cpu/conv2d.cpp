@@ -4,8 +4,6 @@
 // inside. When the batch is smaller than the pool, samples run in order and
 // each GEMM is split over the pool instead. 1x1 stride-1 unpadded convolutions read the input as
 // the column matrix directly; depthwise ones use the direct kernels in conv2d_kernels.cpp.
-#include "ops/cpu/conv2d.h"
-
 #include <algorithm>
 
 #include "core/parallel.h"
@@ -218,7 +216,7 @@ Conv2dGrads CpuBackend::conv2d_backward(const Tensor& grad_out_in, const Tensor&
   Conv2dGrads r;
   if (need_input) r.grad_input = empty(input_in.shape(), {.dtype = input_in.dtype()});
   if (need_weight) r.grad_weight = empty(weight_in.shape(), {.dtype = weight_in.dtype()});
-  if (need_bias) r.grad_bias = cpu::conv2d_backward_bias(gout);
+  if (need_bias) r.grad_bias = conv2d_backward_bias(gout);
   if (!need_input && !need_weight) return r;
   if (g.N == 0) {
     if (need_weight) fill_(r.grad_weight, 0);
@@ -240,7 +238,9 @@ Conv2dGrads CpuBackend::conv2d_backward(const Tensor& grad_out_in, const Tensor&
   return r;
 }
 
-Tensor conv2d_backward_bias(const Tensor& grad_out_in) {
+// The CPU's own kernel (the CUDA backend sums with its reduction): one channel per task, the batch
+// summed in order (deterministic).
+Tensor CpuBackend::conv2d_backward_bias(const Tensor& grad_out_in) {
   check_float("conv2d_backward_bias", grad_out_in, "grad_out");
   const Tensor gout = grad_out_in.detach().contiguous();
   const int64_t N = gout.size(0), K = gout.size(1), P = gout.size(2) * gout.size(3);

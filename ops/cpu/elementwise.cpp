@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ops/check.h"
+#include "ops/cpu/backend.h"
 #include "ops/cpu/elementwise_kernels.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
@@ -142,7 +143,7 @@ void sum_to_kernel(const Tensor& grad, const Tensor& out) {
 
 }  // namespace
 
-Tensor sum_to(const Tensor& grad, const Shape& shape) {
+Tensor CpuBackend::sum_to(const Tensor& grad, const Shape& shape) {
   Tensor out = empty(shape, {.dtype = grad.dtype()});
   if (grad.numel() == 0 || out.numel() == 0) {
     std::memset(out.data_ptr(), 0, out.numel() * out.element_size());

@@ -343,8 +343,9 @@ void CpuBackend::lerp_(const Tensor& t, const Tensor& end, double weight) {
   });
 }
 
-// Fused on the CPU (one pass, no temporary); other devices compose binary and binary_.
-void addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
+// Fused on the CPU (one pass, no temporary, and the rounding of v * p * q, v * p / q); the CUDA
+// backend composes binary and binary_.
+void CpuBackend::addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
   dispatch_numeric(t.dtype(), "addcmul_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = scalar_as<T>(value, "addcmul_");
@@ -353,7 +354,7 @@ void addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
   });
 }
 
-void addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
+void CpuBackend::addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
   dispatch_float(t.dtype(), "addcdiv_", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const T v = static_cast<T>(value);
@@ -361,7 +362,8 @@ void addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
   });
 }
 
-void zero_(const Tensor& t) {
+// A memset where t is contiguous.
+void CpuBackend::zero_(const Tensor& t) {
   if (t.is_contiguous()) {
     std::memset(t.data_ptr(), 0, t.numel() * t.element_size());
     return;

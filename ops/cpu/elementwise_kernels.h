@@ -1,7 +1,6 @@
 // Private helpers shared by the elementwise CPU kernels (elementwise_unary.cpp,
-// elementwise_binary.cpp, elementwise.cpp): one templated map over broadcast operands, argument
-// checks and scalar conversion; and the CPU kernels of the entry points that have no backend
-// method.
+// elementwise_binary.cpp, elementwise.cpp): one templated map over broadcast operands and the
+// scalar conversion of tensor-scalar ops.
 #pragma once
 
 #include <algorithm>
@@ -132,29 +131,5 @@ T scalar_as(double v, const char* op) {
   }
   return static_cast<T>(v);
 }
-
-// Checks for an in-place op on `t`: cpu, not requiring grad while grad mode records (PyTorch's
-// "a leaf Variable that requires grad is being used in an in-place operation"), and no element
-// written twice (an expanded tensor).
-inline void check_inplace(const char* op, const Tensor& t) {
-  check_cpu(op, {&t});
-  check_inplace_target(op, t);
-}
-
-// `other` must broadcast to the in-place target's shape (the target cannot grow).
-inline void check_broadcasts_to(const char* op, const Tensor& other, const Shape& target) {
-  STOKE_CHECK(broadcast_shapes(other.shape(), target, op) == target, op, "operand of shape ",
-              other.shape(), " cannot be broadcast to the in-place target's shape ", target);
-}
-
-// The CPU kernels of entry points without a backend method (ops/elementwise.cpp calls them for
-// cpu tensors after its checks; other devices compose these ops from backend methods). Fused
-// or specialized here for speed: addcmul_/addcdiv_ in one pass without a temporary (and with the
-// rounding of v * p * q, v * p / q), zero_ as a memset, sum_to as a strided accumulation.
-void addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value);
-void addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value);
-void zero_(const Tensor& t);
-// grad summed to `shape` (the entry point has checked that shape broadcasts to grad's shape).
-Tensor sum_to(const Tensor& grad, const Shape& shape);
 
 }  // namespace stoke::ops::cpu

@@ -7,7 +7,6 @@
 #include "core/strided.h"
 #include "ops/check.h"
 #include "ops/cpu/backend.h"
-#include "ops/cpu/index_kernels.h"
 #include "ops/creation.h"
 #include "ops/index.h"
 
@@ -167,10 +166,10 @@ Tensor CpuBackend::gather_backward(const Tensor& grad, int64_t dim, const Tensor
   return out;
 }
 
-Tensor one_hot(const Tensor& idx, const Shape& indices_shape, int64_t num_classes) {
+Tensor CpuBackend::one_hot(const Tensor& idx, int64_t num_classes) {
   const int64_t n = idx.numel();
   const int64_t* ip = idx.data<int64_t>();
-  Shape shape = indices_shape;
+  Shape shape = idx.shape();
   shape.push_back(num_classes);
   Tensor out = empty(shape, {.dtype = DType::i64});
   int64_t* op = out.data<int64_t>();

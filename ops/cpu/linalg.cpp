@@ -9,9 +9,9 @@
 #include "ops/check.h"
 #include "ops/cpu/backend.h"
 #include "ops/cpu/gemm.h"
-#include "ops/cpu/linalg_kernels.h"
 #include "ops/creation.h"
 #include "ops/linalg.h"
+#include "ops/linalg_detail.h"
 
 namespace stoke::ops::cpu {
 namespace {
@@ -216,10 +216,17 @@ LinearGrads CpuBackend::linear_backward(const Tensor& grad_out, const Tensor& x_
   return r;
 }
 
-// --- ops without a backend method (linalg_kernels.h) -------------------------------------------
+// --- matmul_backward and sum_leading_dims (the CUDA backend composes matmul and sum) ----------
 
-MatmulGrads matmul_backward(const Tensor& grad_out, const Tensor& a_in, const Tensor& b_in,
-                            const Shape& full, bool need_a, bool need_b) {
+// Reads the transposed operands in place and sums the broadcast batch dims inside GEMM.
+MatmulGrads CpuBackend::matmul_backward(const Tensor& grad_out, const Tensor& a_in,
+                                        const Tensor& b_in, bool need_a, bool need_b) {
+  // The CPU kernels' dtypes (f32, f64), checked before the shapes as always.
+  check_float("matmul_backward", a_in, "a");
+  check_same_dtype("matmul_backward", a_in, "a", b_in, "b");
+  check_float("matmul_backward", grad_out, "grad_out");
+  check_same_dtype("matmul_backward", grad_out, "grad_out", a_in, "a");
+  const Shape full = linalg_detail::matmul_backward_shape(grad_out, a_in, b_in);
   const Tensor g = blas_ready(grad_out.detach());
   MatmulGrads r;
   if (need_a) {
@@ -237,7 +244,7 @@ MatmulGrads matmul_backward(const Tensor& grad_out, const Tensor& a_in, const Te
   return r;
 }
 
-Tensor sum_leading_dims(const Tensor& g_in) {
+Tensor CpuBackend::sum_leading_dims(const Tensor& g_in) {
   check_float("sum_leading_dims", g_in, "input");
   STOKE_CHECK(g_in.dim() >= 1, "sum_leading_dims", "expected at least 1 dim, got shape ",
               g_in.shape());

@@ -7,7 +7,6 @@
 #include "core/parallel.h"
 #include "ops/check.h"
 #include "ops/cpu/backend.h"
-#include "ops/cpu/loss_kernels.h"
 #include "ops/cpu/row_kernels.h"
 #include "ops/creation.h"
 #include "ops/loss.h"
@@ -167,9 +166,10 @@ Tensor CpuBackend::cross_entropy_backward(const Tensor& grad, const Tensor& logi
   return gx;
 }
 
-// --- ops without a backend method (loss_kernels.h) ---------------------------------------------
+// --- nll and mse: one pass each (the CUDA backend composes gather, where and reductions) -------
 
-Tensor class_targets(const char* op, const Tensor& target, int64_t classes, int64_t ignore_index) {
+Tensor CpuBackend::class_targets(const char* op, const Tensor& target, int64_t classes,
+                                 int64_t ignore_index) {
   STOKE_CHECK(target.dtype() == DType::i64, op,
               "expected target of dtype i64 (class indices), got ", target.dtype());
   Tensor t = target.contiguous().clone();
@@ -182,7 +182,8 @@ Tensor class_targets(const char* op, const Tensor& target, int64_t classes, int6
   return t;
 }
 
-Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options) {
+Tensor CpuBackend::nll_loss(const Tensor& log_probs, const Tensor& target,
+                            const NllLossOptions& options) {
   const char* op = "nll_loss";
   check_classification(op, log_probs, "log_probs", target, options.ignore_index);
   const int64_t n = log_probs.size(0);
@@ -201,8 +202,8 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOpti
                      static_cast<double>(count_valid(t, options.ignore_index)));
 }
 
-Tensor nll_loss_backward(const Tensor& grad, const Shape& input_shape, const Tensor& target,
-                         const NllLossOptions& options) {
+Tensor CpuBackend::nll_loss_backward(const Tensor& grad, const Shape& input_shape,
+                                     const Tensor& target, const NllLossOptions& options) {
   const char* op = "nll_loss_backward";
   check_float(op, grad, "grad");
   STOKE_CHECK(input_shape.size() == 2 && target.numel() == input_shape[0], op,
@@ -226,7 +227,7 @@ Tensor nll_loss_backward(const Tensor& grad, const Shape& input_shape, const Ten
   return gx;
 }
 
-Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+Tensor CpuBackend::mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
   const char* op = "mse_loss";
   check_float(op, input, "input");
   const Tensor x = input.detach().contiguous(), y = target.detach().contiguous();
@@ -243,15 +244,15 @@ Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) 
     case Reduction::none:
       return sq;
     case Reduction::sum:
-      return sum(sq);
+      return ops::sum(sq);
     case Reduction::mean:
       break;
   }
-  return mean(sq);
+  return ops::mean(sq);
 }
 
-Tensor mse_loss_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
-                         Reduction reduction) {
+Tensor CpuBackend::mse_loss_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
+                                     Reduction reduction) {
   const char* op = "mse_loss_backward";
   check_float(op, input, "input");
   const Tensor x = input.contiguous(), y = target.contiguous(), g = grad.contiguous();

@@ -2,8 +2,6 @@
 // N*C planes; each plane is written by exactly one thread, so backward scatters need no atomics.
 // The entry points (ops/pool.cpp) have checked the shapes and the window; the CPU dtypes are
 // checked here.
-#include "ops/cpu/pool.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -251,7 +249,9 @@ void adaptive_bounds(int64_t in, int64_t out, std::vector<int64_t>& start,
 
 }  // namespace
 
-Tensor max_pool2d_no_indices(const Tensor& input, const Pool2dOptions& options) {
+// Without the argmax bookkeeping, which makes the CPU kernel faster (CUDA computes the indices
+// and drops them).
+Tensor CpuBackend::max_pool2d(const Tensor& input, const Pool2dOptions& options) {
   return max_pool_impl<false>("max_pool2d", input, options).output;
 }
 

@@ -14,7 +14,6 @@
 #include "core/strided.h"
 #include "ops/check.h"
 #include "ops/cpu/backend.h"
-#include "ops/cpu/reduce_kernels.h"
 #include "ops/cpu/row_kernels.h"
 #include "ops/creation.h"
 #include "ops/reduce.h"
@@ -413,9 +412,12 @@ ValuesIndices CpuBackend::min_with_indices(const Tensor& x, int64_t dim, bool ke
   return extremum<false>(x, dim, keepdim, "min");
 }
 
-// --- ops without a backend method (reduce_kernels.h) -------------------------------------------
+// --- var, and the backward of mean, var and max/min: composed of other methods on CUDA --------
 
-Tensor var(const Tensor& x, const std::vector<bool>& mask, int64_t correction, bool keepdim) {
+// More accurate than the CUDA composition: two passes accumulated in f64.
+Tensor CpuBackend::var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction,
+                       bool keepdim) {
+  const auto mask = reduce_mask(x.dim(), dims, "var");
   check_float("var", x, "input");
   const Layout l = plan(x, mask);
   Tensor out = empty(shape_after(x.shape(), mask, keepdim), {.dtype = x.dtype()});
@@ -439,8 +441,8 @@ Tensor var(const Tensor& x, const std::vector<bool>& mask, int64_t correction, b
   return out;
 }
 
-Tensor mean_backward(const Tensor& grad, const Shape& input_shape, const std::vector<int64_t>& dims,
-                     bool keepdim, int64_t count) {
+Tensor CpuBackend::mean_backward(const Tensor& grad, const Shape& input_shape,
+                                 const std::vector<int64_t>& dims, bool keepdim, int64_t count) {
   check_float("mean_backward", grad, "grad");
   Tensor out = sum_backward(grad, input_shape, dims, keepdim);
   dispatch_float(out.dtype(), "mean_backward", [&](auto tag) {
@@ -454,10 +456,10 @@ Tensor mean_backward(const Tensor& grad, const Shape& input_shape, const std::ve
   return out;
 }
 
-Tensor var_backward(const Tensor& g, const Tensor& x, const std::vector<int64_t>& dims,
-                    double scale) {
+Tensor CpuBackend::var_backward(const Tensor& g, const Tensor& x, const std::vector<int64_t>& dims,
+                                double scale) {
   check_float("var_backward", x, "input");
-  const Tensor m = mean(x, dims, true);
+  const Tensor m = ops::mean(x, dims, true);
   Tensor out = empty(x.shape(), {.dtype = x.dtype()});
   const auto geo = coalesce<4>(
       x.shape(), {out.strides(), x.strides(), broadcast_strides(g.shape(), g.strides(), x.shape()),
@@ -476,13 +478,13 @@ Tensor var_backward(const Tensor& g, const Tensor& x, const std::vector<int64_t>
   return out;
 }
 
-Tensor index_reduce_backward(const Tensor& grad, const Tensor& indices, const Shape& input_shape,
-                             int64_t dim, bool keepdim) {
+Tensor CpuBackend::index_reduce_backward(const Tensor& grad, const Tensor& indices,
+                                         const Shape& input_shape, int64_t dim, bool keepdim) {
   const char* op = "index_reduce_backward";
   Tensor out = zeros(input_shape, {.dtype = grad.dtype()});
   const int64_t ndim = static_cast<int64_t>(input_shape.size());
   if (ndim == 0) {
-    copy_strided(out, reshaped(grad, {}));
+    stoke::copy_strided(out, reshaped(grad, {}));
     return out;
   }
   const int64_t d = wrap_dim(dim, ndim, op);

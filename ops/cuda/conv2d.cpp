@@ -157,7 +157,7 @@ Conv2dGrads CudaBackend::conv2d_backward(const Tensor& grad_out, const Tensor& i
   const Geometry g = geometry_of(input, weight, options);
   const Tensor gy = grad_out.detach(), x = input.detach(), w = weight.detach();
   Conv2dGrads r;
-  if (need_bias) r.grad_bias = conv2d_backward_bias(gy);
+  if (need_bias) r.grad_bias = ops::conv2d_backward_bias(gy);
   if (!need_input && !need_weight) return r;
   if (g.N == 0) {
     if (need_input) r.grad_input = empty_on(x.shape(), x.dtype(), x.device());
@@ -193,6 +193,11 @@ Conv2dGrads CudaBackend::conv2d_backward(const Tensor& grad_out, const Tensor& i
   if (need_input) r.grad_input = x.dtype() == DType::f32 ? gi : gi.to(x.dtype());
   if (need_weight) r.grad_weight = w.dtype() == DType::f32 ? gw : gw.to(w.dtype());
   return r;
+}
+
+Tensor CudaBackend::conv2d_backward_bias(const Tensor& grad_out) {
+  // The sum over (N, OH, OW) with the reduction kernel.
+  return ops::sum(grad_out.detach(), {0, 2, 3});
 }
 
 }  // namespace stoke::ops::cuda_glue

@@ -1,15 +1,18 @@
 // Comparisons, where, pow and the elementwise backward kernels on cuda tensors, and the in-place
-// sqrt_/clamp_/lerp_: cuda/kernels/compare.h and cuda/kernels/elementwise.h. The ops:: entry
+// sqrt_/clamp_/lerp_: cuda/kernels/compare.h and cuda/kernels/elementwise.h; sum_to through the
+// reduction (ops::sum). The ops:: entry
 // points have already run the checks every device shares (dtypes agree, shapes broadcast, in-place
 // targets writable); what is left here is the device's own dtype rule (f32, f16, bf16 for math)
 // and one launch per op over the operands' own strides (no contiguous copies for broadcasting).
 #include <array>
+#include <vector>
 
 #include "cuda/kernels/compare.h"
 #include "cuda/kernels/elementwise.h"
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
+#include "ops/reduce.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {
@@ -214,8 +217,7 @@ Tensor CudaBackend::minmax_backward(bool max, const Tensor& grad, const Tensor& 
                           max ? "maximum_backward" : "minimum_backward", grad, a, b);
 }
 
-// --- in place
-// -------------------------------------------------------------------------------------
+// --- in place ----------------------------------------------------------------------------------
 
 void CudaBackend::sqrt_(const Tensor& t) {
   check_float_dtype("sqrt_", t);
@@ -238,6 +240,18 @@ void CudaBackend::lerp_(const Tensor& t, const Tensor& end, double weight) {
   cuda::lerp(t.dtype(), t.data_ptr(), end.data_ptr(), t.data_ptr(),
              offsets_over<3>("lerp_", t, {&t, &end}), t.numel(), static_cast<float>(weight),
              launch_stream());
+}
+
+// --- sum_to ------------------------------------------------------------------------------------
+
+Tensor CudaBackend::sum_to(const Tensor& grad, const Shape& shape) {
+  // Sum the broadcast dims with the reduction kernel, then drop the leading.
+  const Shape& gs = grad.shape();
+  const size_t lead = gs.size() - shape.size();
+  std::vector<int64_t> dims;
+  for (size_t i = 0; i < gs.size(); ++i)
+    if (i < lead || shape[i - lead] == 1) dims.push_back(static_cast<int64_t>(i));
+  return ops::sum(grad, dims, true).reshape(shape);
 }
 
 }  // namespace stoke::ops::cuda_glue

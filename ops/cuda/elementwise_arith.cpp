@@ -1,7 +1,8 @@
 // The arithmetic elementwise ops on cuda tensors: binary (in place and with a scalar), unary maps,
 // leaky_relu, clamp and relu's backward, on cuda/kernels/elementwise.h (floating dtypes) and
-// cuda/kernels/integer.h (i32, i64, u8). Outputs are allocated on the input's device, and
-// non-contiguous inputs are made contiguous on the device first where a kernel needs it.
+// cuda/kernels/integer.h (i32, i64, u8); addcmul_, addcdiv_ and zero_ composed from them and
+// fill. Outputs are allocated on the input's device, and non-contiguous inputs are made contiguous
+// on the device first where a kernel needs it.
 #include <cmath>
 
 #include "core/grad_mode.h"
@@ -185,6 +186,22 @@ Tensor CudaBackend::relu_backward(const Tensor& grad_in, const Tensor& out_in) {
   cuda::unary_backward(cuda::UnaryBackwardOp::relu, y.dtype(), g.data_ptr(), y.data_ptr(),
                        dx.data_ptr(), y.numel(), launch_stream());
   return dx;
+}
+
+// --- composed: the CPU fuses these; here they are the methods above -----------------------------
+
+void CudaBackend::addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
+  // two launches: the product, then the scaled in-place add
+  binary_(BinaryOp::add, t, binary(BinaryOp::mul, a, b), value);
+}
+
+void CudaBackend::addcdiv_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
+  // two launches: the quotient, then the scaled in-place add
+  binary_(BinaryOp::add, t, binary(BinaryOp::div, a, b), value);
+}
+
+void CudaBackend::zero_(const Tensor& t) {
+  fill(t, 0.0);
 }
 
 }  // namespace stoke::ops::cuda_glue

@@ -1,10 +1,12 @@
 // Index ops on cuda tensors: cuda/kernels/index.h. The entry points (ops/index.cpp) have
 // checked shapes; index ranges are checked on the device and reported at the next synchronization
-// (check_index_range below, cuda/runtime/deferred_checks.h).
+// (check_index_range below, cuda/runtime/deferred_checks.h). one_hot is composed from comparisons.
 #include "cuda/kernels/index.h"
 #include "cuda/runtime/copy.h"
 #include "cuda/runtime/deferred_checks.h"
+#include "ops/creation.h"
 #include "ops/cuda/backend.h"
+#include "ops/elementwise.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {
@@ -83,6 +85,13 @@ Tensor CudaBackend::gather_backward(const Tensor& grad_in, int64_t dim, const Te
   cuda::gather_backward(grad.dtype(), grad.data_ptr(), typed<int64_t>(idx), out.data_ptr(), g,
                         idx.numel(), out.numel(), launch_stream());
   return out;
+}
+
+Tensor CudaBackend::one_hot(const Tensor& idx, int64_t num_classes) {
+  // The indices compared with 0..C-1.
+  const Tensor classes =
+      arange(0, static_cast<double>(num_classes), 1, {.dtype = DType::i64}).to(idx.device());
+  return ops::eq(idx.unsqueeze(-1), classes).to(DType::i64);
 }
 
 }  // namespace stoke::ops::cuda_glue

@@ -1,5 +1,8 @@
 // matmul and linear on cuda tensors: cuBLAS in real builds (cuda/vendor/cublas_gemm.h), stoke's
-// SGEMM (cuda/kernels/sgemm.h) in the emulated one.
+// SGEMM (cuda/kernels/sgemm.h) in the emulated one; matmul_backward and sum_leading_dims composed
+// from matmul and sum.
+#include <vector>
+
 #include "cuda/kernels/sgemm.h"
 #ifndef STOKE_CUDA_EMU
 #include "cuda/vendor/cublas_gemm.h"
@@ -7,7 +10,9 @@
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
+#include "ops/elementwise.h"
 #include "ops/linalg.h"
+#include "ops/linalg_detail.h"
 #include "ops/math_mode.h"
 
 namespace stoke::ops::cuda_glue {
@@ -158,8 +163,32 @@ LinearGrads CudaBackend::linear_backward(const Tensor& grad_out, const Tensor& x
            gw.data_ptr(), in);
     r.grad_weight = gw;
   }
-  if (need_bias) r.grad_bias = sum_leading_dims(grad_out);
+  if (need_bias) r.grad_bias = ops::sum_leading_dims(grad_out);
   return r;
+}
+
+// --- composed from matmul and sum --------------------------------------------------------------
+
+MatmulGrads CudaBackend::matmul_backward(const Tensor& grad_out, const Tensor& a_in,
+                                         const Tensor& b_in, bool need_a, bool need_b) {
+  check_same_dtype("matmul_backward", a_in, "a", b_in, "b");
+  check_same_dtype("matmul_backward", grad_out, "grad_out", a_in, "a");
+  linalg_detail::matmul_backward_shape(grad_out, a_in, b_in);
+  // The device's GEMMs (ops::matmul dispatches them, broadcasting batch dims), then the sum over
+  // the batch dims an operand was broadcast along.
+  const Tensor g = grad_out.detach();
+  MatmulGrads r;
+  if (need_a) r.grad_a = ops::sum_to(ops::matmul(g, b_in.detach().transpose(-1, -2)), a_in.shape());
+  if (need_b) r.grad_b = ops::sum_to(ops::matmul(a_in.detach().transpose(-1, -2), g), b_in.shape());
+  return r;
+}
+
+Tensor CudaBackend::sum_leading_dims(const Tensor& g_in) {
+  STOKE_CHECK(g_in.dim() >= 1, "sum_leading_dims", "expected at least 1 dim, got shape ",
+              g_in.shape());
+  std::vector<int64_t> dims;
+  for (int64_t d = 0; d + 1 < g_in.dim(); ++d) dims.push_back(d);
+  return dims.empty() ? g_in.detach().clone() : sum(g_in, dims, false);
 }
 
 }  // namespace stoke::ops::cuda_glue

@@ -1,13 +1,19 @@
 // The fused cross entropy on cuda tensors: cuda/kernels/cross_entropy.h, forward and backward in
 // one kernel each; out-of-range targets are reported at the next synchronization
-// (cuda/runtime/deferred_checks.h).
+// (cuda/runtime/deferred_checks.h). nll_loss and mse_loss (and their backward) are composed from
+// other ops: gather, where, elementwise ops and reductions.
 #include <memory>
 #include <string>
 
 #include "cuda/kernels/cross_entropy.h"
 #include "cuda/runtime/deferred_checks.h"
+#include "ops/check.h"
+#include "ops/creation.h"
 #include "ops/cuda/backend.h"
+#include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/loss.h"
+#include "ops/reduce.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {
@@ -86,6 +92,90 @@ Tensor CudaBackend::cross_entropy_backward(const Tensor& grad, const Tensor& log
   Tensor dlogits;
   run_cross_entropy("cross_entropy_backward", logits, target, options, &grad, &dlogits);
   return dlogits;
+}
+
+// --- nll and mse: composed from other ops (gather, where, reductions) --------------------------
+
+namespace {
+
+// target with ignored rows set to class 0, after checking the others like the CPU does (one
+// read-back of the first bad row).
+Tensor device_targets(const char* op, Backend& k, const Tensor& target, int64_t classes,
+                      int64_t ignore_index) {
+  STOKE_CHECK(target.dtype() == DType::i64, op,
+              "expected target of dtype i64 (class indices), got ", target.dtype());
+  const Tensor zero = zeros({}, {.dtype = DType::i64, .device = target.device()});
+  const Tensor t = where(eq(target, static_cast<double>(ignore_index)), zero, target).contiguous();
+  k.check_index_range(op, t, classes, [target, classes](int64_t i) {
+    return detail::str_cat("target ", target.narrow(0, i, 1).to(Device::cpu()).item<int64_t>(),
+                           " out of range for ", classes, " classes at row ", i);
+  });
+  return t;
+}
+
+// Per-row weights of the loss: 1 for counted rows, 0 for ignored ones, divided by the count for
+// mean (on the device, no read-back).
+Tensor device_row_weights(const Tensor& target, int64_t ignore_index, Reduction reduction,
+                          DType dtype) {
+  Tensor w = ne(target, static_cast<double>(ignore_index)).to(dtype);
+  if (reduction == Reduction::mean) w = div(w, sum(w));
+  return w;
+}
+
+}  // namespace
+
+Tensor CudaBackend::class_targets(const char* op, const Tensor& target, int64_t classes,
+                                  int64_t ignore_index) {
+  return device_targets(op, *this, target, classes, ignore_index);
+}
+
+Tensor CudaBackend::nll_loss(const Tensor& log_probs, const Tensor& target,
+                             const NllLossOptions& o) {
+  const char* op = "nll_loss";
+  check_dim(op, log_probs, "log_probs", 2, "(N, C)");
+  STOKE_CHECK(target.dim() == 1 && target.size(0) == log_probs.size(0), op,
+              "expected target of shape [", log_probs.size(0), "] for log_probs of shape ",
+              log_probs.shape(), ", got target of shape ", target.shape());
+  const Tensor t = device_targets(op, *this, target, log_probs.size(1), o.ignore_index);
+  const Tensor picked = ops::gather(log_probs.detach(), 1, t.unsqueeze(1)).squeeze(1);
+  const Tensor rows =
+      ops::mul(ops::neg(picked),
+               device_row_weights(target, o.ignore_index, Reduction::none, log_probs.dtype()));
+  if (o.reduction == Reduction::none) return rows;
+  const Tensor total = ops::sum(rows);
+  if (o.reduction == Reduction::sum) return total;
+  return ops::div(total,
+                  ops::sum(ops::ne(target, static_cast<double>(o.ignore_index)).to(rows.dtype())));
+}
+
+Tensor CudaBackend::nll_loss_backward(const Tensor& grad, const Shape& input_shape,
+                                      const Tensor& target, const NllLossOptions& o) {
+  const char* op = "nll_loss_backward";
+  STOKE_CHECK(input_shape.size() == 2 && target.numel() == input_shape[0], op,
+              "expected input shape (N, C) with N = ", target.numel(), ", got ", input_shape);
+  const Tensor t = device_targets(op, *this, target, input_shape[1], o.ignore_index);
+  // -grad * weight of each row, scattered into its target column.
+  const Tensor rows =
+      ops::mul(ops::neg(grad.detach()),
+               device_row_weights(target, o.ignore_index, o.reduction, grad.dtype()));
+  const Tensor g = rows.dim() == 0 ? rows.expand({input_shape[0]}) : rows;
+  return ops::gather_backward(g.contiguous().unsqueeze(1), 1, t.unsqueeze(1), input_shape);
+}
+
+Tensor CudaBackend::mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  const Tensor d = ops::sub(input.detach(), target.detach());
+  const Tensor sq = ops::mul(d, d);
+  return reduction == Reduction::none  ? sq
+         : reduction == Reduction::sum ? ops::sum(sq)
+                                       : ops::mean(sq);
+}
+
+Tensor CudaBackend::mse_loss_backward(const Tensor& grad, const Tensor& input, const Tensor& target,
+                                      Reduction reduction) {
+  // 2 (x - y) g, g a one-element tensor (broadcast) unless reduction is none; / N for mean.
+  Tensor g = reduction == Reduction::none ? grad.detach() : grad.detach().reshape({});
+  if (reduction == Reduction::mean) g = ops::div(g, static_cast<double>(input.numel()));
+  return ops::mul(ops::mul(ops::sub(input.detach(), target.detach()), 2.0), g);
 }
 
 }  // namespace stoke::ops::cuda_glue

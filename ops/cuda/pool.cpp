@@ -44,6 +44,11 @@ Shape with_spatial(Shape s, int64_t h, int64_t w) {
 
 }  // namespace
 
+Tensor CudaBackend::max_pool2d(const Tensor& input, const Pool2dOptions& options) {
+  // One kernel computes both; the indices are dropped.
+  return max_pool2d_with_indices(input, options).output;
+}
+
 MaxPool2dResult CudaBackend::max_pool2d_with_indices(const Tensor& input,
                                                      const Pool2dOptions& options) {
   const char* op = "max_pool2d";

@@ -1,5 +1,6 @@
 // Reductions on cuda tensors: cuda/kernels/reduce.h (f32, f16, bf16) and the exact i64 sums of
-// cuda/kernels/integer.h, one launch per run of adjacent reduced dims.
+// cuda/kernels/integer.h, one launch per run of adjacent reduced dims; var and the backward of
+// mean, var and max/min composed from other ops.
 #include <algorithm>
 #include <cmath>
 
@@ -8,7 +9,10 @@
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
 #include "ops/cuda/glue_util.h"
+#include "ops/elementwise.h"
+#include "ops/index.h"
 #include "ops/reduce.h"
+#include "ops/reduce_detail.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {
@@ -130,6 +134,52 @@ ValuesIndices CudaBackend::max_with_indices(const Tensor& x, int64_t dim, bool k
 
 ValuesIndices CudaBackend::min_with_indices(const Tensor& x, int64_t dim, bool keepdim) {
   return extremum("min", x, dim, keepdim, cuda::ReduceOp::min);
+}
+
+// --- composed from the methods above and the elementwise ops ----------------------------------
+
+Tensor CudaBackend::var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction,
+                        bool keepdim) {
+  const auto mask = reduce_detail::reduce_mask(x.dim(), dims, "var");
+  // Two passes (mean, then squared deviations). The corrected two-pass formula
+  // (sum d^2 - (sum d)^2 / n): the second term removes, to first order, the error of a mean
+  // rounded to the input's precision.
+  const Tensor d = ops::sub(x, ops::mean(x, dims, true));
+  const int64_t n = reduce_detail::reduced_count(x.shape(), mask);
+  const int64_t denom = std::max<int64_t>(0, n - correction);
+  const Tensor s1 = ops::sum(d, dims, keepdim);
+  const Tensor s2 = ops::sum(ops::mul(d, d), dims, keepdim);
+  return ops::div(
+      ops::sub(s2, ops::div(ops::mul(s1, s1), static_cast<double>(std::max<int64_t>(n, 1)))),
+      static_cast<double>(denom));
+}
+
+Tensor CudaBackend::mean_backward(const Tensor& grad, const Shape& input_shape,
+                                  const std::vector<int64_t>& dims, bool keepdim, int64_t count) {
+  Tensor out = ops::sum_backward(grad, input_shape, dims, keepdim);
+  ops::mul_(out, 1.0 / static_cast<double>(count));
+  return out;
+}
+
+Tensor CudaBackend::var_backward(const Tensor& g, const Tensor& x, const std::vector<int64_t>& dims,
+                                 double scale) {
+  // g * scale * (x - mean) with the elementwise kernels.
+  return ops::mul(ops::mul(g, scale), ops::sub(x, ops::mean(x, dims, true)));
+}
+
+Tensor CudaBackend::index_reduce_backward(const Tensor& grad, const Tensor& indices,
+                                          const Shape& input_shape, int64_t dim, bool keepdim) {
+  using namespace reduce_detail;
+  const char* op = "index_reduce_backward";
+  // The positions are unique along dim, so the scatter-add of gather's backward places each
+  // gradient exactly.
+  const int64_t nd = static_cast<int64_t>(input_shape.size());
+  if (nd == 0) return reshaped(grad, {}).clone();
+  const int64_t d = wrap_dim(dim, nd, op);
+  std::vector<bool> mask(nd, false);
+  mask[d] = true;
+  const Tensor g = grad_keepdim(grad, input_shape, mask, keepdim, op).contiguous();
+  return ops::gather_backward(g, d, reshaped(indices, g.shape()).contiguous(), input_shape);
 }
 
 }  // namespace stoke::ops::cuda_glue
