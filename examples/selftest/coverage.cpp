@@ -8,9 +8,6 @@
 
 namespace stoke::selftest {
 
-// The method list (ops/backend_methods.h) names ops:: types unqualified.
-using namespace stoke::ops;
-
 namespace {
 
 // The tensor whose dtype a call notes: the op's input, which is its first tensor argument except
@@ -40,11 +37,17 @@ const Tensor& noted_tensor(Method m, const Tuple& args) {
 
 }  // namespace
 
-// Forwards every method to the wrapped kernels after counting it.
-struct CoverageScope::Decorator final : ops::Backend {
-  Decorator(ops::Backend& inner, State& state) : k(inner), s(state) {}
-  ops::Backend& k;
-  State& s;
+// The forwarding backend, in its own namespace because the method list (ops/backend_methods.h)
+// names ops:: types unqualified: the using-directive stays here (tests/cuda compiles this file
+// together with the ops checks, where it would make calls ambiguous).
+namespace forwarding {
+using namespace stoke::ops;
+
+// Forwards every method to the wrapped backend after counting it.
+struct CountingBackend : Backend {
+  CountingBackend(Backend& inner, CoverageScope::State& state) : k(inner), s(state) {}
+  Backend& k;
+  CoverageScope::State& s;
 
   void hit(Method m, const Tensor& t) {
     const auto i = static_cast<size_t>(m);
@@ -63,6 +66,12 @@ struct CoverageScope::Decorator final : ops::Backend {
   }
   STOKE_BACKEND_METHODS(STOKE_SELFTEST_FORWARD)
 #undef STOKE_SELFTEST_FORWARD
+};
+
+}  // namespace forwarding
+
+struct CoverageScope::Decorator final : forwarding::CountingBackend {
+  using CountingBackend::CountingBackend;
 };
 
 CoverageScope::CoverageScope()

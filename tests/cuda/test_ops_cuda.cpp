@@ -150,16 +150,25 @@ TEST_CASE("cuda tensors: batched, broadcast and 1-D matmul and its backward matc
   CHECK(cuda_msg == cpu_msg);
 }
 
-TEST_CASE("cuda tensors: an op a backend does not implement says so", "[ops_cuda]") {
-  // A backend that overrides nothing: every method reports the op and the device.
-  struct Bare final : ops::Backend {
-    Device::Type type() const override { return Device::Type::cuda; }
-  } bare;
+TEST_CASE("cuda tensors: a device with no backend registered says so, naming the op",
+          "[ops_cuda]") {
+  // Every Backend method is pure virtual (ops/backend_methods.h), so a backend cannot lack an op;
+  // what remains is a build or process without the device's backend.
   const Tensor d = rand_cpu({2, 3}, 12).to(kCuda);
-  CHECK_THROWS_WITH(
-      bare.unary(ops::UnaryOp::exp, d),
-      Catch::Contains("stoke::exp") && Catch::Contains("not implemented on cuda yet"));
-  CHECK_THROWS_WITH(bare.conv2d(d, d, Tensor(), {}), Catch::Contains("stoke::conv2d"));
+  ops::Backend* cuda = &ops::backend_for("test", kCuda);
+  ops::register_backend(Device::Type::cuda, nullptr);
+  std::string msg;
+  try {
+    ops::exp(d);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  }
+  ops::register_backend(Device::Type::cuda, cuda);
+  CHECK_THAT(msg, Catch::Contains("stoke::exp") && Catch::Contains("no kernels for that device"));
+  CHECK(max_diff(ops::exp(d), ops::exp(d.to(Device::cpu()))) < 1e-6);  // restored
+  // The CPU backend is built in.
+  CHECK_THROWS_WITH(ops::register_backend(Device::Type::cpu, cuda),
+                    Catch::Contains("cannot be replaced"));
 }
 
 TEST_CASE("cuda tensors: var, min, argmin and argmax match the CPU", "[ops_cuda]") {
