@@ -31,6 +31,7 @@ void run_ops_checks(Suite& s, bool quick) {
       {"pooling", check_pooling},
       {"batch_norm", check_batch_norm},
       {"dropout", check_dropout},
+      {"optimizer", check_optimizer},
       {"index", check_index},
   };
   for (const Entry& e : kChecks) s.run(e.name, [&](Suite& suite) { e.fn(suite, quick); });

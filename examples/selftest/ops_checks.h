@@ -42,6 +42,7 @@ void check_conv2d(Suite& s, bool quick);
 void check_pooling(Suite& s, bool quick);
 void check_batch_norm(Suite& s, bool quick);
 void check_dropout(Suite& s, bool quick);
+void check_optimizer(Suite& s, bool quick);
 // ops_checks_index.cpp
 void check_index(Suite& s, bool quick);
 
