@@ -13,7 +13,7 @@
 #include <string>
 
 #include "bench/ops_cuda.h"
-#include "cuda/kernels/cast.h"
+#include "cuda/kernels/creation.h"
 #include "cuda/kernels/elementwise.h"
 #include "cuda/kernels/reduce.h"
 

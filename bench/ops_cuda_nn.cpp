@@ -12,7 +12,7 @@
 
 #include "bench/ops_cuda.h"
 #include "cuda/kernels/batch_norm.h"
-#include "cuda/kernels/cross_entropy.h"
+#include "cuda/kernels/loss_cross_entropy.h"
 #include "cuda/kernels/pool.h"
 #include "cuda/kernels/softmax.h"
 #include "cuda/vendor/cudnn_batch_norm.h"

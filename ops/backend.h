@@ -29,6 +29,7 @@
 #include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/loss.h"
+#include "ops/optimizer.h"
 #include "ops/pool.h"
 #include "ops/reduce.h"
 

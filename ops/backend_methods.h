@@ -9,10 +9,6 @@
 // comments say what the entry point has checked before calling. Include ops/backend.h, not this.
 #pragma once
 
-// The option structs of the optimizer family's methods (ops/backend.h includes the other
-// families' headers; this one is included here so that the family's entries stay in this file).
-#include "ops/optimizer.h"
-
 // clang-format off
 #define STOKE_BACKEND_METHODS(X)                                                                   \
   /* creation: t = value; dst <- src (same device and shape), strided, converting dtypes */       \

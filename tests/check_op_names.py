@@ -23,6 +23,8 @@ SHARED = {
     "ops/cuda": {"backend", "glue_util"},
     "cuda/kernels": {"sgemm", "gemm_tile"},  # the GEMM of linalg (emu) and of conv2d's backward
     "autograd": {"engine", "function", "gradcheck", "node", "view_grad"},
+    "tests/autograd": {"view"},  # views are Tensor methods (core), their backward autograd's
+    "tests/cuda": {"gemm"},  # cuda/kernels/sgemm.cu, shared
 }
 # Families with an API but no backend method of their own (composed of other ops).
 API_ONLY = set()

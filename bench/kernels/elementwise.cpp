@@ -1,4 +1,4 @@
-// stoke-kernel-elementwise: the sandbox of cuda/kernels/elementwise.cu and cast.cu, the
+// stoke-kernel-elementwise: the sandbox of cuda/kernels/elementwise.cu and creation.cu, the
 // memory-bound maps: binary add/mul, unary relu/exp/sigmoid/gelu, relu's backward and the casts
 // between f32, f16 and bf16.
 //
@@ -27,7 +27,7 @@
 
 #include "bench/kernels/sandbox.h"
 #include "core/dtype.h"
-#include "cuda/kernels/cast.h"
+#include "cuda/kernels/creation.h"
 #include "cuda/kernels/elementwise.h"
 #include "cuda/runtime/device.h"
 

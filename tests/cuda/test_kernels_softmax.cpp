@@ -1,4 +1,4 @@
-// cuda/kernels/softmax.cu and cross_entropy.cu in cuda/emu against ops::softmax/log_softmax
+// cuda/kernels/softmax.cu and loss_cross_entropy.cu in cuda/emu against ops::softmax/log_softmax
 // (+ backward) and ops::cross_entropy_forward/backward: softmax_rows_kernel and
 // softmax_backward_rows_kernel (warp per row, block per row), softmax_cols_kernel and
 // softmax_backward_cols_kernel (a non-last dim), and the fused cross entropy
@@ -7,7 +7,7 @@
 
 #include <cmath>
 
-#include "cuda/kernels/cross_entropy.h"
+#include "cuda/kernels/loss_cross_entropy.h"
 #include "cuda/kernels/softmax.h"
 #include "ops/creation.h"
 #include "ops/loss.h"

@@ -1,4 +1,4 @@
-// im2col_kernel and col2im_kernel (cuda/kernels/im2col.cu) in cuda/emu against naive loops:
+// im2col_kernel and col2im_kernel (cuda/kernels/conv2d_im2col.cu) in cuda/emu against naive loops:
 // padding, stride, dilation, rectangular kernels, several samples with a sample stride larger
 // than one group's image (the group slice of a grouped convolution), and sizes that are not
 // multiples of the 256-thread block.
@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "core/random.h"
-#include "cuda/kernels/im2col.h"
+#include "cuda/kernels/conv2d_im2col.h"
 #include "ops/creation.h"
 
 namespace {

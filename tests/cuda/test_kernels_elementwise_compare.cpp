@@ -1,12 +1,12 @@
 // compare_kernel, compare_scalar_kernel, where_kernel and select_or_zero_kernel
-// (cuda/kernels/compare.cu) in cuda/emu against the CPU ops: broadcasting, non-contiguous
+// (cuda/kernels/elementwise_compare.cu) in cuda/emu against the CPU ops: broadcasting, non-contiguous
 // operands, NaN, every dtype, and sizes that are not multiples of the 256-thread block.
 #include <catch2/catch.hpp>
 
 #include <cmath>
 
 #include "core/random.h"
-#include "cuda/kernels/compare.h"
+#include "cuda/kernels/elementwise_compare.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
 

@@ -1,5 +1,5 @@
 // CUDA cast kernels (see cast.h): one instantiation per (source, destination) storage type.
-#include "cuda/kernels/cast.h"
+#include "cuda/kernels/creation.h"
 
 #include <type_traits>
 

@@ -1,9 +1,9 @@
-// cuda/kernels/cast.cu in cuda/emu against core's CPU conversion (Tensor::to / copy_):
+// cuda/kernels/creation.cu in cuda/emu against core's CPU conversion (Tensor::to / copy_):
 // cast_kernel for every pair of the eight dtypes (4-element vector path and scalar tail, aligned
 // and misaligned), cast_strided_kernel for transposed, strided-destination and broadcast copies.
 #include <catch2/catch.hpp>
 
-#include "cuda/kernels/cast.h"
+#include "cuda/kernels/creation.h"
 #include "ops/creation.h"
 #include "test_kernels_util.h"
 

@@ -1,7 +1,7 @@
 // Integer kernels (see integer.h): grid-stride loops in the operands' own type; the op is a
 // template argument. Unsigned arithmetic for the add/sub/mul themselves, so that overflow wraps
 // (defined behaviour) exactly as the CPU's results do.
-#include "cuda/kernels/integer.h"
+#include "cuda/kernels/elementwise_integer.h"
 
 #include <type_traits>
 

@@ -1,5 +1,5 @@
 // CUDA fused cross-entropy kernels (see cross_entropy.h).
-#include "cuda/kernels/cross_entropy.h"
+#include "cuda/kernels/loss_cross_entropy.h"
 
 #include <cmath>
 

@@ -2,7 +2,7 @@
 // matrix in row-major order (adjacent threads write adjacent columns: coalesced stores, reads of
 // one input row at a stride); col2im's threads walk the input, each summing the at most
 // ceil(kh / sh) * ceil(kw / sw) column entries that came from its element.
-#include "cuda/kernels/im2col.h"
+#include "cuda/kernels/conv2d_im2col.h"
 
 #include "cuda/kernels/elementwise_util.h"
 

@@ -1,7 +1,7 @@
 // Comparison and selection kernels (see compare.h): grid-stride loops over the broadcast output,
 // each thread turning its linear position into operand offsets (StridedOffsets::get). The
 // comparison is a template argument, so each instantiation is one straight compare.
-#include "cuda/kernels/compare.h"
+#include "cuda/kernels/elementwise_compare.h"
 
 #include <type_traits>
 
