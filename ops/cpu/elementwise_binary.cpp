@@ -116,8 +116,8 @@ T min_nan(T x, T y) {
 }
 
 // Integer add/sub/mul wrap around on overflow (two's complement), as in torch and in the CUDA
-// integer kernels (cuda/kernels/integer.cu): computed in the unsigned type, since signed overflow
-// is undefined in C++. Floating types use their own operators.
+// integer kernels (cuda/kernels/elementwise_integer.cu): computed in the unsigned type, since
+// signed overflow is undefined in C++. Floating types use their own operators.
 template <class T>
 T wrap_add(T x, T y) {
   if constexpr (std::is_integral_v<T>) {

@@ -1,6 +1,6 @@
 // The creation family on cuda: fill and the strided copy with dtype conversion that core's Tensor
 // methods (to, contiguous, copy_) reach through the device copier.
-#include "cuda/kernels/cast.h"
+#include "cuda/kernels/creation.h"
 #include "cuda/runtime/stream.h"
 #include "ops/cuda/backend.h"
 

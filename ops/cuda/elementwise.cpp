@@ -1,14 +1,14 @@
 // Comparisons, where, pow and the elementwise backward kernels on cuda tensors, and the in-place
-// sqrt_/clamp_/lerp_: cuda/kernels/compare.h and cuda/kernels/elementwise.h; sum_to through the
-// reduction (ops::sum). The ops:: entry
-// points have already run the checks every device shares (dtypes agree, shapes broadcast, in-place
-// targets writable); what is left here is the device's own dtype rule (f32, f16, bf16 for math)
-// and one launch per op over the operands' own strides (no contiguous copies for broadcasting).
+// sqrt_/clamp_/lerp_: cuda/kernels/elementwise_compare.h and cuda/kernels/elementwise.h; sum_to
+// through the reduction (ops::sum). The ops:: entry points have already run the checks every device
+// shares (dtypes agree, shapes broadcast, in-place targets writable); what is left here is the
+// device's own dtype rule (f32, f16, bf16 for math) and one launch per op over the operands' own
+// strides (no contiguous copies for broadcasting).
 #include <array>
 #include <vector>
 
-#include "cuda/kernels/compare.h"
 #include "cuda/kernels/elementwise.h"
+#include "cuda/kernels/elementwise_compare.h"
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"

@@ -1,13 +1,13 @@
 // The arithmetic elementwise ops on cuda tensors: binary (in place and with a scalar), unary maps,
 // leaky_relu, clamp and relu's backward, on cuda/kernels/elementwise.h (floating dtypes) and
-// cuda/kernels/integer.h (i32, i64, u8); addcmul_, addcdiv_ and zero_ composed from them and
-// fill. Outputs are allocated on the input's device, and non-contiguous inputs are made contiguous
-// on the device first where a kernel needs it.
+// cuda/kernels/elementwise_integer.h (i32, i64, u8); addcmul_, addcdiv_ and zero_ composed from
+// them and fill. Outputs are allocated on the input's device, and non-contiguous inputs are made
+// contiguous on the device first where a kernel needs it.
 #include <cmath>
 
 #include "core/grad_mode.h"
 #include "cuda/kernels/elementwise.h"
-#include "cuda/kernels/integer.h"
+#include "cuda/kernels/elementwise_integer.h"
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"

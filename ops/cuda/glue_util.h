@@ -6,7 +6,8 @@
 
 namespace stoke::ops::cuda_glue {
 
-// Integer tensors (i32, i64, u8) take cuda/kernels/integer.h; the floating ones elementwise.h.
+// Integer tensors (i32, i64, u8) take cuda/kernels/elementwise_integer.h; the floating ones
+// elementwise.h.
 inline bool is_integer(DType d) {
   return d == DType::i32 || d == DType::i64 || d == DType::u8;
 }

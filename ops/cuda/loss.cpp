@@ -1,11 +1,11 @@
-// The fused cross entropy on cuda tensors: cuda/kernels/cross_entropy.h, forward and backward in
-// one kernel each; out-of-range targets are reported at the next synchronization
+// The fused cross entropy on cuda tensors: cuda/kernels/loss_cross_entropy.h, forward and backward
+// in one kernel each; out-of-range targets are reported at the next synchronization
 // (cuda/runtime/deferred_checks.h). nll_loss and mse_loss (and their backward) are composed from
 // other ops: gather, where, elementwise ops and reductions.
 #include <memory>
 #include <string>
 
-#include "cuda/kernels/cross_entropy.h"
+#include "cuda/kernels/loss_cross_entropy.h"
 #include "cuda/runtime/deferred_checks.h"
 #include "ops/check.h"
 #include "ops/creation.h"

@@ -1,10 +1,10 @@
 // Reductions on cuda tensors: cuda/kernels/reduce.h (f32, f16, bf16) and the exact i64 sums of
-// cuda/kernels/integer.h, one launch per run of adjacent reduced dims; var and the backward of
-// mean, var and max/min composed from other ops.
+// cuda/kernels/elementwise_integer.h, one launch per run of adjacent reduced dims; var and the
+// backward of mean, var and max/min composed from other ops.
 #include <algorithm>
 #include <cmath>
 
-#include "cuda/kernels/integer.h"
+#include "cuda/kernels/elementwise_integer.h"
 #include "cuda/kernels/reduce.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
