@@ -23,20 +23,9 @@ using kernels_test::output;
 using kernels_test::require_close;
 using kernels_test::rounded;
 
-const std::vector<DType> kDtypes = {DType::f32, DType::f16, DType::bf16};
-
-// Calls f(T{}) with the CUDA element type of dtype.
-template <class F>
-void with_type(DType d, F&& f) {
-  if (d == DType::f32) f(float{});
-  if (d == DType::f16) f(__half{});
-  if (d == DType::bf16) f(__nv_bfloat16{});
-}
-
-template <class T>
-T* ptr(const Tensor& t) {
-  return reinterpret_cast<T*>(t.data_ptr());
-}
+using kernels_test::kFloatDtypes;
+using kernels_test::ptr;
+using kernels_test::with_float_type;
 
 cuda::BatchNormLayout layout_of(const Shape& s) {
   int64_t spatial = 1;
@@ -64,7 +53,7 @@ TEST_CASE(
     "[cuda][kernels][batch_norm]") {
   uint64_t seed = 1;
   for (const Shape& shape : kBnShapes)
-    for (DType d : kDtypes)
+    for (DType d : kFloatDtypes)
       for (bool mis : {false, true})
         for (bool affine : {true, false}) {
           if (!affine && d != DType::f32) continue;  // the null weight/bias path once per shape
@@ -84,7 +73,7 @@ TEST_CASE(
           const Tensor y = output(shape, d, mis);
           const Tensor mean = output({C}, DType::f32, false),
                        invstd = output({C}, DType::f32, false);
-          with_type(d, [&](auto tag) {
+          with_float_type(d, [&](auto tag) {
             using T = decltype(tag);
             cuda::batch_norm_forward_training(
                 layout_of(shape), ptr<T>(x), ptr<T>(y), affine ? w.data<float>() : nullptr,
@@ -103,7 +92,7 @@ TEST_CASE("cuda kernels: batch norm training without running statistics and in e
           "[cuda][kernels][batch_norm]") {
   uint64_t seed = 500;
   for (const Shape& shape : kBnShapes)
-    for (DType d : kDtypes) {
+    for (DType d : kFloatDtypes) {
       INFO(detail::str_cat("input ", shape, " ", dtype_name(d)));
       const int64_t C = shape[1];
       const Tensor x = input(shape, d, true, -2, 3, seed++);
@@ -115,7 +104,7 @@ TEST_CASE("cuda kernels: batch norm training without running statistics and in e
       const Tensor y = output(shape, d, true);
       // Training with batch statistics only (track_running_stats=False).
       const auto ref = ops::batch_norm_forward(x.to(DType::f32), Tensor(), Tensor(), w, b, {});
-      with_type(d, [&](auto tag) {
+      with_float_type(d, [&](auto tag) {
         using T = decltype(tag);
         cuda::batch_norm_forward_training(layout_of(shape), ptr<T>(x), ptr<T>(y), w.data<float>(),
                                           b.data<float>(), nullptr, nullptr, 0.1f, 1e-5f,
@@ -128,7 +117,7 @@ TEST_CASE("cuda kernels: batch norm training without running statistics and in e
                                               {.training = false, .eps = 1e-3});
       const Tensor y2 = output(shape, d, true);
       const Tensor m2 = output({C}, DType::f32, false), is2 = output({C}, DType::f32, false);
-      with_type(d, [&](auto tag) {
+      with_float_type(d, [&](auto tag) {
         using T = decltype(tag);
         cuda::batch_norm_forward_eval(layout_of(shape), ptr<T>(x), ptr<T>(y2), w.data<float>(),
                                       b.data<float>(), rm.data<float>(), rv.data<float>(), 1e-3f,
@@ -146,7 +135,7 @@ TEST_CASE(
     "[cuda][kernels][batch_norm]") {
   uint64_t seed = 900;
   for (const Shape& shape : kBnShapes)
-    for (DType d : kDtypes)
+    for (DType d : kFloatDtypes)
       for (bool training : {true, false})
         for (bool mis : {false, true}) {
           INFO(detail::str_cat("input ", shape, " ", dtype_name(d),
@@ -162,7 +151,7 @@ TEST_CASE(
           const Tensor gx = output(shape, d, mis);
           const Tensor gw = output({C}, DType::f32, false), gb = output({C}, DType::f32, false);
           std::vector<float> ws(static_cast<size_t>(cuda::batch_norm_backward_workspace_floats(C)));
-          with_type(d, [&](auto tag) {
+          with_float_type(d, [&](auto tag) {
             using T = decltype(tag);
             cuda::batch_norm_backward(layout_of(shape), ptr<T>(gy), ptr<T>(x), w.data<float>(),
                                       fwd.save_mean.data<float>(), fwd.save_invstd.data<float>(),

@@ -24,20 +24,9 @@ using kernels_test::output;
 using kernels_test::require_close;
 using kernels_test::rounded;
 
-const std::vector<DType> kDtypes = {DType::f32, DType::f16, DType::bf16};
-
-// Calls f(T{}) with the CUDA element type of dtype.
-template <class F>
-void with_type(DType d, F&& f) {
-  if (d == DType::f32) f(float{});
-  if (d == DType::f16) f(__half{});
-  if (d == DType::bf16) f(__nv_bfloat16{});
-}
-
-template <class T>
-T* ptr(const Tensor& t) {
-  return reinterpret_cast<T*>(t.data_ptr());
-}
+using kernels_test::kFloatDtypes;
+using kernels_test::ptr;
+using kernels_test::with_float_type;
 
 // ---- pooling ---------------------------------------------------------------------------------
 
@@ -90,7 +79,7 @@ TEST_CASE("cuda kernels: max_pool2d_forward_kernel and max_pool2d_backward_kerne
           "[cuda][kernels][pool]") {
   uint64_t seed = 1;
   for (const PoolCase& c : kPoolCases)
-    for (DType d : kDtypes)
+    for (DType d : kFloatDtypes)
       for (bool mis : {false, true}) {
         INFO(describe(c, d, mis));
         // bf16/f16 rounding of values in [-2, 2] makes ties: the first maximum must win.
@@ -101,7 +90,7 @@ TEST_CASE("cuda kernels: max_pool2d_forward_kernel and max_pool2d_backward_kerne
         const Tensor ind = output(ref.output.shape(), DType::i64, false);
         const Tensor gy = input(ref.output.shape(), d, mis, -1, 1, seed++);
         const Tensor gx = output(c.shape, d, mis);
-        with_type(d, [&](auto tag) {
+        with_float_type(d, [&](auto tag) {
           using T = decltype(tag);
           cuda::max_pool2d_forward(g, ptr<T>(x), ptr<T>(y), ind.data<int64_t>(), nullptr);
           cuda::max_pool2d_backward(g, ptr<T>(gy), ref.indices.data<int64_t>(), ptr<T>(gx),
@@ -144,7 +133,7 @@ TEST_CASE("cuda kernels: avg_pool2d_forward_kernel and avg_pool2d_backward_kerne
   uint64_t seed = 50;
   for (const PoolCase& c : kPoolCases)
     for (bool include_pad : {true, false})
-      for (DType d : kDtypes)
+      for (DType d : kFloatDtypes)
         for (bool mis : {false, true}) {
           PoolCase cc = c;
           cc.o.count_include_pad = include_pad;
@@ -155,7 +144,7 @@ TEST_CASE("cuda kernels: avg_pool2d_forward_kernel and avg_pool2d_backward_kerne
           const Tensor y = output(ref.shape(), d, mis);
           const Tensor gy = input(ref.shape(), d, mis, -1, 1, seed++);
           const Tensor gx = output(c.shape, d, mis);
-          with_type(d, [&](auto tag) {
+          with_float_type(d, [&](auto tag) {
             using T = decltype(tag);
             cuda::avg_pool2d_forward(g, ptr<T>(x), ptr<T>(y), nullptr);
             cuda::avg_pool2d_backward(g, ptr<T>(gy), ptr<T>(gx), nullptr);
@@ -177,7 +166,7 @@ TEST_CASE(
   };
   uint64_t seed = 200;
   for (const auto& [shape, size] : cases)
-    for (DType d : kDtypes)
+    for (DType d : kFloatDtypes)
       for (bool mis : {false, true}) {
         INFO(detail::str_cat("input ", shape, " output ", size[0], "x", size[1], " ", dtype_name(d),
                              mis ? " misaligned" : ""));
@@ -191,7 +180,7 @@ TEST_CASE(
         const Tensor y = output(ref.shape(), d, mis);
         const Tensor gy = input(ref.shape(), d, mis, -1, 1, seed++);
         const Tensor gx = output(shape, d, mis);
-        with_type(d, [&](auto tag) {
+        with_float_type(d, [&](auto tag) {
           using T = decltype(tag);
           cuda::adaptive_avg_pool2d_forward(g, ptr<T>(x), ptr<T>(y), nullptr);
           cuda::adaptive_avg_pool2d_backward(g, ptr<T>(gy), ptr<T>(gx), nullptr);

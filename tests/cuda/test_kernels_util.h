@@ -13,9 +13,27 @@
 
 #include "core/random.h"
 #include "core/tensor.h"
+#include "cuda/compat.h"
 #include "ops/creation.h"
 
 namespace stoke::kernels_test {
+
+// The floating dtypes the CUDA float kernels take.
+inline const std::vector<DType> kFloatDtypes = {DType::f32, DType::f16, DType::bf16};
+
+// Calls f(T{}) with the CUDA element type of a floating dtype.
+template <class F>
+void with_float_type(DType d, F&& f) {
+  if (d == DType::f32) f(float{});
+  if (d == DType::f16) f(__half{});
+  if (d == DType::bf16) f(__nv_bfloat16{});
+}
+
+// t's data as the kernel's element type.
+template <class T>
+T* ptr(const Tensor& t) {
+  return reinterpret_cast<T*>(t.data_ptr());
+}
 
 // A contiguous tensor of `shape` and `dtype` with values uniform in [lo, hi) (drawn in f32 and
 // rounded to dtype). With misaligned, its data starts one element after an aligned address.

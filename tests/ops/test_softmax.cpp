@@ -9,23 +9,12 @@
 #include "support/fixture_tensor.h"
 
 using namespace stoke;
+using stoke::testing::check_matches;
 using stoke::testing::FixtureCase;
 using stoke::testing::FixtureTensor;
 using stoke::testing::to_tensor;
 
-namespace {
-
-void check_matches(const Tensor& got, const FixtureTensor& want, const std::string& what) {
-  INFO(what);
-  REQUIRE(got.shape() == Shape(want.shape));
-  const std::vector<double> g = got.to_vector<double>();
-  for (size_t i = 0; i < g.size(); ++i) {
-    INFO("element " << i << ": got " << g[i] << ", want " << want.values[i]);
-    CHECK(std::abs(g[i] - want.values[i]) <= 1e-5 + 1e-5 * std::abs(want.values[i]));
-  }
-}
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("softmax: matches PyTorch fixtures (forward and backward)", "[ops][softmax]") {
   const auto cases = stoke::testing::load_fixture(stoke::testing::fixture_path("softmax.txt"));

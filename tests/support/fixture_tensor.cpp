@@ -1,5 +1,6 @@
 #include "support/fixture_tensor.h"
 
+#include <catch2/catch.hpp>
 #include <cmath>
 
 #include "ops/creation.h"
@@ -18,6 +19,16 @@ double max_abs_diff(const Tensor& a, const Tensor& b) {
   double m = 0;
   for (size_t i = 0; i < va.size(); ++i) m = std::max(m, std::abs(va[i] - vb[i]));
   return m;
+}
+
+void check_matches(const Tensor& got, const FixtureTensor& want, const std::string& what) {
+  INFO(what);
+  REQUIRE(got.shape() == Shape(want.shape));
+  const std::vector<double> g = got.to_vector<double>();
+  for (size_t i = 0; i < g.size(); ++i) {
+    INFO("element " << i << ": got " << g[i] << ", want " << want.values[i]);
+    CHECK(std::abs(g[i] - want.values[i]) <= 1e-5 + 1e-5 * std::abs(want.values[i]));
+  }
 }
 
 }  // namespace stoke::testing
