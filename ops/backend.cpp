@@ -14,52 +14,23 @@ std::array<Backend*, 2>& registry() {
 
 const char* binary_op_name(BinaryOp op) {
   switch (op) {
-    case BinaryOp::add:
-      return "add";
-    case BinaryOp::sub:
-      return "sub";
-    case BinaryOp::mul:
-      return "mul";
-    case BinaryOp::div:
-      return "div";
-    case BinaryOp::maximum:
-      return "maximum";
-    case BinaryOp::minimum:
-      return "minimum";
+#define STOKE_OP_NAME(name) \
+  case BinaryOp::name:      \
+    return #name;
+    STOKE_BINARY_OPS(STOKE_OP_NAME)
+#undef STOKE_OP_NAME
   }
   return "binary";
 }
 
 const char* unary_op_name(UnaryOp op) {
+  if (op == UnaryOp::gelu_tanh) return "gelu";  // gelu(x, approximate = tanh), as torch names it
   switch (op) {
-    case UnaryOp::neg:
-      return "neg";
-    case UnaryOp::exp:
-      return "exp";
-    case UnaryOp::log:
-      return "log";
-    case UnaryOp::sqrt:
-      return "sqrt";
-    case UnaryOp::rsqrt:
-      return "rsqrt";
-    case UnaryOp::abs:
-      return "abs";
-    case UnaryOp::relu:
-      return "relu";
-    case UnaryOp::sigmoid:
-      return "sigmoid";
-    case UnaryOp::tanh:
-      return "tanh";
-    case UnaryOp::gelu:
-      return "gelu";
-    case UnaryOp::gelu_tanh:
-      return "gelu";
-    case UnaryOp::sign:
-      return "sign";
-    case UnaryOp::silu:
-      return "silu";
-    case UnaryOp::hardswish:
-      return "hardswish";
+#define STOKE_OP_NAME(name) \
+  case UnaryOp::name:       \
+    return #name;
+    STOKE_UNARY_OPS(STOKE_OP_NAME)
+#undef STOKE_OP_NAME
   }
   return "unary";
 }

@@ -13,12 +13,14 @@
 #pragma once
 
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/elementwise_ops.h"
 #include "core/random.h"
 #include "core/tensor.h"
 #include "ops/backend_methods.h"
@@ -35,45 +37,17 @@
 
 namespace stoke::ops {
 
-enum class BinaryOp { add, sub, mul, div, maximum, minimum };
-enum class UnaryOp {
-  neg,
-  exp,
-  log,
-  sqrt,
-  rsqrt,
-  abs,
-  relu,
-  sigmoid,
-  tanh,
-  gelu,
-  gelu_tanh,
-  sign,
-  silu,
-  hardswish
-};
-// Backward maps out = f(grad, saved), saved being the forward's input or output as
-// ops::NAME_backward takes it.
-enum class UnaryGradOp {
-  leaky_relu,
-  sigmoid,
-  tanh,
-  gelu,
-  gelu_tanh,
-  clamp,
-  abs,
-  sqrt,
-  rsqrt,
-  silu,
-  hardswish
-};
+// The op kinds, listed once for ops/ and the CUDA kernels (core/elementwise_ops.h).
+enum class BinaryOp : uint8_t { STOKE_BINARY_OPS(STOKE_ENUMERATOR) };
+enum class UnaryOp : uint8_t { STOKE_UNARY_OPS(STOKE_ENUMERATOR) };
+enum class UnaryGradOp : uint8_t { STOKE_UNARY_GRAD_OPS(STOKE_ENUMERATOR) };
 struct UnaryGradParams {
   double negative_slope = 0.01;  // leaky_relu
   double min = -INFINITY;        // clamp (missing bounds are infinite)
   double max = INFINITY;
 };
 // a (op) b -> bool, as ops::eq ... ops::ge.
-enum class CompareOp { eq, ne, lt, le, gt, ge };
+enum class CompareOp : uint8_t { STOKE_COMPARE_OPS(STOKE_ENUMERATOR) };
 
 const char* binary_op_name(BinaryOp op);
 const char* unary_op_name(UnaryOp op);

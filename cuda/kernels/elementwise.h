@@ -10,51 +10,21 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/elementwise_ops.h"
 #include "cuda/compat.h"
 #include "cuda/kernels/elementwise_util.h"
 
 namespace stoke::cuda {
 
 // Binary arithmetic, as ops::add/sub/mul/div/maximum/minimum (maximum/minimum propagate NaN).
-enum class BinaryOp : uint8_t { add, sub, mul, div, maximum, minimum };
+enum class BinaryOp : uint8_t { STOKE_BINARY_OPS(STOKE_ENUMERATOR) };
 
-// Unary maps, as the ops:: functions of the same names. gelu is the exact erf form, gelu_tanh
-// the tanh approximation.
-enum class UnaryOp : uint8_t {
-  neg,
-  exp,
-  log,
-  sqrt,
-  rsqrt,
-  abs,
-  relu,
-  leaky_relu,
-  sigmoid,
-  tanh,
-  gelu,
-  gelu_tanh,
-  clamp,
-  sign,
-  silu,
-  hardswish,
-};
+// Unary maps (core/elementwise_ops.h), then the two with parameters (UnaryParams).
+enum class UnaryOp : uint8_t { STOKE_UNARY_OPS(STOKE_ENUMERATOR) leaky_relu, clamp };
 
 // Backward kernels: out = f(grad, saved), saved being what ops::NAME_backward takes (the
 // forward's output for relu/sigmoid/tanh/sqrt/rsqrt, its input for leaky_relu/gelu/clamp/abs).
-enum class UnaryBackwardOp : uint8_t {
-  relu,
-  leaky_relu,
-  sigmoid,
-  tanh,
-  gelu,
-  gelu_tanh,
-  clamp,
-  abs,
-  sqrt,
-  rsqrt,
-  silu,
-  hardswish,
-};
+enum class UnaryBackwardOp : uint8_t { relu, STOKE_UNARY_GRAD_OPS(STOKE_ENUMERATOR) };
 
 // Parameters of the parametrized maps: leaky_relu's slope, clamp's bounds (±inf for a missing
 // bound, which behaves exactly like no bound, NaN passing through).

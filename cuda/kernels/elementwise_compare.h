@@ -9,12 +9,13 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/elementwise_ops.h"
 #include "cuda/compat.h"
 #include "cuda/kernels/elementwise_util.h"
 
 namespace stoke::cuda {
 
-enum class CompareOp : uint8_t { eq, ne, lt, le, gt, ge };
+enum class CompareOp : uint8_t { STOKE_COMPARE_OPS(STOKE_ENUMERATOR) };
 
 // out (bool, offsets[0]) = a (offsets[1]) op b (offsets[2]) over n positions of the broadcast
 // shape; a and b share `dtype`. Offsets from make_strided_offsets<3> over (out, a, b).

@@ -17,32 +17,27 @@
 namespace stoke::ops::cuda_glue {
 namespace {
 
+// ops' op kinds to the kernels' by name (both enums come from core/elementwise_ops.h).
 cuda::UnaryBackwardOp to_cuda(UnaryGradOp op) {
   switch (op) {
-    case UnaryGradOp::leaky_relu:
-      return cuda::UnaryBackwardOp::leaky_relu;
-    case UnaryGradOp::sigmoid:
-      return cuda::UnaryBackwardOp::sigmoid;
-    case UnaryGradOp::tanh:
-      return cuda::UnaryBackwardOp::tanh;
-    case UnaryGradOp::gelu:
-      return cuda::UnaryBackwardOp::gelu;
-    case UnaryGradOp::gelu_tanh:
-      return cuda::UnaryBackwardOp::gelu_tanh;
-    case UnaryGradOp::clamp:
-      return cuda::UnaryBackwardOp::clamp;
-    case UnaryGradOp::abs:
-      return cuda::UnaryBackwardOp::abs;
-    case UnaryGradOp::sqrt:
-      return cuda::UnaryBackwardOp::sqrt;
-    case UnaryGradOp::rsqrt:
-      return cuda::UnaryBackwardOp::rsqrt;
-    case UnaryGradOp::silu:
-      return cuda::UnaryBackwardOp::silu;
-    case UnaryGradOp::hardswish:
-      return cuda::UnaryBackwardOp::hardswish;
+#define STOKE_TO_CUDA(name) \
+  case UnaryGradOp::name:   \
+    return cuda::UnaryBackwardOp::name;
+    STOKE_UNARY_GRAD_OPS(STOKE_TO_CUDA)
+#undef STOKE_TO_CUDA
   }
-  return cuda::UnaryBackwardOp::sigmoid;
+  STOKE_FAIL("unary_backward", "unknown op ", static_cast<int>(op));
+}
+
+cuda::CompareOp to_cuda(CompareOp op) {
+  switch (op) {
+#define STOKE_TO_CUDA(name) \
+  case CompareOp::name:     \
+    return cuda::CompareOp::name;
+    STOKE_COMPARE_OPS(STOKE_TO_CUDA)
+#undef STOKE_TO_CUDA
+  }
+  STOKE_FAIL("compare", "unknown op ", static_cast<int>(op));
 }
 
 // The ops:: function a backward map serves, for messages.
@@ -110,9 +105,8 @@ Tensor CudaBackend::compare(CompareOp op, const Tensor& a, const Tensor& b) {
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name_of(op));
   Tensor out = empty_on(shape, DType::boolean, a.device());
   if (out.numel() == 0) return out;
-  cuda::compare(static_cast<cuda::CompareOp>(op), a.dtype(), a.data_ptr(), b.data_ptr(),
-                typed<bool>(out), offsets_over<3>(name_of(op), out, {&a, &b}), out.numel(),
-                launch_stream());
+  cuda::compare(to_cuda(op), a.dtype(), a.data_ptr(), b.data_ptr(), typed<bool>(out),
+                offsets_over<3>(name_of(op), out, {&a, &b}), out.numel(), launch_stream());
   return out;
 }
 
@@ -123,8 +117,8 @@ Tensor CudaBackend::compare_scalar(CompareOp op, const Tensor& a_in, double s) {
   // Floating tensors compare with the scalar rounded to their dtype, as on the CPU (and torch);
   // the rounding is a host-side scalar conversion (no device access).
   if (is_floating(a.dtype())) s = scalar_tensor(s, {.dtype = a.dtype()}).item();
-  cuda::compare_scalar(static_cast<cuda::CompareOp>(op), a.dtype(), a.data_ptr(), s,
-                       typed<bool>(out), out.numel(), launch_stream());
+  cuda::compare_scalar(to_cuda(op), a.dtype(), a.data_ptr(), s, typed<bool>(out), out.numel(),
+                       launch_stream());
   return out;
 }
 

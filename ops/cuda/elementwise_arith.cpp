@@ -16,42 +16,27 @@
 namespace stoke::ops::cuda_glue {
 namespace {
 
+// ops' op kinds to the kernels' by name (both enums come from core/elementwise_ops.h).
 cuda::BinaryOp to_cuda(BinaryOp op) {
-  return static_cast<cuda::BinaryOp>(op);
+  switch (op) {
+#define STOKE_TO_CUDA(name) \
+  case BinaryOp::name:      \
+    return cuda::BinaryOp::name;
+    STOKE_BINARY_OPS(STOKE_TO_CUDA)
+#undef STOKE_TO_CUDA
+  }
+  STOKE_FAIL("binary", "unknown op ", static_cast<int>(op));
 }
 
 cuda::UnaryOp to_cuda(UnaryOp op) {
   switch (op) {
-    case UnaryOp::neg:
-      return cuda::UnaryOp::neg;
-    case UnaryOp::exp:
-      return cuda::UnaryOp::exp;
-    case UnaryOp::log:
-      return cuda::UnaryOp::log;
-    case UnaryOp::sqrt:
-      return cuda::UnaryOp::sqrt;
-    case UnaryOp::rsqrt:
-      return cuda::UnaryOp::rsqrt;
-    case UnaryOp::abs:
-      return cuda::UnaryOp::abs;
-    case UnaryOp::relu:
-      return cuda::UnaryOp::relu;
-    case UnaryOp::sigmoid:
-      return cuda::UnaryOp::sigmoid;
-    case UnaryOp::tanh:
-      return cuda::UnaryOp::tanh;
-    case UnaryOp::gelu:
-      return cuda::UnaryOp::gelu;
-    case UnaryOp::gelu_tanh:
-      return cuda::UnaryOp::gelu_tanh;
-    case UnaryOp::sign:
-      return cuda::UnaryOp::sign;
-    case UnaryOp::silu:
-      return cuda::UnaryOp::silu;
-    case UnaryOp::hardswish:
-      return cuda::UnaryOp::hardswish;
+#define STOKE_TO_CUDA(name) \
+  case UnaryOp::name:       \
+    return cuda::UnaryOp::name;
+    STOKE_UNARY_OPS(STOKE_TO_CUDA)
+#undef STOKE_TO_CUDA
   }
-  return cuda::UnaryOp::neg;
+  STOKE_FAIL("unary", "unknown op ", static_cast<int>(op));
 }
 
 Tensor map_unary(const char* op, const Tensor& x_in, cuda::UnaryOp kind,
