@@ -1,0 +1,237 @@
+#include "dist/communicator.h"
+
+#include <utility>
+
+namespace stoke::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return "sum";
+    case ReduceOp::avg:
+      return "avg";
+    case ReduceOp::max:
+      return "max";
+  }
+  return "?";
+}
+
+void Work::wait() const {
+  STOKE_CHECK(done_.valid(), "Work::wait", "this Work handle holds no work");
+  done_.get();  // rethrows the work's error
+}
+
+bool Work::is_completed() const {
+  return done_.valid() && done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+Communicator::~Communicator() {
+  stop_worker();
+}
+
+Communicator::Scope::Scope(Communicator& comm, const char* name)
+    : comm_(comm), saved_label_(comm.label_), seq_(comm.next_seq_++) {
+  comm_.label_ = detail::str_cat(name, " #", seq_);
+  ++comm_.scope_depth_;
+  comm_.on_collective_start(seq_);
+}
+
+Communicator::Scope::~Scope() {
+  --comm_.scope_depth_;
+  comm_.label_ = std::move(saved_label_);
+}
+
+namespace {
+
+void check_tensor(const Tensor& t, const std::string& op, const char* what) {
+  STOKE_CHECK(t.defined(), op.c_str(), what, " is an undefined tensor");
+  STOKE_CHECK(t.is_contiguous(), op.c_str(), what, " must be contiguous, got strides ", t.strides(),
+              " for shape ", t.shape());
+}
+
+void check_peer(const Communicator& c, int peer, const char* what) {
+  STOKE_CHECK(peer >= 0 && peer < c.size(), c.op_label().c_str(), what, " rank ", peer,
+              " is outside the group of ", c.size(), " ranks");
+}
+
+}  // namespace
+
+// A point-to-point call outside a collective is named by itself; inside one (a ring step), the
+// collective's label stays so that errors name the collective and its sequence number.
+class Communicator::P2pLabel {
+ public:
+  P2pLabel(Communicator& c, const char* name) : c_(c) {
+    if (c_.scope_depth_ == 0) c_.label_ = name;
+  }
+  ~P2pLabel() {
+    if (c_.scope_depth_ == 0) c_.label_.clear();
+  }
+
+ private:
+  Communicator& c_;
+};
+
+void Communicator::send(const Tensor& t, int dst, int tag) {
+  run_in_order([&] {
+    P2pLabel label(*this, "send");
+    check_tensor(t, label_, "the sent tensor");
+    check_peer(*this, dst, "destination");
+    do_send(t, dst, tag);
+  });
+}
+
+void Communicator::recv(Tensor& t, int src, int tag) {
+  run_in_order([&] {
+    P2pLabel label(*this, "recv");
+    check_tensor(t, label_, "the receiving tensor");
+    check_peer(*this, src, "source");
+    do_recv(t, src, tag);
+  });
+}
+
+void Communicator::sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) {
+  run_in_order([&] {
+    P2pLabel label(*this, "sendrecv");
+    check_tensor(out, label_, "the sent tensor");
+    check_tensor(in, label_, "the receiving tensor");
+    check_peer(*this, dst, "destination");
+    check_peer(*this, src, "source");
+    do_sendrecv(out, dst, in, src, tag);
+  });
+}
+
+void Communicator::do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) {
+  if (rank() % 2 == 0) {
+    do_send(out, dst, tag);
+    do_recv(in, src, tag);
+  } else {
+    do_recv(in, src, tag);
+    do_send(out, dst, tag);
+  }
+}
+
+void Communicator::allreduce(Tensor& t, ReduceOp op) {
+  run_in_order([&] {
+    Scope scope(*this, "allreduce");
+    check_tensor(t, label_, "the tensor");
+    do_allreduce(t, op);
+  });
+}
+
+void Communicator::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  run_in_order([&] {
+    Scope scope(*this, "reduce_scatter");
+    check_tensor(input, label_, "the input");
+    check_tensor(output, label_, "the output");
+    STOKE_CHECK(input.numel() == output.numel() * size(), label_.c_str(), "rank ", rank(),
+                ": the input must have ", size(), " x ", output.numel(),
+                " elements (ranks x output), got ", input.numel());
+    STOKE_CHECK(input.dtype() == output.dtype(), label_.c_str(), "rank ", rank(), ": input dtype ",
+                input.dtype(), " differs from output dtype ", output.dtype());
+    do_reduce_scatter(input, output, op);
+  });
+}
+
+void Communicator::allgather(const Tensor& input, Tensor& output) {
+  run_in_order([&] {
+    Scope scope(*this, "allgather");
+    check_tensor(input, label_, "the input");
+    check_tensor(output, label_, "the output");
+    STOKE_CHECK(output.numel() == input.numel() * size(), label_.c_str(), "rank ", rank(),
+                ": the output must have ", size(), " x ", input.numel(),
+                " elements (ranks x input), got ", output.numel());
+    STOKE_CHECK(input.dtype() == output.dtype(), label_.c_str(), "rank ", rank(), ": input dtype ",
+                input.dtype(), " differs from output dtype ", output.dtype());
+    do_allgather(input, output);
+  });
+}
+
+void Communicator::broadcast(Tensor& t, int root) {
+  run_in_order([&] {
+    Scope scope(*this, "broadcast");
+    check_tensor(t, label_, "the tensor");
+    check_peer(*this, root, "root");
+    do_broadcast(t, root);
+  });
+}
+
+void Communicator::barrier() {
+  run_in_order([&] {
+    Scope scope(*this, "barrier");
+    do_barrier();
+  });
+}
+
+Work Communicator::allreduce_async(Tensor t, ReduceOp op) {
+  return run_async([this, t, op]() mutable { allreduce(t, op); });
+}
+
+Work Communicator::reduce_scatter_async(Tensor input, Tensor output, ReduceOp op) {
+  return run_async([this, input, output, op]() mutable { reduce_scatter(input, output, op); });
+}
+
+Work Communicator::allgather_async(Tensor input, Tensor output) {
+  return run_async([this, input, output]() mutable { allgather(input, output); });
+}
+
+Work Communicator::broadcast_async(Tensor t, int root) {
+  return run_async([this, t, root]() mutable { broadcast(t, root); });
+}
+
+Work Communicator::barrier_async() {
+  return run_async([this] { barrier(); });
+}
+
+Work Communicator::run_async(std::function<void()> fn) {
+  std::packaged_task<void()> task(std::move(fn));
+  Work work(task.get_future().share());
+  std::lock_guard<std::mutex> lock(mutex_);
+  STOKE_CHECK(!stopping_, "run_async", "the communicator is shutting down");
+  if (!worker_.joinable()) {
+    worker_ = std::thread([this] { worker_loop(); });
+    worker_id_ = worker_.get_id();
+  }
+  queue_.push_back(std::move(task));
+  ++pending_;
+  cv_.notify_all();
+  return work;
+}
+
+void Communicator::run_in_order(const std::function<void()>& fn) {
+  bool here;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // On the worker (a run_async body calling send/recv) or with nothing pending: run here.
+    here = pending_ == 0 || std::this_thread::get_id() == worker_id_;
+  }
+  if (here) {
+    fn();
+  } else {
+    run_async([&fn] { fn(); }).wait();
+  }
+}
+
+void Communicator::worker_loop() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything queued has run
+    std::packaged_task<void()> task = std::move(queue_.front());
+    queue_.pop_front();
+    lock.unlock();
+    task();  // stores the error in the Work's future
+    lock.lock();
+    --pending_;
+  }
+}
+
+void Communicator::stop_worker() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+    cv_.notify_all();
+  }
+  if (worker_.joinable() && std::this_thread::get_id() != worker_.get_id()) worker_.join();
+}
+
+}  // namespace stoke::dist

@@ -1,0 +1,142 @@
+// The communicator: ranks of a data-parallel job exchanging tensors (docs/design.md, "dist/").
+// Engines implement the virtual do_* methods (InProcessCommunicator here; MPI and NCCL later);
+// stoke's own ring (dist/ring.h) is built on send/recv of any of them.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "core/tensor.h"
+
+namespace stoke::dist {
+
+enum class ReduceOp { sum, avg, max };
+const char* reduce_op_name(ReduceOp op);
+
+// A handle on non-blocking work. wait() blocks until the work is done and rethrows its error;
+// waiting twice is allowed (the second returns or throws at once).
+class Work {
+ public:
+  Work() = default;
+  explicit Work(std::shared_future<void> done) : done_(std::move(done)) {}
+  void wait() const;
+  bool is_completed() const;  // true once it finished, successfully or not
+  bool valid() const { return done_.valid(); }
+
+ private:
+  std::shared_future<void> done_;
+};
+
+// One rank's end of a group. Collectives are matched across ranks by the order in which they are
+// issued, so every rank must issue the same collectives in the same order; each carries a sequence
+// number (0, 1, ...) that errors name: "stoke::allreduce #12: rank 1 has 999 elements, rank 0 has
+// 1000". Tensors are contiguous; collectives work in place.
+//
+// A Communicator is driven by one user thread at a time. Non-blocking calls (*_async) run, in
+// issue order, on a worker thread that each communicator starts on first use; a blocking call
+// issued while non-blocking work is pending queues behind it, so issue order is always kept.
+class Communicator {
+ public:
+  virtual ~Communicator();
+  Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual int local_rank() const { return rank(); }  // this rank's index on its machine
+
+  // Point to point, tags >= 0 (negative tags are stoke's own). Messages between two ranks with the
+  // same tag arrive in the order they were sent; recv checks the element count and dtype.
+  void send(const Tensor& t, int dst, int tag = 0);
+  void recv(Tensor& t, int src, int tag = 0);
+  // Sends `out` to dst and receives `in` from src without deadlocking when every rank of a ring
+  // calls it at once, whether or not the engine buffers sends.
+  void sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag = 0);
+
+  // Collectives, the engine's own ("native") algorithms.
+  void allreduce(Tensor& t, ReduceOp op = ReduceOp::sum);
+  // input has size() * output.numel() elements; rank r gets the reduction of block r.
+  void reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op = ReduceOp::sum);
+  // output has size() * input.numel() elements; block r is rank r's input.
+  void allgather(const Tensor& input, Tensor& output);
+  void broadcast(Tensor& t, int root);
+  void barrier();
+
+  // Non-blocking versions: the tensors must stay alive and untouched until wait() returns.
+  Work allreduce_async(Tensor t, ReduceOp op = ReduceOp::sum);
+  Work reduce_scatter_async(Tensor input, Tensor output, ReduceOp op = ReduceOp::sum);
+  Work allgather_async(Tensor input, Tensor output);
+  Work broadcast_async(Tensor t, int root);
+  Work barrier_async();
+  // Runs fn on the worker thread in order with the other non-blocking calls (e.g. a ring
+  // allreduce: comm.run_async([&] { ring_allreduce(comm, t); })).
+  Work run_async(std::function<void()> fn);
+
+  // Runs fn here now, or, while non-blocking work is pending, on the worker after it (and waits):
+  // the entry point of algorithms built on send/recv (dist/ring.h), which open a Scope inside.
+  void run_in_order(const std::function<void()>& fn);
+
+  // For algorithms built on send/recv, inside run_in_order: numbers the next collective and names
+  // it in the errors this communicator throws until the returned scope ends.
+  class Scope {
+   public:
+    Scope(Communicator& comm, const char* name);
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+    int64_t seq() const { return seq_; }
+
+   private:
+    Communicator& comm_;
+    std::string saved_label_;
+    int64_t seq_;
+  };
+  // "allreduce #12" inside a collective, else the point-to-point call's name ("recv").
+  const std::string& op_label() const { return label_; }
+
+ protected:
+  // The engine. Each is called with the arguments checked (contiguous, cpu or the engine's
+  // device, sizes consistent on this rank) and op_label() set.
+  virtual void do_send(const Tensor& t, int dst, int tag) = 0;
+  virtual void do_recv(Tensor& t, int src, int tag) = 0;
+  // Default: even ranks send first, odd ranks receive first, so a ring of blocking sends always
+  // has a rank that receives and never deadlocks. Buffering engines override it (send, then recv).
+  virtual void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag);
+  virtual void do_allreduce(Tensor& t, ReduceOp op) = 0;
+  virtual void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) = 0;
+  virtual void do_allgather(const Tensor& input, Tensor& output) = 0;
+  virtual void do_broadcast(Tensor& t, int root) = 0;
+  virtual void do_barrier() = 0;
+
+  // Called as collective number seq starts on this rank (an engine's watchdog uses it to tell
+  // which ranks never arrived).
+  virtual void on_collective_start(int64_t seq) { (void)seq; }
+
+  // Derived destructors call this first: the worker may be inside a do_* method.
+  void stop_worker();
+
+ private:
+  void worker_loop();
+
+  class P2pLabel;
+  std::string label_;
+  int scope_depth_ = 0;
+  int64_t next_seq_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::packaged_task<void()>> queue_;
+  int64_t pending_ = 0;  // queued or running on the worker
+  bool stopping_ = false;
+  std::thread worker_;
+  std::thread::id worker_id_;
+};
+
+}  // namespace stoke::dist

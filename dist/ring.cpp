@@ -1,0 +1,260 @@
+#include "dist/ring.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <string_view>
+
+namespace stoke::dist {
+
+namespace {
+
+constexpr int kRingTag = -1;  // the ring's messages; user tags are >= 0
+
+int mod(int a, int n) {
+  return ((a % n) + n) % n;
+}
+
+std::ostream* trace_sink(const RingOptions& o) {
+  if (o.trace) return o.trace;
+  const char* env = std::getenv("STOKE_RING_TRACE");
+  return env && std::string_view(env) == "1" ? &std::cerr : nullptr;
+}
+
+void trace_line(std::ostream* os, const std::string& line) {
+  static std::mutex cerr_mutex;  // ranks are threads in-process: one line at a time on cerr
+  if (os == &std::cerr) {
+    std::lock_guard<std::mutex> lock(cerr_mutex);
+    *os << line << std::flush;
+  } else {
+    *os << line;
+  }
+}
+
+template <class F>
+void visit_floating(DType dtype, const std::string& label, F&& f) {
+  switch (dtype) {
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::f16:
+      return f(Half{});
+    case DType::bf16:
+      return f(BFloat16{});
+    default:
+      STOKE_FAIL(label.c_str(), "the ring reduces f32, f64, f16 or bf16 tensors, got ", dtype);
+  }
+}
+
+// acc[i] = acc[i] op in[i], rounding to T once (half types compute in f32).
+template <class T>
+void reduce_into(T* acc, const T* in, int64_t n, ReduceOp op) {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  if (op == ReduceOp::max) {
+    for (int64_t i = 0; i < n; ++i)
+      acc[i] = T(std::max(static_cast<Acc>(acc[i]), static_cast<Acc>(in[i])));
+  } else {
+    for (int64_t i = 0; i < n; ++i) acc[i] = T(static_cast<Acc>(acc[i]) + static_cast<Acc>(in[i]));
+  }
+}
+
+template <class T>
+void divide(T* p, int64_t n, int by) {
+  using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  for (int64_t i = 0; i < n; ++i) p[i] = T(static_cast<Acc>(p[i]) / static_cast<Acc>(by));
+}
+
+// One ring phase over `flat` (a contiguous 1-D view) whose chunks are `chunks`.
+class Ring {
+ public:
+  Ring(Communicator& comm, Tensor flat, std::vector<RingChunk> chunks, const RingOptions& o,
+       int total_steps)
+      : comm_(comm),
+        flat_(std::move(flat)),
+        chunks_(std::move(chunks)),
+        trace_(trace_sink(o)),
+        total_steps_(total_steps),
+        n_(comm.size()),
+        r_(comm.rank()) {
+    seg_ = std::max<int64_t>(1, o.segment_bytes / static_cast<int64_t>(flat_.element_size()));
+  }
+
+  // Afterwards rank r holds chunk r reduced over every rank.
+  void reduce_scatter(ReduceOp op) {
+    Tensor scratch = empty({seg_}, {.dtype = flat_.dtype()});
+    for (int s = 0; s < n_ - 1; ++s) {
+      const int send_c = mod(r_ - s - 1, n_), recv_c = mod(r_ - s - 2, n_);
+      trace(s, "reduce-scatter", send_c, recv_c, "reduce");
+      exchange(send_c, recv_c, [&](int64_t begin, int64_t len) {
+        Tensor in = scratch.narrow(0, 0, len);
+        return std::make_pair(in, [this, in, begin, len, op] {
+          visit_floating(flat_.dtype(), comm_.op_label(), [&](auto zero) {
+            using T = decltype(zero);
+            reduce_into(flat_.data<T>() + begin, in.data<T>(), len, op);
+          });
+        });
+      });
+    }
+  }
+
+  // Rank r's chunk r travels to every rank.
+  void allgather(int first_step) {
+    for (int s = 0; s < n_ - 1; ++s) {
+      const int send_c = mod(r_ - s, n_), recv_c = mod(r_ - s - 1, n_);
+      trace(first_step + s, "allgather", send_c, recv_c, "copy");
+      exchange(send_c, recv_c, [&](int64_t begin, int64_t len) {
+        return std::make_pair(flat_.narrow(0, begin, len), [] {});
+      });
+    }
+  }
+
+  void divide_own_chunk() {
+    const RingChunk c = chunks_[r_];
+    visit_floating(flat_.dtype(), comm_.op_label(), [&](auto zero) {
+      using T = decltype(zero);
+      divide(flat_.data<T>() + c.begin, c.end - c.begin, n_);
+    });
+  }
+
+ private:
+  int64_t segments(int c) const {
+    const int64_t len = chunks_[c].end - chunks_[c].begin;
+    return std::max<int64_t>(1, (len + seg_ - 1) / seg_);  // an empty chunk still sends one
+  }
+
+  // Sends chunk send_c to the next rank and receives chunk recv_c from the previous one, segment
+  // by segment; target(begin, len) gives the tensor a received segment lands in and what to do
+  // with it then.
+  template <class Target>
+  void exchange(int send_c, int recv_c, Target target) {
+    const int next = mod(r_ + 1, n_), prev = mod(r_ - 1, n_);
+    const int64_t k_end = std::max(segments(send_c), segments(recv_c));
+    for (int64_t k = 0; k < k_end; ++k) {
+      const bool sending = k < segments(send_c), receiving = k < segments(recv_c);
+      Tensor out;
+      if (sending) {
+        const int64_t b = chunks_[send_c].begin + k * seg_;
+        out = flat_.narrow(0, b, std::min(seg_, chunks_[send_c].end - b));
+      }
+      if (receiving) {
+        const int64_t b = chunks_[recv_c].begin + k * seg_;
+        auto [in, then] = target(b, std::min(seg_, chunks_[recv_c].end - b));
+        if (sending)
+          comm_.sendrecv(out, next, in, prev, kRingTag);
+        else
+          comm_.recv(in, prev, kRingTag);
+        then();
+      } else {
+        comm_.send(out, next, kRingTag);
+      }
+    }
+  }
+
+  void trace(int step, const char* phase, int send_c, int recv_c, const char* action) {
+    if (!trace_) return;
+    const RingChunk s = chunks_[send_c], r = chunks_[recv_c];
+    trace_line(trace_, detail::str_cat(comm_.op_label(), " rank ", r_, "/", n_, " step ", step + 1,
+                                       "/", total_steps_, " ", phase, ": send chunk ", send_c, " [",
+                                       s.begin, ", ", s.end, ") to rank ", mod(r_ + 1, n_),
+                                       ", recv chunk ", recv_c, " [", r.begin, ", ", r.end,
+                                       ") from rank ", mod(r_ - 1, n_), ", ", action, "\n"));
+  }
+
+  Communicator& comm_;
+  Tensor flat_;
+  std::vector<RingChunk> chunks_;
+  std::ostream* trace_;
+  int total_steps_;
+  int n_, r_;
+  int64_t seg_ = 1;
+};
+
+std::vector<RingChunk> chunks_of(int64_t numel, int ranks) {
+  std::vector<RingChunk> c(ranks);
+  for (int i = 0; i < ranks; ++i) c[i] = ring_chunk(numel, ranks, i);
+  return c;
+}
+
+void check_contiguous(const Tensor& t, const std::string& label, const char* what) {
+  STOKE_CHECK(t.defined() && t.is_contiguous(), label.c_str(), what,
+              " must be a defined, contiguous tensor");
+}
+
+}  // namespace
+
+RingChunk ring_chunk(int64_t numel, int ranks, int chunk) {
+  const int64_t q = numel / ranks, rem = numel % ranks;
+  const int64_t begin = chunk * q + std::min<int64_t>(chunk, rem);
+  return {begin, begin + q + (chunk < rem ? 1 : 0)};
+}
+
+void ring_allreduce(Communicator& comm, Tensor& t, ReduceOp op, const RingOptions& options) {
+  comm.run_in_order([&] {
+    Communicator::Scope scope(comm, "ring_allreduce");
+    check_contiguous(t, comm.op_label(), "the tensor");
+    visit_floating(t.dtype(), comm.op_label(), [](auto) {});
+    const int n = comm.size();
+    Ring ring(comm, t.view({t.numel()}), chunks_of(t.numel(), n), options, 2 * (n - 1));
+    ring.reduce_scatter(op);
+    if (op == ReduceOp::avg) ring.divide_own_chunk();
+    ring.allgather(n - 1);
+  });
+}
+
+void ring_reduce_scatter(Communicator& comm, const Tensor& input, Tensor& output, ReduceOp op,
+                         const RingOptions& options) {
+  comm.run_in_order([&] {
+    Communicator::Scope scope(comm, "ring_reduce_scatter");
+    const std::string& label = comm.op_label();
+    check_contiguous(input, label, "the input");
+    check_contiguous(output, label, "the output");
+    const int n = comm.size();
+    STOKE_CHECK(input.numel() == output.numel() * n, label.c_str(), "rank ", comm.rank(),
+                ": the input must have ", n, " x ", output.numel(), " elements, got ",
+                input.numel());
+    STOKE_CHECK(input.dtype() == output.dtype(), label.c_str(), "input dtype ", input.dtype(),
+                " differs from output dtype ", output.dtype());
+    visit_floating(input.dtype(), label, [](auto) {});
+    // A copy, so that the input is not overwritten; memcpy rather than clone(), which may run on
+    // the thread pool shared by every rank thread.
+    Tensor work = empty({input.numel()}, {.dtype = input.dtype()});
+    if (input.numel())
+      std::memcpy(work.data_ptr(), input.data_ptr(),
+                  static_cast<size_t>(input.numel()) * input.element_size());
+    Ring ring(comm, work, chunks_of(work.numel(), n), options, n - 1);
+    ring.reduce_scatter(op);
+    if (op == ReduceOp::avg) ring.divide_own_chunk();
+    const int64_t b = output.numel();
+    if (b)
+      std::memcpy(output.data_ptr(), work.narrow(0, comm.rank() * b, b).data_ptr(),
+                  static_cast<size_t>(b) * output.element_size());
+  });
+}
+
+void ring_allgather(Communicator& comm, const Tensor& input, Tensor& output,
+                    const RingOptions& options) {
+  comm.run_in_order([&] {
+    Communicator::Scope scope(comm, "ring_allgather");
+    const std::string& label = comm.op_label();
+    check_contiguous(input, label, "the input");
+    check_contiguous(output, label, "the output");
+    const int n = comm.size();
+    STOKE_CHECK(output.numel() == input.numel() * n, label.c_str(), "rank ", comm.rank(),
+                ": the output must have ", n, " x ", input.numel(), " elements, got ",
+                output.numel());
+    STOKE_CHECK(input.dtype() == output.dtype(), label.c_str(), "input dtype ", input.dtype(),
+                " differs from output dtype ", output.dtype());
+    Tensor flat = output.view({output.numel()});
+    const int64_t b = input.numel();
+    if (b)
+      std::memcpy(flat.narrow(0, comm.rank() * b, b).data_ptr(), input.data_ptr(),
+                  static_cast<size_t>(b) * input.element_size());
+    Ring ring(comm, flat, chunks_of(flat.numel(), n), options, n - 1);
+    ring.allgather(0);
+  });
+}
+
+}  // namespace stoke::dist
