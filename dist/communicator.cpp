@@ -17,12 +17,16 @@ const char* reduce_op_name(ReduceOp op) {
 }
 
 void Work::wait() const {
-  STOKE_CHECK(done_.valid(), "Work::wait", "this Work handle holds no work");
-  done_.get();  // rethrows the work's error
+  STOKE_CHECK(state_, "Work::wait", "this Work handle holds no work");
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->cv.wait(lock, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
 }
 
 bool Work::is_completed() const {
-  return done_.valid() && done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  if (!state_) return false;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->done;
 }
 
 Communicator::~Communicator() {
@@ -183,18 +187,19 @@ Work Communicator::barrier_async() {
 }
 
 Work Communicator::run_async(std::function<void()> fn) {
-  std::packaged_task<void()> task(std::move(fn));
-  Work work(task.get_future().share());
+  auto state = std::make_shared<Work::State>();
+  std::vector<Job> finished;  // released here, on the user thread, after the lock
   std::lock_guard<std::mutex> lock(mutex_);
+  finished.swap(finished_);
   STOKE_CHECK(!stopping_, "run_async", "the communicator is shutting down");
   if (!worker_.joinable()) {
     worker_ = std::thread([this] { worker_loop(); });
     worker_id_ = worker_.get_id();
   }
-  queue_.push_back(std::move(task));
+  queue_.push_back({std::move(fn), state});
   ++pending_;
   cv_.notify_all();
-  return work;
+  return Work(std::move(state));
 }
 
 void Communicator::run_in_order(const std::function<void()>& fn) {
@@ -216,11 +221,23 @@ void Communicator::worker_loop() {
   for (;;) {
     cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stopping, and everything queued has run
-    std::packaged_task<void()> task = std::move(queue_.front());
+    Job job = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    task();  // stores the error in the Work's future
+    std::exception_ptr error;
+    try {
+      job.fn();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> done(job.state->mutex);
+      job.state->error = std::move(error);
+      job.state->done = true;
+      job.state->cv.notify_all();
+    }
     lock.lock();
+    finished_.push_back(std::move(job));
     --pending_;
   }
 }

@@ -6,11 +6,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
-#include <future>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -23,14 +25,23 @@ const char* reduce_op_name(ReduceOp op);
 // waiting twice is allowed (the second returns or throws at once).
 class Work {
  public:
+  // Shared by the handle and the worker thread. The worker hands over the error under the mutex
+  // and keeps no reference to it, so that only the waiting thread touches the exception object
+  // afterwards (exception_ptr's count lives in uninstrumented libstdc++, invisible to TSan).
+  struct State {
+    std::mutex mutex;
+    std::condition_variable cv;
+    bool done = false;
+    std::exception_ptr error;
+  };
   Work() = default;
-  explicit Work(std::shared_future<void> done) : done_(std::move(done)) {}
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
   void wait() const;
   bool is_completed() const;  // true once it finished, successfully or not
-  bool valid() const { return done_.valid(); }
+  bool valid() const { return state_ != nullptr; }
 
  private:
-  std::shared_future<void> done_;
+  std::shared_ptr<State> state_;
 };
 
 // One rank's end of a group. Collectives are matched across ranks by the order in which they are
@@ -132,7 +143,15 @@ class Communicator {
 
   std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<std::packaged_task<void()>> queue_;
+  struct Job {
+    std::function<void()> fn;
+    std::shared_ptr<Work::State> state;
+  };
+  std::deque<Job> queue_;
+  // Jobs the worker finished, released by the user thread (next run_async, or stop_worker): the
+  // worker never drops the last reference to a Work's state or to a captured tensor, so the
+  // thread that used them frees them (GCC 12's shared_ptr release path is opaque to TSan).
+  std::vector<Job> finished_;
   int64_t pending_ = 0;  // queued or running on the worker
   bool stopping_ = false;
   std::thread worker_;

@@ -181,6 +181,9 @@ std::vector<RingChunk> chunks_of(int64_t numel, int ranks) {
 void check_contiguous(const Tensor& t, const std::string& label, const char* what) {
   STOKE_CHECK(t.defined() && t.is_contiguous(), label.c_str(), what,
               " must be a defined, contiguous tensor");
+  // The reduce step is host code: cuda tensors go through an engine's native collectives.
+  STOKE_CHECK(t.device().is_cpu(), label.c_str(), what, " is on ", t.device().str(),
+              ": the ring reduces cpu tensors");
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // The ring's chunking and its step-by-step trace.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <iostream>
 #include <regex>
 #include <sstream>
 
@@ -113,4 +115,22 @@ TEST_CASE("ring trace: reduce_scatter and allgather alone take N-1 steps", "[dis
     for (const Step& s : a) CHECK(s.phase == "reduce-scatter");
     for (const Step& s : b) CHECK(s.phase == "allgather");
   }
+}
+
+TEST_CASE("ring trace: STOKE_RING_TRACE=1 prints the steps on stderr", "[dist]") {
+  // Set before the rank threads start and cleared after they end: no thread reads the
+  // environment while it changes.
+  std::ostringstream captured;
+  std::streambuf* saved = std::cerr.rdbuf(captured.rdbuf());
+  ::setenv("STOKE_RING_TRACE", "1", 1);
+  run_ranks(3, [](Communicator& c) {
+    Tensor t = ones({5});
+    ring_allreduce(c, t);
+  });
+  ::unsetenv("STOKE_RING_TRACE");
+  std::cerr.rdbuf(saved);
+  int lines = 0;
+  std::istringstream in(captured.str());
+  for (std::string l; std::getline(in, l);) lines += l.starts_with("ring_allreduce #0 rank ");
+  CHECK(lines == 3 * 2 * 2);  // 3 ranks, 2(N-1) = 4 steps each
 }
