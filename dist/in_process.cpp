@@ -5,7 +5,11 @@
 #include <exception>
 #include <thread>
 
+#include "dist/reduce_dtype.h"
+
 namespace stoke::dist {
+
+using internal::visit_floating;
 
 namespace {
 
@@ -16,22 +20,6 @@ std::vector<std::byte> copy_bytes(const Tensor& t) {
   std::vector<std::byte> b(n);
   if (n) std::memcpy(b.data(), t.data_ptr(), n);
   return b;
-}
-
-template <class F>
-void visit_floating(DType dtype, const std::string& label, F&& f) {
-  switch (dtype) {
-    case DType::f32:
-      return f(float{});
-    case DType::f64:
-      return f(double{});
-    case DType::f16:
-      return f(Half{});
-    case DType::bf16:
-      return f(BFloat16{});
-    default:
-      STOKE_FAIL(label.c_str(), "reductions take f32, f64, f16 or bf16 tensors, got ", dtype);
-  }
 }
 
 void accumulate(std::vector<double>& acc, const void* src, DType dtype, ReduceOp op, bool first,

@@ -7,7 +7,11 @@
 #include <mutex>
 #include <string_view>
 
+#include "dist/reduce_dtype.h"
+
 namespace stoke::dist {
+
+using internal::visit_floating;
 
 namespace {
 
@@ -30,22 +34,6 @@ void trace_line(std::ostream* os, const std::string& line) {
     *os << line << std::flush;
   } else {
     *os << line;
-  }
-}
-
-template <class F>
-void visit_floating(DType dtype, const std::string& label, F&& f) {
-  switch (dtype) {
-    case DType::f32:
-      return f(float{});
-    case DType::f64:
-      return f(double{});
-    case DType::f16:
-      return f(Half{});
-    case DType::bf16:
-      return f(BFloat16{});
-    default:
-      STOKE_FAIL(label.c_str(), "the ring reduces f32, f64, f16 or bf16 tensors, got ", dtype);
   }
 }
 
