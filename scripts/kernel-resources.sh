@@ -176,10 +176,18 @@ if len(dem) != len(mangled):
     die("c++filt returned a different number of names")
 demangled = dict(zip(mangled, dem))
 
-# Enumerators of `enum class` in cuda/kernels, so that (CompareOp)2 reads `lt`.
+# Enumerators of `enum class` in cuda/kernels, so that (CompareOp)2 reads `lt`. Enums declared
+# from core/elementwise_ops.h's lists (enum class E { STOKE_BINARY_OPS(STOKE_ENUMERATOR) }) have
+# those lists expanded first.
+op_lists = {}
+ops_header = open(os.path.join(repo, "core", "elementwise_ops.h"), encoding="utf-8").read()
+for m in re.finditer(r"#define\s+(STOKE_\w+_OPS)\(X\)((?:[^\n]*\\\n)*[^\n]*)", ops_header):
+    op_lists[m.group(1)] = re.findall(r"X\((\w+)\)", m.group(2))
 enums = {}
 for path in sorted(glob.glob(os.path.join(repo, "cuda", "kernels", "*.[hc]*"))):
     text = re.sub(r"//[^\n]*", "", open(path, encoding="utf-8", errors="replace").read())
+    text = re.sub(r"(STOKE_\w+_OPS)\(STOKE_ENUMERATOR\)",
+                  lambda m: "".join(n + ", " for n in op_lists.get(m.group(1), [m.group(0)])), text)
     for m in re.finditer(r"enum\s+class\s+(\w+)\s*(?::\s*[\w:]+\s*)?\{([^}]*)\}", text):
         values, v = {}, -1
         for item in filter(None, (s.strip() for s in m.group(2).split(","))):
