@@ -1,6 +1,6 @@
-// Differentiable batch normalization: stoke::batch_norm, with PyTorch's semantics (see ops/batch_norm.h).
-// Input, weight and bias are differentiated; the running statistics are buffers, updated in place
-// in training and never differentiated.
+// Differentiable batch normalization: stoke::batch_norm, with PyTorch's semantics (see
+// ops/batch_norm.h). Input, weight and bias are differentiated; the running statistics are buffers,
+// updated in place in training and never differentiated.
 #pragma once
 
 #include "core/tensor.h"

@@ -2,11 +2,11 @@
 
 #include <cmath>
 
+#include "autograd/batch_norm.h"
 #include "autograd/conv2d.h"
 #include "autograd/dropout.h"
 #include "autograd/elementwise.h"
 #include "autograd/linalg.h"
-#include "autograd/batch_norm.h"
 #include "autograd/pool.h"
 #include "core/grad_mode.h"
 #include "nn/init.h"

@@ -8,8 +8,8 @@
 
 #include "core/random.h"
 #include "nn/module.h"
-#include "ops/conv2d.h"
 #include "ops/batch_norm.h"
+#include "ops/conv2d.h"
 #include "ops/pool.h"
 
 namespace stoke::nn {

@@ -1,6 +1,7 @@
 // The umbrella header: everything a user of stoke needs.
 #pragma once
 
+#include "autograd/batch_norm.h"
 #include "autograd/conv2d.h"
 #include "autograd/dropout.h"
 #include "autograd/elementwise.h"
@@ -10,7 +11,6 @@
 #include "autograd/index.h"
 #include "autograd/linalg.h"
 #include "autograd/loss.h"
-#include "autograd/batch_norm.h"
 #include "autograd/pool.h"
 #include "autograd/reduce.h"
 #include "autograd/softmax.h"

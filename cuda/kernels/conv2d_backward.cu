@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "cuda/kernels/creation.h"
 #include "cuda/kernels/conv2d_im2col.h"
+#include "cuda/kernels/creation.h"
 #include "cuda/kernels/sgemm.h"
 
 namespace stoke::cuda {

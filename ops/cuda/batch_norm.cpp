@@ -1,16 +1,16 @@
-// Batch norm on cuda tensors: ops/batch_norm.h translated to cuda/kernels/batch_norm.h (our kernels in
-// both builds; cuDNN's batch norm in cuda/vendor is exercised by stoke-gpu-selftest, and which one
-// the dispatch uses is to be chosen by measurement on a GPU).
+// Batch norm on cuda tensors: ops/batch_norm.h translated to cuda/kernels/batch_norm.h (our kernels
+// in both builds; cuDNN's batch norm in cuda/vendor is exercised by stoke-gpu-selftest, and which
+// one the dispatch uses is to be chosen by measurement on a GPU).
 //
 // Dtypes: an f32 input takes f32 per-channel tensors, as on the CPU. An f16 or bf16 input takes
 // f32 per-channel tensors (weight, bias, running and saved statistics), as cuDNN's and PyTorch's
 // mixed-precision batch norm do: the statistics of half values need f32 to stay accurate.
 #include "cuda/kernels/batch_norm.h"
 #include "cuda/kernels/elementwise_util.h"
+#include "ops/batch_norm.h"
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
-#include "ops/batch_norm.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {

@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
-#include "autograd/dropout.h"
 #include "autograd/batch_norm.h"
+#include "autograd/dropout.h"
 #include "stoke/stoke.h"
 
 using namespace stoke;

@@ -1,6 +1,7 @@
 // compare_kernel, compare_scalar_kernel, where_kernel and select_or_zero_kernel
-// (cuda/kernels/elementwise_compare.cu) in cuda/emu against the CPU ops: broadcasting, non-contiguous
-// operands, NaN, every dtype, and sizes that are not multiples of the 256-thread block.
+// (cuda/kernels/elementwise_compare.cu) in cuda/emu against the CPU ops: broadcasting,
+// non-contiguous operands, NaN, every dtype, and sizes that are not multiples of the 256-thread
+// block.
 #include <catch2/catch.hpp>
 
 #include <cmath>

@@ -1,5 +1,6 @@
-// int_binary_kernel, int_binary_scalar_kernel and int_sum_kernel (cuda/kernels/elementwise_integer.cu) in
-// cuda/emu against the CPU ops on i32, i64 and u8 (wrapping overflow included) and bool sums.
+// int_binary_kernel, int_binary_scalar_kernel and int_sum_kernel
+// (cuda/kernels/elementwise_integer.cu) in cuda/emu against the CPU ops on i32, i64 and u8
+// (wrapping overflow included) and bool sums.
 #include <catch2/catch.hpp>
 
 #include "core/random.h"
