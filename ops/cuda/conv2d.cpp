@@ -105,6 +105,21 @@ void stoke_backward(const Geometry& g, const Tensor& gy_in, const Tensor& x_in, 
                         chunk, launch_stream());
 }
 
+#ifndef STOKE_CUDA_EMU
+// The geometry cuDNN's forward and backward calls take.
+cuda::ConvGeometry cudnn_geometry(const Geometry& g, const Conv2dOptions& o, DType dtype) {
+  cuda::ConvGeometry c;
+  c.n = g.N, c.c = g.C, c.h = g.H, c.w = g.W, c.k = g.K, c.r = g.kh, c.s = g.kw;
+  c.stride = o.stride;
+  c.padding = o.padding;
+  c.dilation = o.dilation;
+  c.groups = o.groups;
+  c.dtype = dtype;
+  c.allow_tf32 = allow_tf32();
+  return c;
+}
+#endif
+
 }  // namespace
 
 int64_t set_conv_column_budget(int64_t floats) {
@@ -133,14 +148,7 @@ Tensor CudaBackend::conv2d(const Tensor& input, const Tensor& weight, const Tens
 #ifndef STOKE_CUDA_EMU
   if (conv_impl() == ConvImpl::cudnn) {
     const Tensor x = input.detach().contiguous(), w = weight.detach().contiguous();
-    cuda::ConvGeometry c;
-    c.n = g.N, c.c = g.C, c.h = g.H, c.w = g.W, c.k = g.K, c.r = g.kh, c.s = g.kw;
-    c.stride = options.stride;
-    c.padding = options.padding;
-    c.dilation = options.dilation;
-    c.groups = options.groups;
-    c.dtype = x.dtype();
-    c.allow_tf32 = allow_tf32();
+    const cuda::ConvGeometry c = cudnn_geometry(g, options, x.dtype());
     Tensor y = empty_on({g.N, g.K, g.OH, g.OW}, x.dtype(), x.device());
     cuda::conv2d_forward(c, x.data_ptr(), w.data_ptr(), y.data_ptr(), launch_stream());
     if (bias.defined()) add_(y, bias.detach().view({1, g.K, 1, 1}));
@@ -167,14 +175,7 @@ Conv2dGrads CudaBackend::conv2d_backward(const Tensor& grad_out, const Tensor& i
 #ifndef STOKE_CUDA_EMU
   if (conv_impl() == ConvImpl::cudnn) {
     const Tensor gyc = gy.contiguous(), xc = x.contiguous(), wc = w.contiguous();
-    cuda::ConvGeometry c;
-    c.n = g.N, c.c = g.C, c.h = g.H, c.w = g.W, c.k = g.K, c.r = g.kh, c.s = g.kw;
-    c.stride = options.stride;
-    c.padding = options.padding;
-    c.dilation = options.dilation;
-    c.groups = options.groups;
-    c.dtype = x.dtype();
-    c.allow_tf32 = allow_tf32();
+    const cuda::ConvGeometry c = cudnn_geometry(g, options, x.dtype());
     if (need_input) {
       r.grad_input = empty_on(x.shape(), x.dtype(), x.device());
       cuda::conv2d_backward_data(c, gyc.data_ptr(), wc.data_ptr(), r.grad_input.data_ptr(),
