@@ -4,27 +4,6 @@
 
 namespace stoke::ops {
 
-void check_cpu(const char* op, std::initializer_list<const Tensor*> tensors) {
-  for (const Tensor* t : tensors)
-    if (t && t->defined())
-      STOKE_CHECK(t->device().is_cpu(), op, "expected cpu tensors, got a tensor on ", t->device(),
-                  " (no kernel for that device yet: move it with .to(Device::cpu()))");
-}
-
-void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors) {
-  const Tensor* first = nullptr;
-  for (const Tensor* t : tensors) {
-    if (!t || !t->defined()) continue;
-    if (!first) {
-      first = t;
-      continue;
-    }
-    STOKE_CHECK(t->device() == first->device(), op, "expected all tensors on the same device, got ",
-                first->device(), " and ", t->device());
-  }
-  check_cpu(op, tensors);
-}
-
 void check_same_dtype(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
                       const char* b_name) {
   STOKE_CHECK(a.dtype() == b.dtype(), op, "expected ", a_name, " and ", b_name,

@@ -2,16 +2,10 @@
 // "stoke::<op>: expected ..., got ...".
 #pragma once
 
-#include <initializer_list>
-
 #include "core/tensor.h"
 
 namespace stoke::ops {
 
-// Every defined tensor must be on the CPU (the only device with kernels in this build).
-void check_cpu(const char* op, std::initializer_list<const Tensor*> tensors);
-// All defined tensors on the same device; names the devices otherwise.
-void check_same_device(const char* op, std::initializer_list<const Tensor*> tensors);
 // a and b have the same dtype (no silent promotion); `what` names the operands ("input", "weight").
 void check_same_dtype(const char* op, const Tensor& a, const char* a_name, const Tensor& b,
                       const char* b_name);
