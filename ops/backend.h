@@ -4,7 +4,7 @@
 // its method on dispatch(op, tensors): the backend of the tensors' device. The methods mirror the
 // ops:: functions one to one and are listed once, in ops/backend_methods.h; each is pure virtual,
 // so a backend without an op's kernel does not compile (never a silent CPU fallback on device
-// memory, never a "not implemented" at run time).
+// memory, never a missing kernel found at run time).
 //
 // Why virtual methods and not a switch in every op: ops/ cannot depend on cuda/ (the real and the
 // emulated backend are two libraries with the same symbols, and a CPU-only build has neither), so
