@@ -141,6 +141,11 @@ ValuesIndices CudaBackend::min_with_indices(const Tensor& x, int64_t dim, bool k
 Tensor CudaBackend::var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction,
                         bool keepdim) {
   const auto mask = reduce_detail::reduce_mask(x.dim(), dims, "var");
+  // f16/bf16 run in f32 and are rounded once at the end, as torch accumulates them: in f16 the sum
+  // of squared deviations overflows 65504 long before the variance does (100,000 values of
+  // variance 1 gave inf on an H200 where the CPU gives 1.00194).
+  if (x.dtype() == DType::f16 || x.dtype() == DType::bf16)
+    return var(x.to(DType::f32), dims, correction, keepdim).to(x.dtype());
   // Two passes (mean, then squared deviations). The corrected two-pass formula
   // (sum d^2 - (sum d)^2 / n): the second term removes, to first order, the error of a mean
   // rounded to the input's precision.
