@@ -30,6 +30,9 @@
 #include "dist/communicator.h"
 #include "dist/in_process.h"
 #include "dist/ring.h"
+#if defined(STOKE_HAS_MPI)
+#include "dist/mpi.h"  // in builds with MPI (CMake's STOKE_MPI)
+#endif
 #include "nn/checkpoint/safetensors.h"
 #include "nn/init.h"
 #include "nn/layers.h"
