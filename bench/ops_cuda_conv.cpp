@@ -19,6 +19,7 @@
 #include "bench/ops_cuda.h"
 #include "cuda/kernels/conv2d_backward.h"
 #include "cuda/kernels/conv2d_implicit_gemm.h"
+#include "cuda/kernels/sgemm.h"
 #include "cuda/vendor/cudnn_conv.h"
 
 namespace stoke::bench::ops_cuda {
@@ -131,7 +132,12 @@ void bench_conv(Bench& b) {
           cuda::conv2d_backward(cg, dy.as<float>(), x.as<float>(), nullptr, nullptr, dw.as<float>(),
                                 workspace.as<float>(), chunk, nullptr);
         });
-        b.rows.back().note = "transpose + im2col + sgemm NT, " + chunks;
+        // The split-K slices of a full chunk's dW SGEMM (conv2d_backward.cu's choice).
+        const auto out = cuda::conv2d_implicit_gemm_output_size(cg);
+        const int64_t slices =
+            cuda::sgemm_split_k_slices(l.k, l.c * l.r * l.r, chunk * out[0] * out[1]);
+        b.rows.back().note =
+            "transpose + im2col + sgemm NT split-K x" + std::to_string(slices) + ", " + chunks;
       }
     }
   }

@@ -30,8 +30,21 @@ int64_t conv2d_backward_chunk(const Conv2dGeometry& g, int64_t column_budget) {
   return std::clamp<int64_t>(column_budget / per_sample, 1, std::max<int64_t>(1, g.batch));
 }
 
+namespace {
+
+// The k-slices of dW_g's split-K SGEMM for a chunk of `samples` (sgemm.h): dW is (K / groups,
+// C / groups * kh * kw), often a single tile, while k = samples * output pixels runs to 100,000s.
+int64_t weight_grad_slices(const Conv2dGeometry& g, int64_t samples) {
+  return sgemm_split_k_slices(g.out_channels / g.groups, column_rows(g),
+                              samples * output_pixels(g));
+}
+
+}  // namespace
+
 int64_t conv2d_backward_workspace_floats(const Conv2dGeometry& g, int64_t chunk) {
-  return (column_rows(g) + g.out_channels) * chunk * output_pixels(g);
+  return (column_rows(g) + g.out_channels) * chunk * output_pixels(g) +
+         sgemm_split_k_workspace_floats(g.out_channels / g.groups, column_rows(g),
+                                        weight_grad_slices(g, chunk));
 }
 
 void conv2d_backward(const Conv2dGeometry& g, const float* dy, const float* x, const float* w,
@@ -50,6 +63,8 @@ void conv2d_backward(const Conv2dGeometry& g, const float* dy, const float* x, c
   // dY of a chunk with the channels first, (K, nb * P) in a (K, chunk * P) buffer: the GEMMs'
   // operand layout.
   float* dy_t = workspace + R * ld;
+  // The split-K partials of dW_g, after both (sgemm_split_k's workspace; unused for one slice).
+  float* partials = dy_t + K * ld;
   Im2colGeometry cg;
   cg.channels = Cg;
   cg.sample_stride = g.channels * plane;
@@ -79,8 +94,8 @@ void conv2d_backward(const Conv2dGeometry& g, const float* dy, const float* x, c
       if (dw) {
         // dW_g (Kg, R) += dY_g (Kg, cols) * col^T (cols, R); the first chunk overwrites.
         im2col(cg, x + first, col, s);
-        sgemm(false, true, Kg, R, cols, 1.f, dy_g, ld, col, cols, n0 == 0 ? 0.f : 1.f,
-              dw + grp * Kg * R, R, s);
+        sgemm_split_k(false, true, Kg, R, cols, 1.f, dy_g, ld, col, cols, n0 == 0 ? 0.f : 1.f,
+                      dw + grp * Kg * R, R, weight_grad_slices(g, nb), partials, s);
       }
       if (dx) {
         // col (R, cols) = W_g^T (R, Kg) * dY_g (Kg, cols), scattered back by col2im.

@@ -1,6 +1,6 @@
 // conv2d's backward from stoke's own kernels (no kernel of its own): per chunk of samples, dY is
 // transposed to (K, samples * P) by a strided cast, then per group
-//   dW_g (+)= dY_g col^T     with col = im2col(X)       (SGEMM NT)
+//   dW_g (+)= dY_g col^T     with col = im2col(X)       (SGEMM NT, split-K)
 //   dX      = col2im(col)    with col = W_g^T dY_g      (SGEMM TN)
 // on f32 buffers. The one composition both ops/cuda/conv2d.cpp (the "stoke" conv path, and every
 // conv backward in cuda/emu) and bench/ops_cuda_conv.cpp (which times it against cuDNN) run.
@@ -22,7 +22,8 @@ inline constexpr int64_t kConv2dBackwardColumnBudget = int64_t{16} << 20;
 int64_t conv2d_backward_chunk(const Conv2dGeometry& g, int64_t column_budget);
 
 // Floats of workspace conv2d_backward needs for chunks of `chunk` samples: the column matrix
-// (C / groups * kh * kw, chunk * P) and the transposed dY (K, chunk * P).
+// (C / groups * kh * kw, chunk * P), the transposed dY (K, chunk * P) and the split-K partials of
+// the weight gradient's SGEMM (sgemm.h's sgemm_split_k).
 int64_t conv2d_backward_workspace_floats(const Conv2dGeometry& g, int64_t chunk);
 
 // dx (batch, C, H, W) and/or dw (K, C / groups, kh, kw) of y = conv2d(x, w) from dy (batch, K, OH,

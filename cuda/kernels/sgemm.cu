@@ -34,6 +34,7 @@
 // checks and otherwise runs v2's kernel with the same tile (same math, scalar accesses). Inside v3,
 // a float4 that would straddle the matrix edge (k or n not a multiple of 4) falls back to scalar
 // accesses for that vector only.
+#include <algorithm>
 #include <climits>
 
 #include "cuda/compat.h"
@@ -56,6 +57,23 @@ __device__ __forceinline__ float load_op(const float* __restrict__ x, int64_t ld
 // C = alpha * acc + beta * C, without reading C when beta == 0.
 __device__ __forceinline__ void store_c(float* c, float acc, float alpha, float beta) {
   *c = beta == 0.f ? alpha * acc : alpha * acc + beta * *c;
+}
+
+// Split-K (sgemm_split_k): block z of the grid takes k in [z * k_slice, min(K, (z + 1) * k_slice))
+// and writes its partial product to its own C at C + z * c_stride. The plain sgemm launches one z
+// with k_slice = K, which changes nothing. k_slice is a multiple of 16, so a slice's first column
+// of a k-contiguous operand stays 16-byte aligned for the float4 loads.
+struct KSlice {
+  int K;            // this block's k
+  int64_t a, b, c;  // offsets into A, B and C
+};
+template <bool TA, bool TB>
+__device__ __forceinline__ KSlice select_k_slice(int K, int64_t lda, int64_t ldb, int k_slice,
+                                                 int64_t c_stride) {
+  const int z = static_cast<int>(blockIdx.z);
+  const int k0 = z * k_slice;
+  return {K - k0 < k_slice ? K - k0 : k_slice, TA ? static_cast<int64_t>(k0) * lda : k0,
+          TB ? k0 : static_cast<int64_t>(k0) * ldb, z * c_stride};
 }
 
 // Loads one kSlab x TILE slab of op(X) (X = A with rows = m, or X = B^T with rows = n) into the
@@ -130,7 +148,14 @@ using sgemm_detail::store_c;
 template <bool TA, bool TB>
 __global__ void sgemm_naive_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                                    int64_t lda, const float* __restrict__ B, int64_t ldb,
-                                   float beta, float* __restrict__ C, int64_t ldc) {
+                                   float beta, float* __restrict__ C, int64_t ldc, int k_slice,
+                                   int64_t c_stride) {
+  const sgemm_detail::KSlice ks =
+      sgemm_detail::select_k_slice<TA, TB>(K, lda, ldb, k_slice, c_stride);
+  K = ks.K;
+  A += ks.a;
+  B += ks.b;
+  C += ks.c;
   const int col = blockIdx.x * blockDim.x + threadIdx.x;
   const int row = blockIdx.y * blockDim.y + threadIdx.y;
   if (row >= M || col >= N) return;
@@ -144,7 +169,13 @@ template <int T, bool TA, bool TB>
 __global__ void __launch_bounds__(T* T)
     sgemm_smem_tiled_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                             int64_t lda, const float* __restrict__ B, int64_t ldb, float beta,
-                            float* __restrict__ C, int64_t ldc) {
+                            float* __restrict__ C, int64_t ldc, int k_slice, int64_t c_stride) {
+  const sgemm_detail::KSlice ks =
+      sgemm_detail::select_k_slice<TA, TB>(K, lda, ldb, k_slice, c_stride);
+  K = ks.K;
+  A += ks.a;
+  B += ks.b;
+  C += ks.c;
   __shared__ float As[T][T + 1];  // As[i][kk] = op(A)(row0 + i, k0 + kk)
   __shared__ float Bs[T][T + 1];  // Bs[kk][j] = op(B)(k0 + kk, col0 + j)
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -181,7 +212,14 @@ template <int TILE, bool TA, bool TB>
 __global__ void __launch_bounds__(256)
     sgemm_register_blocked_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                                   int64_t lda, const float* __restrict__ B, int64_t ldb, float beta,
-                                  float* __restrict__ C, int64_t ldc) {
+                                  float* __restrict__ C, int64_t ldc, int k_slice,
+                                  int64_t c_stride) {
+  const sgemm_detail::KSlice ks =
+      sgemm_detail::select_k_slice<TA, TB>(K, lda, ldb, k_slice, c_stride);
+  K = ks.K;
+  A += ks.a;
+  B += ks.b;
+  C += ks.c;
   constexpr int TM = TILE / 16;
   __shared__ float As[kSlab][TILE];  // As[k][i] = op(A)(row0 + i, k0 + k)
   __shared__ float Bs[kSlab][TILE];  // Bs[k][j] = op(B)(k0 + k, col0 + j)
@@ -216,7 +254,13 @@ template <int TILE, bool TA, bool TB>
 __global__ void __launch_bounds__(256)
     sgemm_vectorized_kernel(int M, int N, int K, float alpha, const float* __restrict__ A,
                             int64_t lda, const float* __restrict__ B, int64_t ldb, float beta,
-                            float* __restrict__ C, int64_t ldc) {
+                            float* __restrict__ C, int64_t ldc, int k_slice, int64_t c_stride) {
+  const sgemm_detail::KSlice ks =
+      sgemm_detail::select_k_slice<TA, TB>(K, lda, ldb, k_slice, c_stride);
+  K = ks.K;
+  A += ks.a;
+  B += ks.b;
+  C += ks.c;
   constexpr int TV = TILE / 64;  // float4 fragments per thread and dim
   constexpr int TM = 4 * TV;
   __shared__ float4 As[kSlab][TILE / 4];  // As[k][i / 4] = op(A)(row0 + i..i+3, k0 + k)
@@ -259,6 +303,20 @@ __global__ void __launch_bounds__(256)
   }
 }
 
+// Split-K's second pass: C = alpha * (sum of the slices' partial products) + beta * C, one thread
+// per element of C. The partials are added in slice order, so the result does not depend on which
+// block finished first (no atomics: the same inputs give the same bits).
+__global__ void sgemm_split_k_reduce_kernel(int M, int N, int slices,
+                                            const float* __restrict__ partial, float alpha,
+                                            float beta, float* __restrict__ C, int64_t ldc) {
+  const int64_t mn = static_cast<int64_t>(M) * N;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= mn) return;
+  float acc = 0.f;
+  for (int z = 0; z < slices; ++z) acc += partial[z * mn + i];
+  store_c(C + i / N * ldc + i % N, acc, alpha, beta);
+}
+
 namespace {
 
 // Launch arguments shared by all versions.
@@ -272,39 +330,42 @@ struct GemmArgs {
   float beta;
   float* C;
   int64_t ldc;
+  int slices;        // grid.z: 1, or the k-slices of sgemm_split_k
+  int k_slice;       // k per slice (K when slices == 1)
+  int64_t c_stride;  // floats between the slices' partial C (0 when slices == 1)
 };
 
 dim3 tile_grid(const GemmArgs& g, int tile) {
   return dim3(static_cast<unsigned>((g.N + tile - 1) / tile),
-              static_cast<unsigned>((g.M + tile - 1) / tile));
+              static_cast<unsigned>((g.M + tile - 1) / tile), static_cast<unsigned>(g.slices));
 }
 
 template <bool TA, bool TB>
 void launch_naive(const GemmArgs& g, int tile, cudaStream_t stream) {
   auto* k = &sgemm_naive_kernel<TA, TB>;
   STOKE_LAUNCH(k, tile_grid(g, tile), dim3(tile, tile), 0, stream)
-  (g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
+  (g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc, g.k_slice, g.c_stride);
 }
 
 template <int T, bool TA, bool TB>
 void launch_smem(const GemmArgs& g, cudaStream_t stream) {
   auto* k = &sgemm_smem_tiled_kernel<T, TA, TB>;
   STOKE_LAUNCH(k, tile_grid(g, T), dim3(T, T), 0, stream)
-  (g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
+  (g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc, g.k_slice, g.c_stride);
 }
 
 template <int T, bool TA, bool TB>
 void launch_blocked(const GemmArgs& g, cudaStream_t stream) {
   auto* k = &sgemm_register_blocked_kernel<T, TA, TB>;
   STOKE_LAUNCH(k, tile_grid(g, T), dim3(kThreads), 0, stream)
-  (g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
+  (g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc, g.k_slice, g.c_stride);
 }
 
 template <int T, bool TA, bool TB>
 void launch_vectorized(const GemmArgs& g, cudaStream_t stream) {
   auto* k = &sgemm_vectorized_kernel<T, TA, TB>;
   STOKE_LAUNCH(k, tile_grid(g, T), dim3(kThreads), 0, stream)
-  (g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc);
+  (g.M, g.N, g.K, g.alpha, g.A, g.lda, g.B, g.ldb, g.beta, g.C, g.ldc, g.k_slice, g.c_stride);
 }
 
 bool aligned16(const void* p) {
@@ -369,11 +430,12 @@ std::vector<int> sgemm_tile_sizes(SgemmVersion version) {
   return {};
 }
 
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
-           cudaStream_t stream, const SgemmOptions& options) {
-  STOKE_NVTX_RANGE("stoke::cuda::sgemm");
-  const char* op = "cuda::sgemm";
+namespace {
+
+// The checks both entry points share; returns the tile to use.
+int check_sgemm_args(const char* op, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                     const float* a, int64_t lda, const float* b, int64_t ldb, const float* c,
+                     int64_t ldc, const SgemmOptions& options) {
   const int v = static_cast<int>(options.version);
   STOKE_CHECK(v >= 0 && v <= 3, op, "expected version 0..3 (naive, smem_tiled, register_blocked, ",
               "vectorized), got ", v);
@@ -390,12 +452,39 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
   for (int t : tiles) known = known || t == tile;
   STOKE_CHECK(known, op, "expected a tile size of ", sgemm_version_name(options.version),
               " from sgemm_tile_sizes (or 0), got ", options.tile);
-  if (m == 0 || n == 0) return;
+  if (m == 0 || n == 0) return tile;
   STOKE_CHECK(a != nullptr || k == 0, op, "expected a non-null A");
   STOKE_CHECK(b != nullptr || k == 0, op, "expected a non-null B");
   STOKE_CHECK(c != nullptr, op, "expected a non-null C");
   STOKE_CHECK((m + tile - 1) / tile <= 65535, op, "expected m <= ", 65535LL * tile, " for tile ",
               tile, " (grid.y limit), got ", m);
+  return tile;
+}
+
+void launch(bool trans_a, bool trans_b, const GemmArgs& g, SgemmVersion version, int tile,
+            cudaStream_t stream) {
+  if (!trans_a && !trans_b) dispatch<false, false>(g, version, tile, stream);
+  if (!trans_a && trans_b) dispatch<false, true>(g, version, tile, stream);
+  if (trans_a && !trans_b) dispatch<true, false>(g, version, tile, stream);
+  if (trans_a && trans_b) dispatch<true, true>(g, version, tile, stream);
+  STOKE_CUDA_CHECK(cudaGetLastError());
+}
+
+// k per slice when k is cut into at most `slices` slices: a multiple of 16 (select_k_slice).
+int64_t k_per_slice(int64_t k, int64_t slices) {
+  const int64_t per = (k + slices - 1) / slices;
+  return std::max<int64_t>(16, (per + 15) / 16 * 16);
+}
+
+}  // namespace
+
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
+           cudaStream_t stream, const SgemmOptions& options) {
+  STOKE_NVTX_RANGE("stoke::cuda::sgemm");
+  const int tile =
+      check_sgemm_args("cuda::sgemm", trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, options);
+  if (m == 0 || n == 0) return;
   const GemmArgs g{static_cast<int>(m),
                    static_cast<int>(n),
                    static_cast<int>(k),
@@ -406,11 +495,68 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
                    ldb,
                    beta,
                    c,
-                   ldc};
-  if (!trans_a && !trans_b) dispatch<false, false>(g, options.version, tile, stream);
-  if (!trans_a && trans_b) dispatch<false, true>(g, options.version, tile, stream);
-  if (trans_a && !trans_b) dispatch<true, false>(g, options.version, tile, stream);
-  if (trans_a && trans_b) dispatch<true, true>(g, options.version, tile, stream);
+                   ldc,
+                   1,
+                   static_cast<int>(k),
+                   0};
+  launch(trans_a, trans_b, g, options.version, tile, stream);
+}
+
+int64_t sgemm_split_k_slices(int64_t m, int64_t n, int64_t k, const SgemmOptions& options) {
+  const std::vector<int> tiles = sgemm_tile_sizes(options.version);
+  const int64_t tile = options.tile == 0 ? tiles.front() : options.tile;
+  const int64_t blocks = ((m + tile - 1) / tile) * ((n + tile - 1) / tile);
+  if (blocks <= 0 || blocks >= kSgemmSplitKTargetBlocks) return 1;
+  const int64_t by_blocks = (kSgemmSplitKTargetBlocks + blocks - 1) / blocks;
+  const int64_t by_depth = k / kSgemmSplitKMinDepth;
+  return std::clamp<int64_t>(std::min(by_blocks, by_depth), 1, kSgemmSplitKMaxSlices);
+}
+
+int64_t sgemm_split_k_workspace_floats(int64_t m, int64_t n, int64_t slices) {
+  return slices > 1 ? slices * m * n : 0;
+}
+
+void sgemm_split_k(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                   int64_t ldc, int64_t slices, float* workspace, cudaStream_t stream,
+                   const SgemmOptions& options) {
+  STOKE_NVTX_RANGE("stoke::cuda::sgemm_split_k");
+  const char* op = "cuda::sgemm_split_k";
+  const int tile = check_sgemm_args(op, trans_a, trans_b, m, n, k, a, lda, b, ldb, c, ldc, options);
+  STOKE_CHECK(slices >= 1 && slices <= kSgemmSplitKMaxSlices, op, "expected 1..",
+              kSgemmSplitKMaxSlices, " slices, got ", slices);
+  if (m == 0 || n == 0) return;
+  const int64_t per = k_per_slice(k, slices);
+  const int64_t used = k == 0 ? 1 : (k + per - 1) / per;  // slices that get some k
+  if (used <= 1) {
+    sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, stream, options);
+    return;
+  }
+  STOKE_CHECK(workspace != nullptr, op, "expected a workspace of ",
+              sgemm_split_k_workspace_floats(m, n, slices), " floats for ", slices, " slices");
+  // Pass 1: each slice's op(A) op(B) over its k-range into its own (m, n) block of the workspace.
+  const GemmArgs g{static_cast<int>(m),
+                   static_cast<int>(n),
+                   static_cast<int>(k),
+                   1.f,
+                   a,
+                   lda,
+                   b,
+                   ldb,
+                   0.f,
+                   workspace,
+                   n,
+                   static_cast<int>(used),
+                   static_cast<int>(per),
+                   m * n};
+  launch(trans_a, trans_b, g, options.version, tile, stream);
+  // Pass 2: C = alpha * (sum of the partials) + beta * C.
+  constexpr int kThreadsReduce = 256;
+  const int64_t blocks = (m * n + kThreadsReduce - 1) / kThreadsReduce;
+  STOKE_LAUNCH(sgemm_split_k_reduce_kernel, dim3(static_cast<unsigned>(blocks)),
+               dim3(kThreadsReduce), 0, stream)
+  (static_cast<int>(m), static_cast<int>(n), static_cast<int>(used), workspace, alpha, beta, c,
+   ldc);
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
 

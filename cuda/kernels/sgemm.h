@@ -55,4 +55,29 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc,
            cudaStream_t stream, const SgemmOptions& options = {});
 
+// Split-K. When C has few tiles but k is long (conv2d's weight gradient: m x n = K x C*kh*kw,
+// k = samples * output pixels, often one tile deep in 100,000s of k), the plain sgemm runs a
+// handful of blocks on a GPU of 100+ SMs, each walking all of k. sgemm_split_k cuts k into
+// `slices` ranges computed by separate blocks (grid.z) into `workspace`, then adds the partials in
+// slice order in a second kernel (deterministic: no atomics). Same arguments and result as sgemm.
+inline constexpr int64_t kSgemmSplitKTargetBlocks = 256;  // blocks worth filling a large GPU
+inline constexpr int64_t kSgemmSplitKMinDepth = 512;      // the least k a slice is worth
+inline constexpr int64_t kSgemmSplitKMaxSlices = 256;
+
+// The slices sgemm_split_k is worth for this shape and tile: 1 when C alone has
+// kSgemmSplitKTargetBlocks tiles, else enough to reach that many blocks with at least
+// kSgemmSplitKMinDepth of k each (at most kSgemmSplitKMaxSlices). Grows with k, so the slices for
+// the longest k bound those of shorter ones.
+int64_t sgemm_split_k_slices(int64_t m, int64_t n, int64_t k, const SgemmOptions& options = {});
+
+// Floats of workspace sgemm_split_k needs for `slices` (0 for one slice).
+int64_t sgemm_split_k_workspace_floats(int64_t m, int64_t n, int64_t slices);
+
+// sgemm with k cut into up to `slices` (1..kSgemmSplitKMaxSlices) slices of a multiple of 16 each;
+// one slice (or k too short for two) is the plain sgemm and does not touch the workspace.
+void sgemm_split_k(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                   int64_t ldc, int64_t slices, float* workspace, cudaStream_t stream,
+                   const SgemmOptions& options = {});
+
 }  // namespace stoke::cuda

@@ -1,8 +1,9 @@
 // The SGEMM versions (cuda/kernels/sgemm.cu) in cuda/emu against ops::matmul: every version and
 // tile, the NN/NT/TN/TT layouts, sizes that are not multiples of any tile (k included), leading
 // dims wider than the rows, alpha/beta, and misaligned pointers or leading dims that send the
-// vectorized version to its scalar fallback. Kernels covered: sgemm_naive_kernel,
-// sgemm_smem_tiled_kernel, sgemm_register_blocked_kernel, sgemm_vectorized_kernel.
+// vectorized version to its scalar fallback; split-K (sgemm_split_k) against the plain sgemm's
+// reference. Kernels covered: sgemm_naive_kernel, sgemm_smem_tiled_kernel,
+// sgemm_register_blocked_kernel, sgemm_vectorized_kernel, sgemm_split_k_reduce_kernel.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -62,7 +63,9 @@ int64_t leading_dim(const GemmCase& c, int64_t cols) {
 
 // Runs one case and compares C with alpha * op(A) * op(B) + beta * C0 computed from ops::matmul;
 // the padding columns of C must keep the sentinel.
-void check_gemm(const GemmCase& c, SgemmVersion v, int tile, uint64_t seed) {
+// slices == 0: the plain sgemm; else sgemm_split_k with that many slices (and a workspace whose
+// unused tail keeps a sentinel).
+void check_gemm(const GemmCase& c, SgemmVersion v, int tile, uint64_t seed, int64_t slices = 0) {
   INFO(describe(c, v, tile));
   const int64_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
   const int64_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
@@ -74,15 +77,28 @@ void check_gemm(const GemmCase& c, SgemmVersion v, int tile, uint64_t seed) {
   const Tensor op_a = c.ta ? a.view.t() : a.view, op_b = c.tb ? b.view.t() : b.view;
   const Tensor prod = c.k == 0 ? zeros({c.m, c.n}) : ops::matmul(op_a, op_b);
 
-  cuda::sgemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.ptr(), a.ld, b.ptr(), b.ld, c.beta, cm.ptr(),
-              cm.ld, nullptr, {.version = v, .tile = tile});
+  if (slices == 0) {
+    cuda::sgemm(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.ptr(), a.ld, b.ptr(), b.ld, c.beta, cm.ptr(),
+                cm.ld, nullptr, {.version = v, .tile = tile});
+  } else {
+    INFO("split-K, " << slices << " slices");
+    const int64_t ws = cuda::sgemm_split_k_workspace_floats(c.m, c.n, slices);
+    std::vector<float> workspace(static_cast<size_t>(ws) + 16, kSentinel);
+    cuda::sgemm_split_k(c.ta, c.tb, c.m, c.n, c.k, c.alpha, a.ptr(), a.ld, b.ptr(), b.ld, c.beta,
+                        cm.ptr(), cm.ld, slices, workspace.data(), nullptr,
+                        {.version = v, .tile = tile});
+    for (size_t i = static_cast<size_t>(ws); i < workspace.size(); ++i)
+      REQUIRE(workspace[i] == kSentinel);  // nothing written past the workspace it asked for
+  }
 
   const std::vector<float> p = prod.contiguous().to_vector<float>(), old = c0.to_vector<float>();
   std::vector<float> want(p.size());
   for (size_t i = 0; i < p.size(); ++i)
     want[i] = c.alpha * p[i] + (c.beta == 0.f ? 0.f : c.beta * old[i]);
-  // Sums of k products of values in [-1, 1]: f32 rounding stays far below 1e-4 for k < 100.
-  kernels_test::require_close(cm.view, from_vector(want, {c.m, c.n}), {1e-4, 1e-4}, "C");
+  // Sums of k products of values in [-1, 1]: f32 rounding stays far below 1e-4 for k < 100 (and
+  // below 1e-4 * sqrt(k / 100) beyond, which the split-K cases' tolerance allows).
+  const double tol = 1e-4 * std::max(1.0, std::sqrt(static_cast<double>(c.k) / 100.0));
+  kernels_test::require_close(cm.view, from_vector(want, {c.m, c.n}), {tol, tol}, "C");
   if (cm.ld > c.n)
     kernels_test::require_equal(cm.storage.narrow(1, c.n, cm.ld - c.n),
                                 full({c.m, cm.ld - c.n}, kSentinel), "C padding columns");
@@ -176,4 +192,55 @@ TEST_CASE("cuda kernels: sgemm rejects bad arguments with messages", "[cuda][ker
                     Catch::Contains("tile size of vectorized") && Catch::Contains("got 32"));
   CHECK_THROWS_WITH(run(2, 2, 2, 2, 2, 2, {.version = static_cast<SgemmVersion>(7)}),
                     Catch::Contains("expected version 0..3") && Catch::Contains("got 7"));
+}
+
+TEST_CASE("cuda kernels: sgemm_split_k matches the product for every version, layout and slicing",
+          "[cuda][kernels][sgemm]") {
+  // Long k over a small C (conv2d's weight gradient): k not a multiple of the 16-element slice
+  // unit, slices that leave the last one short, more slices than k can fill (fewer run), one slice
+  // (the plain sgemm), alpha/beta with beta == 0 not reading C, and v3's float4 path (aligned, ld
+  // multiples of 4: each slice's start stays 16-byte aligned) and its scalar fallback.
+  uint64_t seed = 500;
+  for (SgemmVersion v : cuda::kSgemmVersions)
+    for (const auto& lay : kLayouts) {
+      check_gemm({9, 13, 1000, lay[0], lay[1], 1.f, 0.f}, v, 0, seed++, 7);
+      check_gemm({20, 12, 515, lay[0], lay[1], 0.5f, 1.5f, 0, true}, v, 0, seed++, 3);
+    }
+  for (const auto& lay : kLayouts) {
+    check_gemm({9, 13, 40, lay[0], lay[1], 1.f, 1.f}, SgemmVersion::vectorized, 0, seed++, 64);
+    check_gemm({9, 13, 100, lay[0], lay[1], 2.f, -1.f, 1}, SgemmVersion::vectorized, 64, seed++, 1);
+    check_gemm({5, 7, 0, lay[0], lay[1], 1.f, 0.5f}, SgemmVersion::vectorized, 0, seed++, 4);
+  }
+}
+
+TEST_CASE("cuda kernels: sgemm_split_k_slices, its workspace and bad arguments",
+          "[cuda][kernels][sgemm]") {
+  using cuda::sgemm_split_k_slices;
+  // C of one 128-tile: slices grow with k (512 per slice) up to the target of 256 blocks.
+  CHECK(sgemm_split_k_slices(64, 27, 100) == 1);
+  CHECK(sgemm_split_k_slices(64, 27, 1024) == 2);
+  CHECK(sgemm_split_k_slices(64, 27, 28672) == 56);
+  CHECK(sgemm_split_k_slices(64, 27, 131072) == 256);
+  CHECK(sgemm_split_k_slices(64, 27, int64_t{1} << 30) == cuda::kSgemmSplitKMaxSlices);
+  // 5 tiles: ceil(256 / 5) = 52 blocks' worth; 256 tiles or more: never split.
+  CHECK(sgemm_split_k_slices(64, 576, int64_t{1} << 20) == 52);
+  CHECK(sgemm_split_k_slices(2048, 2048, int64_t{1} << 20) == 1);
+  // Smaller tiles make more blocks of C.
+  CHECK(sgemm_split_k_slices(64, 64, 1 << 20, {.version = SgemmVersion::vectorized, .tile = 64}) ==
+        256);
+  CHECK(sgemm_split_k_slices(128, 128, 1 << 20,
+                             {.version = SgemmVersion::vectorized, .tile = 64}) == 64);
+  CHECK(cuda::sgemm_split_k_workspace_floats(3, 5, 1) == 0);
+  CHECK(cuda::sgemm_split_k_workspace_floats(3, 5, 4) == 60);
+
+  std::vector<float> a(64 * 64, 1.f), b(64 * 64, 1.f), c(64, 0.f);
+  auto run = [&](int64_t slices, float* ws) {
+    cuda::sgemm_split_k(false, false, 8, 8, 64, 1.f, a.data(), 64, b.data(), 8, 0.f, c.data(), 8,
+                        slices, ws, nullptr);
+  };
+  CHECK_THROWS_WITH(run(0, nullptr), Catch::Contains("cuda::sgemm_split_k") &&
+                                         Catch::Contains("expected 1..256 slices, got 0"));
+  CHECK_THROWS_WITH(run(4, nullptr), Catch::Contains("expected a workspace of 256 floats"));
+  CHECK_NOTHROW(run(1, nullptr));  // one slice is the plain sgemm: no workspace
+  CHECK(c[0] == 64.f);
 }

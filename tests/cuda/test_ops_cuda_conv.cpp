@@ -93,6 +93,25 @@ TEST_CASE("cuda ops: conv2d backward in several chunks, the last one shorter, ma
                     Catch::Contains("expected a positive number of floats, got 0"));
 }
 
+TEST_CASE("cuda ops: conv2d's weight gradient through split-K matches the CPU", "[ops_cuda_conv]") {
+  // 6 samples of 16x16 outputs: k = 1536 for dW's SGEMM over a one-tile C, cut into 3 slices
+  // (cuda::sgemm_split_k_slices); then chunks of 4 and 2 samples (2 slices, then one) accumulate
+  // into dW with beta = 1.
+  const Conv2dOptions o{.padding = {1, 1}};
+  const Tensor x = rand_cpu({6, 3, 16, 16}, 1), w = rand_cpu({4, 3, 3, 3}, 2);
+  const Tensor gy = rand_cpu({6, 4, 16, 16}, 3);
+  const auto want = ops::conv2d_backward(gy, x, w, o, true, true, false);
+  for (int64_t budget_samples : {6, 4}) {
+    INFO("column budget of " << budget_samples << " samples");
+    const int64_t old = ops::cuda_glue::set_conv_column_budget(budget_samples * 3 * 9 * 256);
+    const auto got =
+        ops::conv2d_backward(gy.to(kCuda), x.to(kCuda), w.to(kCuda), o, true, true, false);
+    ops::cuda_glue::set_conv_column_budget(old);
+    CHECK(max_diff(got.grad_input, want.grad_input) < 1e-4);
+    CHECK(max_diff(got.grad_weight, want.grad_weight) < 1e-3);
+  }
+}
+
 TEST_CASE("cuda ops: autograd through conv2d on cuda gives the CPU's gradients",
           "[ops_cuda_conv]") {
   const Tensor x0 = rand_cpu({2, 3, 8, 8}, 1), w0 = rand_cpu({4, 3, 3, 3}, 2);
