@@ -28,6 +28,7 @@
 #include "data/normalize.h"
 #include "data/packed.h"
 #include "dist/communicator.h"
+#include "dist/ddp.h"
 #include "dist/in_process.h"
 #include "dist/ring.h"
 #if defined(STOKE_HAS_MPI)
