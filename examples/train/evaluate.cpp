@@ -1,5 +1,8 @@
 #include "evaluate.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "stoke/stoke.h"
 
 namespace stoke::train {
@@ -28,7 +31,8 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   return correct;
 }
 
-EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device) {
+EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
+                    const Distributed& dist) {
   NoGradGuard no_grad;
   model.eval();
   double loss_sum = 0;
@@ -42,8 +46,11 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device) {
     correct += count_correct(logits, batch->labels);
   }
   model.train();
-  const double n = static_cast<double>(test.size());
-  return {loss_sum / n, 100.0 * static_cast<double>(correct) / n};
+  std::vector<double> sums{loss_sum, static_cast<double>(correct),
+                           static_cast<double>(test.size())};
+  dist.sum(sums);
+  const double n = std::max(sums[2], 1.0);
+  return {sums[0] / n, 100.0 * sums[1] / n};
 }
 
 }  // namespace stoke::train

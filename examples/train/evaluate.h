@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "data/loader.h"
+#include "distributed.h"
 #include "nn/module.h"
 
 namespace stoke::train {
@@ -21,7 +22,9 @@ struct EvalResult {
   double loss = 0, acc = 0;  // the mean cross-entropy and the accuracy in percent
 };
 
-// The whole test split, in eval mode under no-grad; `model` is back in training mode after.
-EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device);
+// The whole test split, in eval mode under no-grad; `model` is back in training mode after. In a
+// job each rank evaluates its shard and the sums are added over the ranks.
+EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
+                    const Distributed& dist);
 
 }  // namespace stoke::train

@@ -104,6 +104,10 @@ std::string usage() {
   --limit-train N  --limit-test N   use the first N images only
   --device cpu|cuda|cuda:I  --allow-cpu-fallback   --no-progress
   --tf32                  let f32 matmul/conv on CUDA use TF32 tensor cores (~1e-3 rel. error)
+Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard):
+  --allreduce native|ring the gradient allreduce: MPI's own, or stoke's ring (default native)
+  --dist-timeout SECONDS  a rank that waits longer than this in one collective aborts the job,
+                          naming the collective (default 300)
 )";
 }
 
@@ -143,6 +147,8 @@ Flags parse_flags(int argc, char** argv) {
       {"--limit-train", [&](auto& k, auto& v) { f.limit_train = to_int(k, v); }},
       {"--limit-test", [&](auto& k, auto& v) { f.limit_test = to_int(k, v); }},
       {"--device", [&](auto&, auto& v) { f.device = v; }},
+      {"--allreduce", [&](auto&, auto& v) { f.allreduce = v; }},
+      {"--dist-timeout", [&](auto& k, auto& v) { f.dist_timeout = to_double(k, v); }},
   };
   const std::map<std::string, std::function<void(bool)>> switches = {
       {"--nesterov", [&](bool on) { f.nesterov = on; }},
@@ -187,6 +193,9 @@ Flags parse_flags(int argc, char** argv) {
   check_known("model", f.model, nn::models::model_names());
   check_known("optimizer", f.optimizer, {"sgd", "adam", "adamw"});
   check_known("schedule", f.schedule, {"none", "step", "multistep", "cosine", "onecycle"});
+  check_known("allreduce", f.allreduce, {"native", "ring"});
+  STOKE_CHECK(f.dist_timeout > 0, "stoke-train", "--dist-timeout must be positive, got ",
+              f.dist_timeout);
   cuda_index(f.device);
   STOKE_CHECK(f.recipe.empty() || f.recipe == "fast", "stoke-train", "unknown recipe '", f.recipe,
               "' (known: fast)");

@@ -47,6 +47,10 @@ struct Flags {
   bool allow_cpu_fallback = false;
   bool tf32 = false;  // f32 GEMMs and convolutions on CUDA may use TF32 tensor cores
   bool progress = true;
+  // Under mpirun (distributed.h): the allreduce that averages gradients, and how long a rank waits
+  // for the others in one collective before the job is aborted.
+  std::string allreduce = "native";  // native | ring
+  double dist_timeout = 300;         // seconds
 };
 
 // Parses argv; prints usage and exits on --help; throws stoke::Error naming a bad flag or value.

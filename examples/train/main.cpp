@@ -13,7 +13,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <optional>
+#include <string>
+#include <vector>
 
+#include "distributed.h"
 #include "flags.h"
 #include "run_dir.h"
 #include "setup.h"
@@ -23,33 +26,79 @@
 namespace stoke::train {
 namespace {
 
-int run(Flags f) {
+// In a job every rank must take the same way at a decision point: the first nonzero status of
+// any rank (2 where this rank was fine), or 0.
+int agree(const Distributed& dist, int status) {
+  std::vector<double> v{status != 0 ? 1.0 : 0.0};
+  dist.sum(v);
+  if (v[0] == 0) return 0;
+  return status != 0 ? status : 2;
+}
+
+int run(Flags f, Distributed& dist) {
   if (f.recipe == "fast") apply_fast_recipe(f);
-  const std::optional<Device> device = select_device(f);
-  if (!device) return 2;
+  if (!dist.root()) {
+    // Only rank 0 reports; the other ranks' errors still reach stderr, with their rank.
+    std::fflush(stdout);
+    if (!std::freopen("/dev/null", "w", stdout))
+      std::fprintf(stderr, "stoke-train: rank %d: stdout\n", dist.rank);
+    f.progress = false;
+  }
+  std::optional<Device> device = select_device(f);
+  if (device && dist.active() && device->is_cuda()) {
+    std::fprintf(
+        stderr,
+        "stoke-train: under mpirun stoke-train trains on the CPU: the MPI engine moves cpu "
+        "tensors, and the NCCL one is not built yet. Use --device cpu.\n");
+    device.reset();
+  }
+  if (const int status = agree(dist, device ? 0 : 2)) return status;
   if (f.tf32) set_allow_tf32(true);
-  if (f.threads > 0) set_num_threads(f.threads);
+  if (f.threads > 0)
+    set_num_threads(f.threads);
+  else if (dist.local_size > 1)
+    set_num_threads(std::max(1, num_threads() / dist.local_size));  // the cores, shared
   manual_seed(f.seed);
 
   // The run's files, before any data is read: an earlier run's results are not replaced without
-  // --overwrite, the checkpoint directory must be writable, the metrics file must open.
+  // --overwrite, the checkpoint directory must be writable, the metrics file must open. Rank 0
+  // alone writes them; the job stops together if it cannot.
   if (f.metrics.empty() && !f.checkpoint.empty())
     f.metrics = (std::filesystem::path(f.checkpoint) / "metrics.jsonl").string();
-  if (const auto refusal = earlier_results(f)) {
-    std::fprintf(stderr, "%s\n", refusal->c_str());
-    return 2;
-  }
-  prepare_checkpoint_dir(f);
+  int status = 0;
+  std::string error;
   MetricsLog metrics;
-  if (!f.metrics.empty()) metrics.open(f.metrics, f.resume);
+  if (dist.root()) {
+    try {
+      if (const auto refusal = earlier_results(f)) {
+        error = *refusal;
+        status = 2;
+      } else {
+        prepare_checkpoint_dir(f);
+        if (!f.metrics.empty()) metrics.open(f.metrics, f.resume);
+      }
+    } catch (const std::exception& e) {
+      error = e.what();
+      status = 1;
+    }
+  }
+  if (!error.empty()) std::fprintf(stderr, "%s\n", error.c_str());
+  if ((status = agree(dist, status))) return status;
+  if (dist.active())
+    std::printf(
+        "dist: %d ranks (%d on this machine) over MPI, allreduce %s, timeout %g s, %d threads per "
+        "rank; batch %lld per rank (%lld in all)\n",
+        dist.size, dist.local_size, f.allreduce.c_str(), f.dist_timeout, num_threads(),
+        static_cast<long long>(f.batch), static_cast<long long>(f.batch * dist.size));
 
-  Trainer trainer(f, *device, metrics);
+  Trainer trainer(f, *device, metrics, dist);
   trainer.resume();
   const RunTotals totals = trainer.fit();
   metrics.close();
+  std::vector<double> images{static_cast<double>(totals.images)};
+  dist.sum(images);
   std::printf("done: best test acc %.2f%% | total %.1f s | %.0f img/s training\n", totals.best_acc,
-              totals.seconds,
-              static_cast<double>(totals.images) / std::max(totals.train_seconds, 1e-9));
+              totals.seconds, images[0] / std::max(totals.train_seconds, 1e-9));
   return 0;
 }
 
@@ -57,9 +106,17 @@ int run(Flags f) {
 }  // namespace stoke::train
 
 int main(int argc, char** argv) {
+  stoke::train::Distributed dist;
   try {
-    return stoke::train::run(stoke::train::parse_flags(argc, argv));
+    const stoke::train::Flags flags = stoke::train::parse_flags(argc, argv);
+    dist = stoke::train::join_job(flags);
+    return stoke::train::run(flags, dist);
   } catch (const std::exception& e) {
+    if (dist.active()) {
+      // One rank's failure ends the job at once: the others would wait in the next collective.
+      std::fprintf(stderr, "stoke-train: rank %d of %d: %s\n", dist.rank, dist.size, e.what());
+      dist.abort_job(1);
+    }
     std::fprintf(stderr, "%s\n", e.what());
     return 1;
   }

@@ -41,11 +41,18 @@ data::BatchAllocator batch_allocator(Device device) {
 // The training loader (shuffled, augmented with --augment) or the test loader (in order).
 std::unique_ptr<data::DataLoader> make_loader(const Flags& f,
                                               std::shared_ptr<const data::Dataset> ds,
-                                              int64_t limit, bool train, Device device) {
+                                              int64_t limit, bool train, Device device,
+                                              const Distributed& dist) {
   const int64_t n = limit > 0 ? std::min(limit, ds->size()) : ds->size();
   std::shared_ptr<data::Sampler> sampler;
-  if (train) {
+  if (train && dist.active()) {
+    sampler = std::make_shared<data::DistributedSampler>(
+        n, data::DistributedSamplerOptions{
+               .rank = dist.rank, .world_size = dist.size, .shuffle = true, .seed = f.seed});
+  } else if (train) {
     sampler = std::make_shared<data::RandomSampler>(n, f.seed);
+  } else if (dist.active()) {
+    sampler = std::make_shared<ShardSampler>(n, dist.rank, dist.size);
   } else {
     sampler = std::make_shared<data::SequentialSampler>(n);
   }
@@ -104,13 +111,13 @@ std::optional<Device> select_device(const Flags& f) {
   }
 }
 
-Data load_data(const Flags& f, Device device) {
+Data load_data(const Flags& f, Device device, const Distributed& dist) {
   const auto t_load = Clock::now();
   Data d;
   d.train_set = open_split(f, true);
   d.test_set = open_split(f, false);
-  d.train = make_loader(f, d.train_set, f.limit_train, true, device);
-  d.test = make_loader(f, d.test_set, f.limit_test, false, device);
+  d.train = make_loader(f, d.train_set, f.limit_train, true, device, dist);
+  d.test = make_loader(f, d.test_set, f.limit_test, false, device, dist);
   d.train_set->get(0, d.first);
   check_splits_match(*d.train_set, d.first, *d.test_set, f.data + " (training split)",
                      f.data + " (test split)");

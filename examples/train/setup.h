@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "data/loader.h"
+#include "distributed.h"
 #include "flags.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
@@ -27,8 +28,11 @@ struct Data {
   data::Example first;  // the first training image: the model's input shape comes from it
 };
 
-// Opens both splits, checks that they match, makes the loaders and prints the "data:" line.
-Data load_data(const Flags& f, Device device);
+// Opens both splits, checks that they match, makes the loaders and prints the "data:" line. Under
+// mpirun each rank's training loader visits its DistributedSampler shard (reshuffled every epoch
+// from --seed, the same permutation a single process would use) and its test loader its
+// ShardSampler shard.
+Data load_data(const Flags& f, Device device, const Distributed& dist);
 
 // The model --model names, for the data's shape and classes, on `device`, checked to fit them.
 std::shared_ptr<nn::Module> build_model(const Flags& f, const Data& data, Device device);

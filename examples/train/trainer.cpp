@@ -19,9 +19,12 @@ const char* non_finite_name(double v) {
 }
 
 // A test hook, not a flag: the crash-and-resume tests kill the run right after this optimizer
-// step (STOKE_TRAIN_TEST_KILL_AT_STEP=N), deterministically, without a timing race.
-int64_t kill_at_step_from_env() {
+// step (STOKE_TRAIN_TEST_KILL_AT_STEP=N), deterministically, without a timing race; under mpirun
+// only rank STOKE_TRAIN_TEST_KILL_RANK if that is set.
+int64_t kill_at_step_from_env(int rank) {
   const char* kill_env = std::getenv("STOKE_TRAIN_TEST_KILL_AT_STEP");
+  const char* rank_env = std::getenv("STOKE_TRAIN_TEST_KILL_RANK");
+  if (rank_env && std::strtoll(rank_env, nullptr, 10) != rank) return 0;
   return kill_env ? std::strtoll(kill_env, nullptr, 10) : 0;
 }
 
@@ -45,17 +48,23 @@ void print_epoch_line(const EpochRecord& r, int64_t epochs, double eval_seconds)
 
 }  // namespace
 
-Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics)
+Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed& dist)
     : f_(f),
       device_(device),
       metrics_(metrics),
-      data_(load_data(f_, device_)),
+      dist_(dist),
+      data_(load_data(f_, device_, dist_)),
       model_(build_model(f_, data_, device_)),
+      ddp_(dist_.active() ? std::make_unique<dist::DistributedDataParallel>(
+                                model_, *dist_.comm,
+                                dist::DdpOptions{.algorithm = dist::parse_allreduce_algorithm(
+                                                     f_.allreduce, "--allreduce")})
+                          : nullptr),
       opt_(make_optimizer(f_, *model_)),
       sched_(make_scheduler(f_, *opt_, (data_.train->num_batches() + f_.accum - 1) / f_.accum)),
       last_path_(in_checkpoint_dir(f_, "last.safetensors")),
       best_path_(in_checkpoint_dir(f_, "best.safetensors")),
-      kill_at_step_(kill_at_step_from_env()),
+      kill_at_step_(kill_at_step_from_env(dist_.rank)),
       last_finite_loss_(std::numeric_limits<double>::quiet_NaN()) {
   print_model_line(f_, *model_, device_);
 }
@@ -71,6 +80,11 @@ void Trainer::resume() {
                 static_cast<long long>(pos_.global_step));
   } else {
     std::printf("no checkpoint at %s: starting from scratch\n", last_path_.c_str());
+  }
+  // The saved epoch totals are the job's (save_position sums them): rank 0 carries them on.
+  if (!dist_.root()) {
+    pos_.epoch_loss_sum = 0;
+    pos_.epoch_correct = pos_.epoch_seen = 0;
   }
   // The records the interrupted run wrote past its checkpoint are written again from here.
   const int64_t dropped = metrics_.drop_records_after(pos_.epoch, pos_.global_step);
@@ -122,7 +136,8 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
   const DeviceBatch b = to_device(batch, device_);
   const int64_t group_begin = pos_.batch / f_.accum * f_.accum;
   const int64_t group_size = std::min(f_.accum, num_batches - group_begin);
-  Tensor logits = (*model_)(b.images);
+  const bool sync = pos_.batch + 1 == group_begin + group_size;
+  Tensor logits = forward(b.images, sync);
   Tensor loss = cross_entropy(logits, b.labels, {.label_smoothing = f_.label_smoothing});
   const double loss_value = loss.item();
   check_finite_loss(loss_value);
@@ -140,7 +155,7 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
   pos_.epoch_loss_sum += loss_value * static_cast<double>(n);
   pos_.epoch_seen += n;
   e.images += n;
-  if (pos_.batch + 1 == group_begin + group_size) optimizer_step(loss_value, batch.wait_seconds);
+  if (sync) optimizer_step(loss_value, batch.wait_seconds);
 }
 
 void Trainer::optimizer_step(double loss_value, double data_wait_s) {
@@ -173,20 +188,31 @@ std::string Trainer::progress_text(const EpochStats& e) const {
   return text;
 }
 
+Tensor Trainer::forward(const Tensor& images, bool sync) {
+  if (!ddp_) return (*model_)(images);
+  if (sync) return (*ddp_)(images);
+  auto no_sync = ddp_->no_sync();  // a micro-batch of --accum: gradients stay local
+  return (*ddp_)(images);
+}
+
 bool Trainer::end_epoch(const EpochStats& e) {
-  const auto seen = static_cast<double>(std::max<int64_t>(pos_.epoch_seen, 1));
+  // The job's totals (each rank trained on its shard).
+  std::vector<double> totals{pos_.epoch_loss_sum, static_cast<double>(pos_.epoch_correct),
+                             static_cast<double>(pos_.epoch_seen), static_cast<double>(e.images)};
+  dist_.sum(totals);
+  const double seen = std::max(totals[2], 1.0), images = totals[3];
   const auto t_eval = Clock::now();
   const EvalResult r = evaluate_finite();
   const double eval_seconds = seconds_since(t_eval);
   const RssMib rss = read_rss_mib();
   const EpochRecord record{.epoch = pos_.epoch + 1,
                            .step = pos_.global_step,
-                           .train_loss = pos_.epoch_loss_sum / seen,
-                           .train_acc = 100.0 * static_cast<double>(pos_.epoch_correct) / seen,
+                           .train_loss = totals[0] / seen,
+                           .train_acc = 100.0 * totals[1] / seen,
                            .test_loss = r.loss,
                            .test_acc = r.acc,
                            .time_s = e.seconds,
-                           .images_per_s = per_second(static_cast<double>(e.images), e.seconds),
+                           .images_per_s = per_second(images, e.seconds),
                            .data_wait_s = e.data_wait,
                            .data_wait_pct = 100.0 * per_second(e.data_wait, e.seconds),
                            .lr = opt_->lr(),
@@ -211,7 +237,8 @@ bool Trainer::end_epoch(const EpochStats& e) {
 bool Trainer::update_best(const EvalResult& r) {
   if (r.acc > pos_.best_acc) {
     pos_.best_acc = r.acc;
-    if (!best_path_.empty()) save_best(best_path_, *model_, pos_.epoch + 1, r.acc, f_);
+    if (!best_path_.empty() && dist_.root())
+      save_best(best_path_, *model_, pos_.epoch + 1, r.acc, f_);
   }
   if (r.loss < pos_.best_loss) {
     pos_.best_loss = r.loss;
@@ -227,7 +254,7 @@ bool Trainer::update_best(const EvalResult& r) {
 // A non-finite test loss means the weights diverged in the last steps: stop before it is logged
 // or the model is saved.
 EvalResult Trainer::evaluate_finite() {
-  const EvalResult r = evaluate(*model_, *data_.test, device_);
+  const EvalResult r = evaluate(*model_, *data_.test, device_, dist_);
   STOKE_CHECK(std::isfinite(r.loss), "stoke-train", "the test loss is ", non_finite_name(r.loss),
               " after step ", pos_.global_step, " (epoch ", pos_.epoch + 1,
               "): the weights diverged; the last good checkpoint is ",
@@ -247,7 +274,15 @@ void Trainer::check_finite_loss(double loss_value) const {
 }
 
 void Trainer::save_position(const Position& p) {
-  save_last(last_path_, *model_, *opt_, p, f_);
+  // Every rank reaches the same saves (they follow the step count), so the sum is collective.
+  Position job = p;
+  std::vector<double> totals{p.epoch_loss_sum, static_cast<double>(p.epoch_correct),
+                             static_cast<double>(p.epoch_seen)};
+  dist_.sum(totals);
+  job.epoch_loss_sum = totals[0];
+  job.epoch_correct = static_cast<int64_t>(totals[1]);
+  job.epoch_seen = static_cast<int64_t>(totals[2]);
+  if (dist_.root()) save_last(last_path_, *model_, *opt_, job, f_);
   last_good_ = last_path_;
 }
 

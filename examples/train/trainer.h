@@ -8,6 +8,8 @@
 #include <string>
 
 #include "checkpoints.h"
+#include "dist/ddp.h"
+#include "distributed.h"
 #include "evaluate.h"
 #include "flags.h"
 #include "metrics_records.h"
@@ -26,8 +28,11 @@ struct RunTotals {
 class Trainer {
  public:
   // Loads the data and builds the model, optimizer and schedule (printing the "data:" and
-  // "model:" lines); records go to `metrics`, which must outlive the trainer.
-  Trainer(const Flags& f, Device device, MetricsLog& metrics);
+  // "model:" lines); records go to `metrics`, which must outlive the trainer, as must `dist`. In
+  // a job of several ranks the model is wrapped in dist::DistributedDataParallel, every total
+  // (train and test loss, accuracy, images) is summed over the ranks, and rank 0 alone writes
+  // checkpoints (the others read them on --resume).
+  Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed& dist);
 
   // With --resume: continues from DIR/last.safetensors if there is one, and drops the metrics
   // records the interrupted run wrote past it.
@@ -54,12 +59,16 @@ class Trainer {
   EvalResult evaluate_finite();
   void check_finite_loss(double loss_value) const;
   void save_position(const Position& p);
+  // The model's forward: through DDP in a job (without gradient sync unless `sync`).
+  Tensor forward(const Tensor& images, bool sync);
 
   const Flags f_;
   const Device device_;
   MetricsLog& metrics_;
+  Distributed& dist_;
   Data data_;
   std::shared_ptr<nn::Module> model_;
+  std::unique_ptr<dist::DistributedDataParallel> ddp_;  // in a job of several ranks
   std::unique_ptr<nn::optim::Optimizer> opt_;
   std::unique_ptr<nn::optim::LRScheduler> sched_;
   const std::string last_path_, best_path_;  // empty without --checkpoint

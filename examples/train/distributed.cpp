@@ -1,0 +1,75 @@
+#include "distributed.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+
+#include "core/error.h"
+#include "stoke/stoke.h"
+#if defined(STOKE_HAS_MPI)
+#include "dist/mpi.h"
+#endif
+
+namespace stoke::train {
+
+void Distributed::sum(std::vector<double>& v) const {
+  if (!active() || v.empty()) return;
+  Tensor t = from_vector<double>(v, {static_cast<int64_t>(v.size())}, {.dtype = DType::f64});
+  comm->allreduce(t, dist::ReduceOp::sum);
+  v = t.to_vector<double>();
+}
+
+void Distributed::abort_job(int code) const {
+  if (!active()) return;
+#if defined(STOKE_HAS_MPI)
+  MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::_Exit(code);
+}
+
+bool launched_as_mpi_job() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"}) {
+    const char* v = std::getenv(var);
+    if (v && std::atoi(v) > 1) return true;
+  }
+  return false;
+}
+
+Distributed join_job(const Flags& f) {
+  Distributed d;
+  if (!launched_as_mpi_job()) return d;
+#if defined(STOKE_HAS_MPI)
+  const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout * 1000));
+  auto comm = std::make_unique<dist::MpiCommunicator>(dist::MpiOptions{.timeout = timeout});
+  d.rank = comm->rank();
+  d.size = comm->size();
+  // Ranks per machine, for the default thread count: the largest local rank + 1 (machines are
+  // assumed alike).
+  Tensor local =
+      from_vector<double>({static_cast<double>(comm->local_rank())}, {1}, {.dtype = DType::f64});
+  comm->allreduce(local, dist::ReduceOp::max);
+  d.local_size = static_cast<int>(local.to_vector<double>()[0]) + 1;
+  d.comm = std::move(comm);
+  return d;
+#else
+  (void)f;
+  STOKE_FAIL("stoke-train",
+             "started by an MPI launcher as one of several ranks, but this build has ",
+             "no MPI (install libopenmpi-dev and openmpi-bin, then configure again)");
+#endif
+}
+
+ShardSampler::ShardSampler(int64_t n, int rank, int size)
+    : n_(n), count_(n > rank ? (n - rank + size - 1) / size : 0), rank_(rank), size_(size) {
+  STOKE_CHECK(size >= 1 && rank >= 0 && rank < size, "ShardSampler",
+              "expected 0 <= rank < size, got rank ", rank, " of ", size);
+}
+
+std::vector<int64_t> ShardSampler::indices() const {
+  std::vector<int64_t> out;
+  out.reserve(static_cast<size_t>(count_));
+  for (int64_t i = rank_; i < n_; i += size_) out.push_back(i);
+  return out;
+}
+
+}  // namespace stoke::train

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""stoke-train under mpirun, end to end (ctest "dist: stoke-train ...").
+
+usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE
+
+  equivalence  mpirun -np 2 with --batch 64 trains like one process with --batch 128: the same
+               samples per step (DistributedSampler shards the single process's permutation), so
+               the epoch records agree to float rounding; native and ring allreduce; rank 0 alone
+               prints and writes the metrics.
+  resume       rank 1 killed (SIGKILL) at step 10 ends the whole job non-zero within 60 s; --resume
+               under mpirun from the step-8 checkpoint ends with the records of an uninterrupted
+               run.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+MPIEXEC, TRAIN, CASE = sys.argv[1], sys.argv[2], sys.argv[3]
+COMMON = ["--epochs", "2", "--limit-train", "2048", "--limit-test", "1000", "--no-progress",
+          "--workers", "1", "--seed", "3"]
+
+
+def run(args, np=1, env=None, timeout=120):
+    cmd = ([MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", str(np)] if np > 1 else []) + \
+        [TRAIN] + COMMON + args
+    full_env = dict(os.environ, OMPI_MCA_mpi_yield_when_idle="1", **(env or {}))
+    t0 = time.time()
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
+    return p, time.time() - t0
+
+
+def records(path, kind):
+    with open(path) as f:
+        return [r for r in map(json.loads, f) if r["type"] == kind]
+
+
+def close(a, b, tol, what):
+    if abs(a - b) > tol:
+        sys.exit(f"FAIL: {what}: {a} vs {b} (tolerance {tol})")
+
+
+def require(ok, message, p=None):
+    if not ok:
+        extra = f"\nstdout:\n{p.stdout}\nstderr:\n{p.stderr}" if p else ""
+        sys.exit(f"FAIL: {message}{extra}")
+
+
+def equivalence(tmp):
+    single, _ = run(["--batch", "128", "--metrics", f"{tmp}/single.jsonl", "--threads", "1"])
+    require(single.returncode == 0, "the single-process run failed", single)
+    ref = records(f"{tmp}/single.jsonl", "epoch")
+    for algo in ("native", "ring"):
+        metrics = f"{tmp}/{algo}.jsonl"
+        p, _ = run(["--batch", "64", "--metrics", metrics, "--allreduce", algo], np=2)
+        require(p.returncode == 0, f"mpirun -np 2 --allreduce {algo} failed", p)
+        require(p.stdout.count("epoch 2/2:") == 1 and p.stdout.count("done:") == 1,
+                "rank 0 alone prints the epoch and done lines", p)
+        require("dist: 2 ranks" in p.stdout and f"allreduce {algo}" in p.stdout,
+                "the dist: line names the job", p)
+        got = records(metrics, "epoch")
+        require(len(got) == 2, f"{metrics} holds one record per epoch (rank 0 alone writes)")
+        for r, want in zip(got, ref):
+            close(r["train_loss"], want["train_loss"], 2e-5, f"{algo} epoch {r['epoch']} train loss")
+            close(r["test_loss"], want["test_loss"], 2e-4, f"{algo} epoch {r['epoch']} test loss")
+            close(r["test_acc"], want["test_acc"], 0.31, f"{algo} epoch {r['epoch']} test acc")
+    print("equivalence: np 2 x 64 matches np 1 x 128 (native and ring)")
+
+
+def resume(tmp):
+    whole, _ = run(["--batch", "64", "--metrics", f"{tmp}/whole.jsonl"], np=2)
+    require(whole.returncode == 0, "the uninterrupted run failed", whole)
+    ckpt = f"{tmp}/ckpt"
+    args = ["--batch", "64", "--checkpoint", ckpt, "--checkpoint-every", "4"]
+    killed, seconds = run(args, np=2, timeout=90,
+                          env={"STOKE_TRAIN_TEST_KILL_AT_STEP": "10",
+                               "STOKE_TRAIN_TEST_KILL_RANK": "1"})
+    require(killed.returncode != 0, "killing rank 1 ends the job non-zero", killed)
+    require(seconds < 60, f"the job ended {seconds:.0f} s after the start, not within 60 s")
+    require(os.path.exists(f"{ckpt}/last.safetensors"), "rank 0 wrote last.safetensors")
+    resumed, _ = run(args + ["--resume"], np=2)
+    require(resumed.returncode == 0, "the resumed run failed", resumed)
+    require("resumed from" in resumed.stdout and "step 8)" in resumed.stdout,
+            "it resumed from the step-8 checkpoint", resumed)
+    got, want = records(f"{ckpt}/metrics.jsonl", "epoch"), records(f"{tmp}/whole.jsonl", "epoch")
+    require(len(got) == 2, "the resumed run's metrics hold both epochs once")
+    for r, w in zip(got, want):
+        for key in ("train_loss", "test_loss", "test_acc"):
+            close(r[key], w[key], 1e-9, f"resumed epoch {r['epoch']} {key}")
+    print(f"resume: the job with rank 1 killed at step 10 ended non-zero in {seconds:.1f} s; the resumed run equals the "
+          "uninterrupted one")
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    {"equivalence": equivalence, "resume": resume}[CASE](tmp)
