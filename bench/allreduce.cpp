@@ -1,0 +1,545 @@
+// stoke-bench-allreduce: MPI's own allreduce (MpiCommunicator::allreduce, "native") against stoke's
+// ring (dist::ring_allreduce over the same communicator), size by size in the same run, in
+// nccl-tests' table; then an alpha-beta model fitted to the ring and projected to 8 ... 1024 ranks.
+//
+//   mpirun --allow-run-as-root --oversubscribe -np 4 build/bench/stoke-bench-allreduce
+//       [--min-bytes 8] [--max-bytes 256M] [--step-factor 4] [--dtype f32|f64|f16|bf16]
+//       [--iters N] [--warmup N] [--budget-s S] [--segment-bytes 1M] [--no-arg-check] [--quick]
+//
+// (with more ranks than cores, set OMPI_MCA_mpi_yield_when_idle=1: a rank waiting in MPI otherwise
+// spins on the core the rank it waits for needs). Sizes are max-bytes / step-factor^k down to
+// min-bytes, and min-bytes itself: the largest size (and 64 MiB under the defaults) is always on
+// the list. For each size and algorithm: warm-up runs, then timed iterations, each after a
+// barrier; a rank's time is from leaving the barrier to the end of its allreduce, an iteration's
+// time is the slowest rank's, and the row shows the median over iterations (nccl-tests' "time").
+// algbw = bytes / time; busbw = algbw * 2(n-1)/n, the bandwidth each rank's link must carry for
+// a bandwidth-optimal allreduce, so busbw compares across rank counts. After the timed iterations
+// one allreduce of known values is checked against its closed form: #wrong counts the elements
+// (over all ranks) that differ. The program exits 1 when any #wrong is non-zero.
+//
+// Only rank 0 prints: the table, the ring/native ratio per size, the model, and one JSON line.
+#include <algorithm>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include "bench/allreduce.h"
+#include "bench/bench_util.h"
+#include "core/error.h"
+#include "core/tensor.h"
+#include "dist/mpi.h"
+#include "dist/ring.h"
+#include "ops/creation.h"
+
+namespace {
+
+using namespace stoke;
+using bench::fmt;
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+constexpr const char* kProg = "stoke-bench-allreduce";
+
+struct Args {
+  int64_t min_bytes = 8;
+  int64_t max_bytes = 256 * kMiB;
+  int step_factor = 4;
+  DType dtype = DType::f32;
+  int iters = 20;  // the most timed iterations per point; exactly this many with --iters
+  bool iters_given = false;
+  int warmup = 3;
+  // Without --iters, a point's timed iterations stop near this many seconds (at least 5 of
+  // them): 20 iterations of 256 MiB at 4 ranks on 2 cores would take minutes.
+  double budget_s = 2.0;
+  int64_t segment_bytes = kMiB;  // the ring's pipelining unit (RingOptions::segment_bytes)
+  bool check_args = true;        // MpiOptions::check_args for the native collectives
+  bool quick = false;
+};
+
+enum class Algo { native, ring };
+
+const char* algo_name(Algo a) {
+  return a == Algo::native ? "native" : "ring";
+}
+
+struct Row {
+  Algo algo = Algo::native;
+  int64_t bytes = 0, count = 0;
+  double seconds = 0;  // median over iterations of the slowest rank
+  int iters = 0;
+  int64_t wrong = 0;  // summed over ranks
+};
+
+// "8", "64K", "256M", "1G" (binary multiples) -> bytes; -1 when malformed.
+int64_t parse_bytes(const std::string& s) {
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || end == s.c_str() || v < 0) return -1;
+  const std::string unit = end;
+  if (unit.empty() || unit == "B") return v;
+  if (unit == "K" || unit == "KiB") return v << 10;
+  if (unit == "M" || unit == "MiB") return v << 20;
+  if (unit == "G" || unit == "GiB") return v << 30;
+  return -1;
+}
+
+std::string human_bytes(int64_t b) {
+  if (b >= kMiB && b % kMiB == 0) return detail::str_cat(b / kMiB, " MiB");
+  if (b >= 1024 && b % 1024 == 0) return detail::str_cat(b / 1024, " KiB");
+  return detail::str_cat(b, " B");
+}
+
+void usage(std::ostream& os) {
+  os << "usage: mpirun [--allow-run-as-root --oversubscribe] -np N " << kProg
+     << " [options]\n"
+        "  --min-bytes B      smallest size (default 8; suffixes K, M, G are binary)\n"
+        "  --max-bytes B      largest size (default 256M)\n"
+        "  --step-factor F    sizes are max-bytes / F^k down to min-bytes, and min-bytes (default "
+        "4)\n"
+        "  --dtype T          f32 (default), f64, f16 or bf16\n"
+        "  --iters N          exactly N timed iterations per point (default: up to 20, about\n"
+        "                     --budget-s seconds per point, at least 5)\n"
+        "  --warmup N         untimed iterations first (default 3)\n"
+        "  --budget-s S       seconds of timed iterations per point without --iters (default 2)\n"
+        "  --segment-bytes B  the ring's pipelining segment (default 1M)\n"
+        "  --no-arg-check     native without MpiOptions::check_args (its extra small allreduce)\n"
+        "  --quick            smoke run: up to 1 MiB, 3 iterations, 1 warm-up\n";
+}
+
+// Parses argv into `a`; returns an exit code (>= 0) when the program should stop.
+int parse_args(int argc, char** argv, Args& a) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string s = argv[i];
+    auto value = [&](const char* flag) -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << kProg << ": " << flag << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto int_value = [&](const char* flag, long min) {
+      const std::string v = value(flag);
+      char* end = nullptr;
+      const long n = std::strtol(v.c_str(), &end, 10);
+      if (v.empty() || *end != '\0' || n < min || n > 1000000000L) {
+        std::cerr << kProg << ": " << flag << " expects an integer >= " << min << ", got '" << v
+                  << "'\n";
+        std::exit(2);
+      }
+      return static_cast<int>(n);
+    };
+    auto bytes_value = [&](const char* flag) {
+      const std::string v = value(flag);
+      const int64_t b = parse_bytes(v);
+      if (b < 1) {
+        std::cerr << kProg << ": " << flag << " expects a size such as 8, 64K or 256M, got '" << v
+                  << "'\n";
+        std::exit(2);
+      }
+      return b;
+    };
+    if (s == "--min-bytes") {
+      a.min_bytes = bytes_value("--min-bytes");
+    } else if (s == "--max-bytes") {
+      a.max_bytes = bytes_value("--max-bytes");
+    } else if (s == "--step-factor") {
+      a.step_factor = int_value("--step-factor", 2);
+    } else if (s == "--dtype") {
+      const std::string d = value("--dtype");
+      if (d == "f32") {
+        a.dtype = DType::f32;
+      } else if (d == "f64") {
+        a.dtype = DType::f64;
+      } else if (d == "f16") {
+        a.dtype = DType::f16;
+      } else if (d == "bf16") {
+        a.dtype = DType::bf16;
+      } else {
+        std::cerr << kProg << ": --dtype expects f32, f64, f16 or bf16, got '" << d << "'\n";
+        return 2;
+      }
+    } else if (s == "--iters") {
+      a.iters = int_value("--iters", 1);
+      a.iters_given = true;
+    } else if (s == "--warmup") {
+      a.warmup = int_value("--warmup", 0);
+    } else if (s == "--budget-s") {
+      const std::string v = value("--budget-s");
+      char* end = nullptr;
+      a.budget_s = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(a.budget_s > 0)) {
+        std::cerr << kProg << ": --budget-s expects a positive number, got '" << v << "'\n";
+        return 2;
+      }
+    } else if (s == "--segment-bytes") {
+      a.segment_bytes = bytes_value("--segment-bytes");
+    } else if (s == "--no-arg-check") {
+      a.check_args = false;
+    } else if (s == "--quick") {
+      a.quick = true;
+    } else if (s == "-h" || s == "--help") {
+      usage(std::cout);
+      return 0;
+    } else {
+      std::cerr << kProg << ": unknown argument '" << s << "'\n";
+      usage(std::cerr);
+      return 2;
+    }
+  }
+  if (a.quick) {
+    a.max_bytes = std::min(a.max_bytes, kMiB);
+    a.min_bytes = std::min(a.min_bytes, a.max_bytes);
+    if (!a.iters_given) a.iters = 3;
+    a.iters_given = true;
+    a.warmup = std::min(a.warmup, 1);
+  }
+  if (a.min_bytes > a.max_bytes) {
+    std::cerr << kProg << ": --min-bytes " << a.min_bytes << " is above --max-bytes " << a.max_bytes
+              << "\n";
+    return 2;
+  }
+  return -1;
+}
+
+// The sizes to measure, ascending, each a whole number of elements (at least one).
+std::vector<int64_t> sizes_of(const Args& a) {
+  std::vector<int64_t> raw;
+  for (int64_t b = a.max_bytes; b >= a.min_bytes; b /= a.step_factor) raw.push_back(b);
+  if (raw.empty() || raw.back() != a.min_bytes) raw.push_back(a.min_bytes);
+  const auto elem = static_cast<int64_t>(dtype_size(a.dtype));
+  std::vector<int64_t> out;
+  for (auto it = raw.rbegin(); it != raw.rend(); ++it) {
+    const int64_t bytes = std::max<int64_t>(1, *it / elem) * elem;
+    if (out.empty() || out.back() != bytes) out.push_back(bytes);
+  }
+  return out;
+}
+
+// Calls f(T{}) with the storage type of a float dtype.
+template <class F>
+void visit_float(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32:
+      return f(float{});
+    case DType::f64:
+      return f(double{});
+    case DType::f16:
+      return f(Half{});
+    case DType::bf16:
+      return f(BFloat16{});
+    default:
+      STOKE_FAIL(kProg, "not a float dtype: ", dtype);
+  }
+}
+
+// The checked allreduce's input: rank r holds ((i % kPeriod) + r) % K at index i. Integers, and
+// K is chosen so that every partial sum of n ranks' values fits the dtype's exact integers, so the
+// result is exact whatever order the ranks are added in (MPI's order is its own). The prime period
+// is not a multiple of any chunk or segment, so a chunk put in the wrong place shows.
+constexpr int kPeriod = 1021;
+
+// The largest integer below which all integers are exact in the dtype.
+double exact_limit(DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return 9007199254740992.0;  // 2^53
+    case DType::f16:
+      return 2048;
+    case DType::bf16:
+      return 256;
+    default:
+      return 16777216;  // 2^24
+  }
+}
+
+int modulus_for(DType dtype, int ranks) {
+  const double k = std::floor(exact_limit(dtype) / ranks) + 1;  // n * (K - 1) <= limit
+  return static_cast<int>(std::clamp(k, 2.0, static_cast<double>(kPeriod)));
+}
+
+void fill_check_input(Tensor& t, int rank, int ranks) {
+  const int k = modulus_for(t.dtype(), ranks);
+  visit_float(t.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    T* p = t.data<T>();
+    for (int64_t i = 0, n = t.numel(); i < n; ++i)
+      p[i] = T(static_cast<float>(((i % kPeriod) + rank) % k));
+  });
+}
+
+// Elements of t that differ from the sum over ranks of fill_check_input. Exact unless n(K-1)
+// passes the dtype's exact integers (bf16 past 128 ranks): then within n-1 roundings.
+int64_t count_wrong(const Tensor& t, int ranks) {
+  const int k = modulus_for(t.dtype(), ranks);
+  std::vector<double> want(kPeriod);
+  double largest = 0;
+  for (int j = 0; j < kPeriod; ++j) {
+    for (int r = 0; r < ranks; ++r) want[j] += (j + r) % k;
+    largest = std::max(largest, want[j]);
+  }
+  const double eps = t.dtype() == DType::f16 ? 0x1p-11 : t.dtype() == DType::bf16 ? 0x1p-8 : 0;
+  const double rel_tol = largest <= exact_limit(t.dtype()) ? 0.0 : eps * (ranks - 1);
+  int64_t wrong = 0;
+  visit_float(t.dtype(), [&](auto zero) {
+    using T = decltype(zero);
+    const T* p = t.data<T>();
+    for (int64_t i = 0, n = t.numel(); i < n; ++i) {
+      const double w = want[i % kPeriod];
+      const double got = static_cast<double>(
+          static_cast<std::conditional_t<std::is_same_v<T, double>, double, float>>(p[i]));
+      if (!(std::fabs(got - w) <= rel_tol * w)) ++wrong;
+    }
+  });
+  return wrong;
+}
+
+void fill_zero(Tensor& t) {
+  // The timed iterations reduce zeros: the cost of an add does not depend on the values on the
+  // CPU (no subnormals here), and repeated in-place sums of zeros stay zero, where anything else
+  // grows by n each time and overflows f16 into inf within a few iterations.
+  std::memset(t.data_ptr(), 0, static_cast<size_t>(t.numel()) * t.element_size());
+}
+
+// v[i] = max over ranks of v[i] (the native collective; every rank gets the result).
+void max_over_ranks(dist::MpiCommunicator& comm, std::vector<double>& v) {
+  const auto n = static_cast<int64_t>(v.size());
+  Tensor t = from_vector<double>(v, {n}, {.dtype = DType::f64});
+  comm.allreduce(t, dist::ReduceOp::max);
+  v = t.to_vector<double>();
+}
+
+Row measure(dist::MpiCommunicator& comm, Algo algo, Tensor& t, const Args& a) {
+  const dist::RingOptions ring_options{.segment_bytes = a.segment_bytes};
+  auto run = [&] {
+    if (algo == Algo::native)
+      comm.allreduce(t, dist::ReduceOp::sum);
+    else
+      dist::ring_allreduce(comm, t, dist::ReduceOp::sum, ring_options);
+  };
+  // One allreduce after a barrier, seconds on this rank.
+  auto timed = [&] {
+    comm.barrier();
+    const double t0 = bench::now_ms();
+    run();
+    return (bench::now_ms() - t0) * 1e-3;
+  };
+  fill_zero(t);
+  for (int i = 0; i < a.warmup; ++i) timed();
+  int iters = a.iters;
+  if (!a.iters_given) {
+    // Every rank must run the same count: size it from the slowest rank's time of one more run.
+    std::vector<double> probe = {timed()};
+    max_over_ranks(comm, probe);
+    iters = std::clamp(static_cast<int>(a.budget_s / std::max(probe[0], 1e-9)), 5, a.iters);
+  }
+  std::vector<double> times(static_cast<size_t>(iters));
+  for (double& s : times) s = timed();
+  max_over_ranks(comm, times);  // an iteration is done when its slowest rank is
+
+  Row row;
+  row.algo = algo;
+  row.bytes = t.numel() * static_cast<int64_t>(t.element_size());
+  row.count = t.numel();
+  row.seconds = bench::median(times);
+  row.iters = iters;
+  fill_check_input(t, comm.rank(), comm.size());
+  run();
+  std::vector<double> wrong = {static_cast<double>(count_wrong(t, comm.size()))};
+  Tensor w = from_vector<double>(wrong, {1}, {.dtype = DType::f64});
+  comm.allreduce(w, dist::ReduceOp::sum);
+  row.wrong = static_cast<int64_t>(w.to_vector<double>()[0]);
+  return row;
+}
+
+double algbw_gbs(const Row& r) {
+  return static_cast<double>(r.bytes) / r.seconds / 1e9;
+}
+
+double busbw_gbs(const Row& r, int n) {
+  return algbw_gbs(r) * 2.0 * (n - 1) / n;
+}
+
+std::string row_line(const Row& r, int n, DType dtype) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%12" PRId64 "  %12" PRId64 "  %5s  %6s  %11s  %11s  %11s  %6" PRId64, r.bytes,
+                r.count, dtype_name(dtype), algo_name(r.algo), fmt(r.seconds * 1e6, 1).c_str(),
+                fmt(algbw_gbs(r), 3).c_str(), fmt(busbw_gbs(r, n), 3).c_str(), r.wrong);
+  return buf;
+}
+
+// The ratio of ring to native busbw at each size (= native time / ring time, which also reads
+// at one rank, where busbw is 0), and the sentence on where and why small messages lose.
+void print_ratios(const std::vector<Row>& rows, int n, double alpha_s) {
+  std::vector<std::vector<std::string>> table;
+  std::vector<int64_t> losing;  // the sizes where ring/native < 0.9
+  const Row* smallest_ring = nullptr;
+  const Row* smallest_native = nullptr;
+  for (const Row& ring : rows) {
+    if (ring.algo != Algo::ring) continue;
+    for (const Row& native : rows) {
+      if (native.algo != Algo::native || native.bytes != ring.bytes) continue;
+      const double ratio = native.seconds / ring.seconds;
+      table.push_back({human_bytes(ring.bytes), fmt(busbw_gbs(ring, n), 3),
+                       fmt(busbw_gbs(native, n), 3), fmt(ratio, 2)});
+      if (ratio < 0.9) losing.push_back(ring.bytes);
+      if (!smallest_ring) {
+        smallest_ring = &ring;
+        smallest_native = &native;
+      }
+    }
+  }
+  std::cout << "\nring / native (MEASURED; busbw ratio = native time / ring time; >= 1: the ring "
+               "is as fast or faster)\n";
+  bench::print_table(std::cout, {"size", "ring busbw", "native busbw", "ring/native"}, table, "  ");
+  if (n < 2) {
+    std::cout << "  One rank: the ring takes no steps and MPI copies nothing, so both time only "
+                 "their call overhead; busbw is 0 by definition.\n";
+    return;
+  }
+  if (losing.empty()) {
+    std::cout << "  The ring keeps within 0.9x of native at every size measured.\n";
+    return;
+  }
+  const int steps = 2 * (n - 1);
+  std::cout << "  The ring is below 0.9x of native at";
+  for (size_t i = 0; i < losing.size(); ++i)
+    std::cout << (i ? ", " : " ") << human_bytes(losing[i]);
+  std::cout << ".\n  Small messages lose because the ring takes 2(n-1) = " << steps
+            << " steps one after the other, each an exchange with\n"
+               "  its neighbours that pays the per-message latency whatever the size (stoke's "
+               "send/recv over MPI sends\n"
+               "  a header, then the payload), while MPI's own allreduce of a small message "
+               "takes fewer rounds (e.g.\n"
+               "  recursive doubling: log2(n)) and no header.\n";
+  if (smallest_ring && smallest_native) {
+    std::cout << "  At " << human_bytes(smallest_ring->bytes) << ": ring "
+              << fmt(smallest_ring->seconds * 1e6, 1) << " us = " << steps << " steps x "
+              << fmt(smallest_ring->seconds * 1e6 / steps, 1) << " us, native "
+              << fmt(smallest_native->seconds * 1e6, 1) << " us";
+    if (alpha_s > 0)
+      std::cout << "; the fitted latency per step is " << fmt(alpha_s * 1e6, 1) << " us (below)";
+    std::cout << ".\n";
+  }
+}
+
+std::string int_json(int64_t v) {
+  return std::to_string(v);
+}
+
+int run_bench(dist::MpiCommunicator& comm, const Args& a) {
+  const int n = comm.size(), rank = comm.rank();
+  const bool root = rank == 0;
+  const std::vector<int64_t> sizes = sizes_of(a);
+
+  if (root) {
+    const unsigned cores = std::thread::hardware_concurrency();
+    std::cout << kProg << ": " << n << " rank" << (n == 1 ? "" : "s")
+              << " (MpiCommunicator, cpu tensors), dtype " << dtype_name(a.dtype) << ", sizes "
+              << human_bytes(sizes.front()) << " ... " << human_bytes(sizes.back()) << " ("
+              << sizes.size() << "), "
+              << (a.iters_given ? detail::str_cat(a.iters, " iterations")
+                                : detail::str_cat("up to ", a.iters, " iterations (about ",
+                                                  a.budget_s, " s, at least 5)"))
+              << " per point after " << a.warmup << " warm-up, ring segment "
+              << human_bytes(a.segment_bytes) << ", native " << (a.check_args ? "with" : "without")
+              << " its argument check"
+              << (a.quick ? " (quick smoke run: times are not meaningful)" : "") << "\n";
+    if (n == 1 && !std::getenv("OMPI_COMM_WORLD_SIZE"))
+      std::cout << "  Not started by mpirun: one rank, where the ring is trivial (no steps) and "
+                   "busbw is 0. Run it as mpirun -np N "
+                << kProg << ".\n";
+    const char* yield = std::getenv("OMPI_MCA_mpi_yield_when_idle");
+    if (cores > 0 && static_cast<unsigned>(n) > cores && !(yield && std::string(yield) == "1"))
+      std::cout << "  warning: " << n << " ranks on " << cores
+                << " cores without OMPI_MCA_mpi_yield_when_idle=1: waiting ranks spin on the "
+                   "cores the others need\n";
+    if (a.dtype == DType::f16 || a.dtype == DType::bf16)
+      std::cout << "  note: native reduces f32 copies of " << dtype_name(a.dtype)
+                << " (MPI has no half types), moving twice the bytes; the ring moves them at their "
+                   "size\n";
+    std::cout << "\n"
+              << "        size         count   type    algo     time(us)  algbw(GB/s)  "
+                 "busbw(GB/s)  #wrong\n"
+              << std::flush;
+  }
+
+  std::vector<Row> rows;
+  for (int64_t bytes : sizes) {
+    Tensor t = empty({bytes / static_cast<int64_t>(dtype_size(a.dtype))}, {.dtype = a.dtype});
+    for (Algo algo : {Algo::native, Algo::ring}) {
+      rows.push_back(measure(comm, algo, t, a));
+      if (root) std::cout << row_line(rows.back(), n, a.dtype) << std::endl;
+    }
+  }
+  if (root)
+    std::cout << "(MEASURED: time = median over iterations of the slowest rank; algbw = size / "
+                 "time; busbw = algbw * 2(n-1)/n; GB = 1e9 B; #wrong summed over ranks)\n";
+
+  std::vector<bench::AllreducePoint> ring_points;
+  for (const Row& r : rows)
+    if (r.algo == Algo::ring) ring_points.push_back({r.bytes, r.seconds});
+  const bench::RingFit fit = bench::fit_ring(ring_points, n);
+
+  int64_t wrong_total = 0;
+  for (const Row& r : rows) wrong_total += r.wrong;
+  if (root) {
+    print_ratios(rows, n, fit.ok ? fit.alpha_s : 0.0);
+    const std::string model = bench::print_model(std::cout, fit, n);
+    if (wrong_total > 0)
+      std::cout << "\n" << kProg << ": " << wrong_total << " wrong elements (see #wrong)\n";
+    std::vector<std::string> json_rows;
+    for (const Row& r : rows)
+      json_rows.push_back(bench::JsonObject()
+                              .add("algo", algo_name(r.algo))
+                              .add("ranks", n)
+                              .raw("bytes", int_json(r.bytes))
+                              .raw("count", int_json(r.count))
+                              .add("time_us", r.seconds * 1e6)
+                              .add("algbw_gbs", algbw_gbs(r))
+                              .add("busbw_gbs", busbw_gbs(r, n))
+                              .raw("wrong", int_json(r.wrong))
+                              .add("iters", r.iters)
+                              .str());
+    std::cout << "\n"
+              << bench::JsonObject()
+                     .add("bench", "allreduce")
+                     .add("ranks", n)
+                     .add("dtype", dtype_name(a.dtype))
+                     .raw("rows", bench::json_array(json_rows))
+                     .raw("model", model)
+                     .add("quick", a.quick)
+                     .raw("segment_bytes", int_json(a.segment_bytes))
+                     .add("native_arg_check", a.check_args)
+                     .raw("wrong_total", int_json(wrong_total))
+                     .str()
+              << std::endl;
+  }
+  return wrong_total > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  if (const int rc = parse_args(argc, argv, a); rc >= 0) return rc;
+  std::unique_ptr<dist::MpiCommunicator> comm;
+  try {
+    comm = std::make_unique<dist::MpiCommunicator>(dist::MpiOptions{.check_args = a.check_args});
+    return run_bench(*comm, a);
+  } catch (const std::exception& e) {
+    std::cerr << kProg << ": " << e.what() << std::endl;
+    // The other ranks may be waiting in a collective this rank will never join: end the job now
+    // rather than at their watchdog's timeout (while the communicator, and so MPI, is alive).
+    if (comm) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}
