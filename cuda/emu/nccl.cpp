@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -511,11 +512,37 @@ ncclResult_t submit(ncclComm* comm, Part part, cudaStream_t stream) {
   return run_group(one);
 }
 
-// Moves a destroyed or aborted handle to the registry, where it lives until the process exits.
-void retire(ncclComm* comm) {
+// ncclCommDestroy / ncclCommAbort: the rank leaves its clique (an abort wakes every waiter of
+// it), and the handle moves to the registry, where it lives until the process exits.
+ncclResult_t leave(ncclComm* comm, bool abort) {
+  const char* name = abort ? "ncclCommAbort" : "ncclCommDestroy";
+  if (comm == nullptr) return ncclSuccess;
+  if (comm->dead.exchange(true))
+    return fail(comm, ncclInvalidUsage, str_cat(name, ": already destroyed or aborted"));
+  {
+    Clique& c = *comm->clique;
+    std::lock_guard lock(c.m);
+    if (abort && c.aborted_by < 0) c.aborted_by = comm->rank;
+    c.departed[static_cast<std::size_t>(comm->rank)] = true;
+    c.cv.notify_all();
+  }
   Registry& reg = registry();
   std::lock_guard lock(reg.m);
   reg.retired.emplace_back(comm);
+  return ncclSuccess;
+}
+
+int nranks_of(const ncclComm& comm) {
+  return comm.clique->nranks;
+}
+
+// ncclCommCount / CuDevice / UserRank: *out = what(*comm).
+template <class What>
+ncclResult_t query(const ncclComm* comm, int* out, What what, const char* name) {
+  if (comm == nullptr || out == nullptr)
+    return fail(nullptr, ncclInvalidArgument, str_cat(name, ": null argument"));
+  *out = std::invoke(what, *comm);
+  return ncclSuccess;
 }
 
 }  // namespace
@@ -609,32 +636,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId,
 }
 
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  if (comm == nullptr) return ncclSuccess;
-  if (comm->dead.exchange(true))
-    return fail(comm, ncclInvalidUsage, "ncclCommDestroy: already destroyed or aborted");
-  {
-    auto& c = *comm->clique;
-    std::lock_guard lock(c.m);
-    c.departed[static_cast<std::size_t>(comm->rank)] = true;
-    c.cv.notify_all();
-  }
-  stoke::emu::nccl::retire(comm);
-  return ncclSuccess;
+  return stoke::emu::nccl::leave(comm, false);
 }
 
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
-  if (comm == nullptr) return ncclSuccess;
-  if (comm->dead.exchange(true))
-    return fail(comm, ncclInvalidUsage, "ncclCommAbort: already destroyed or aborted");
-  {
-    auto& c = *comm->clique;
-    std::lock_guard lock(c.m);
-    if (c.aborted_by < 0) c.aborted_by = comm->rank;
-    c.departed[static_cast<std::size_t>(comm->rank)] = true;
-    c.cv.notify_all();
-  }
-  stoke::emu::nccl::retire(comm);
-  return ncclSuccess;
+  return stoke::emu::nccl::leave(comm, true);
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
@@ -647,24 +653,15 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
 }
 
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
-  if (comm == nullptr || count == nullptr)
-    return fail(comm, ncclInvalidArgument, "ncclCommCount: null argument");
-  *count = comm->clique->nranks;
-  return ncclSuccess;
+  return stoke::emu::nccl::query(comm, count, &stoke::emu::nccl::nranks_of, "ncclCommCount");
 }
 
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
-  if (comm == nullptr || device == nullptr)
-    return fail(comm, ncclInvalidArgument, "ncclCommCuDevice: null argument");
-  *device = comm->device;
-  return ncclSuccess;
+  return stoke::emu::nccl::query(comm, device, &ncclComm::device, "ncclCommCuDevice");
 }
 
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
-  if (comm == nullptr || rank == nullptr)
-    return fail(comm, ncclInvalidArgument, "ncclCommUserRank: null argument");
-  *rank = comm->rank;
-  return ncclSuccess;
+  return stoke::emu::nccl::query(comm, rank, &ncclComm::rank, "ncclCommUserRank");
 }
 
 // NCCL's own texts, without its pointers to NCCL_DEBUG (ncclGetLastError has the detail here).
