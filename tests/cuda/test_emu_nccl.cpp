@@ -382,6 +382,34 @@ TEST_CASE("emu nccl: a grouped send/recv ring step completes on every rank", "[n
   }
 }
 
+TEST_CASE("emu nccl: one thread drives two ranks through one group", "[nccl]") {
+  const ncclUniqueId id = fresh_id();
+  std::vector<ncclComm_t> comms(2, nullptr);
+  run_ranks(2, [&](int r) { comms[r] = join(2, id, r); });  // init blocks: one thread per rank
+  REQUIRE(comms[0] != nullptr);
+  REQUIRE(comms[1] != nullptr);
+  cudaSetDevice(0);
+  const DeviceBuffer a(8);
+  cudaSetDevice(1);
+  const DeviceBuffer b(8);
+  const float one = 1.0f, two = 2.0f;
+  cudaMemcpy(a.p, &one, 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(b.p, &two, 4, cudaMemcpyHostToDevice);
+  CHECK(ncclGroupStart() == ncclSuccess);
+  CHECK(ncclAllReduce(a.p, a.p, 1, ncclFloat32, ncclSum, comms[0], nullptr) == ncclSuccess);
+  CHECK(ncclAllReduce(b.p, b.p, 1, ncclFloat32, ncclSum, comms[1], nullptr) == ncclSuccess);
+  CHECK(ncclSend(a.p, 1, ncclFloat32, 1, comms[0], nullptr) == ncclSuccess);
+  CHECK(ncclRecv(b.bytes() + 4, 1, ncclFloat32, 0, comms[1], nullptr) == ncclSuccess);
+  CHECK(ncclGroupEnd() == ncclSuccess);
+  float got[2] = {0, 0};
+  cudaMemcpy(got, b.p, 8, cudaMemcpyDeviceToHost);
+  CHECK(got[0] == 3.0f);
+  CHECK(got[1] == 3.0f);
+  cudaSetDevice(0);
+  CHECK(ncclCommDestroy(comms[0]) == ncclSuccess);
+  CHECK(ncclCommDestroy(comms[1]) == ncclSuccess);
+}
+
 TEST_CASE("emu nccl: a collective runs after its stream's earlier work, later work sees it",
           "[nccl]") {
   const StreamMode mode(true);
