@@ -58,21 +58,23 @@ std::vector<std::string> split_lines(const std::string& s) {
 }
 
 // Every rank learns every rank's structure (two allgathers of fixed size, so a mismatch cannot
-// hang), and all throw the same message naming the first difference from rank 0.
-void check_same_structure(Communicator& comm, const nn::Module& m) {
+// hang), and all throw the same message naming the first difference from rank 0. The exchanged
+// tensors live on `device`, the parameters' (an NCCL communicator moves only its GPU's tensors).
+void check_same_structure(Communicator& comm, const nn::Module& m, Device device) {
   std::string mine;
   for (const std::string& line : structure_lines(m)) mine += line + "\n";
   const int n = comm.size();
-  Tensor len =
-      from_vector<int64_t>({static_cast<int64_t>(mine.size())}, {1}, {.dtype = DType::i64});
-  Tensor lens = empty({n}, {.dtype = DType::i64});
+  Tensor len = from_vector<int64_t>({static_cast<int64_t>(mine.size())}, {1}, {.dtype = DType::i64})
+                   .to(device);
+  Tensor lens = empty({n}, {.dtype = DType::i64, .device = device});
   comm.allgather(len, lens);
-  const std::vector<int64_t> sizes = lens.to_vector<int64_t>();
+  const std::vector<int64_t> sizes = lens.to(Device::cpu()).to_vector<int64_t>();
   const int64_t longest = std::max<int64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
   Tensor bytes = zeros({longest}, {.dtype = DType::u8});
   std::copy(mine.begin(), mine.end(), bytes.data<uint8_t>());
-  Tensor all = empty({n * longest}, {.dtype = DType::u8});
-  comm.allgather(bytes, all);
+  Tensor all = empty({n * longest}, {.dtype = DType::u8, .device = device});
+  comm.allgather(bytes.to(device), all);
+  all = all.to(Device::cpu());
   auto text_of = [&](int r) {
     const char* p = reinterpret_cast<const char*>(all.data<uint8_t>()) + r * longest;
     return std::string(p, p + sizes[static_cast<size_t>(r)]);
@@ -251,9 +253,10 @@ struct DistributedDataParallel::State {
     for (size_t i = 0; i < params.size(); ++i)
       if (!seen[i]) order.push_back(static_cast<int64_t>(i));
     Tensor t =
-        from_vector<int64_t>(order, {static_cast<int64_t>(order.size())}, {.dtype = DType::i64});
+        from_vector<int64_t>(order, {static_cast<int64_t>(order.size())}, {.dtype = DType::i64})
+            .to(params.front().device());
     comm->broadcast(t, 0);
-    build_buckets(t.to_vector<int64_t>());
+    build_buckets(t.to(Device::cpu()).to_vector<int64_t>());
   }
 
   // Waits for launched work (after an error elsewhere), keeping the first error for the caller.
@@ -277,7 +280,9 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   State& s = *state_;
   s.comm = &comm;
   s.options = options;
-  check_same_structure(comm, *module_);
+  const nn::NamedTensors named = module_->named_parameters();
+  check_same_structure(comm, *module_,
+                       named.empty() ? Device::cpu() : named.front().second.device());
   for (const auto& [name, p] : module_->named_parameters()) {
     broadcast_from_rank0(comm, p);
     if (!p.requires_grad()) continue;  // frozen: no gradient to average

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "dist/reduce_dtype.h"
+#include "ops/elementwise.h"
 
 namespace stoke::dist {
 
@@ -55,6 +56,27 @@ void divide(T* p, int64_t n, int by) {
   for (int64_t i = 0; i < n; ++i) p[i] = T(static_cast<Acc>(p[i]) / static_cast<Acc>(by));
 }
 
+// The same two steps for tensors on a device (cuda): the elementwise kernels, f16/bf16 through
+// f32 so that each step rounds once, as on the CPU.
+bool half_type(DType t) {
+  return t == DType::f16 || t == DType::bf16;
+}
+
+void reduce_on_device(const Tensor& acc, const Tensor& in, ReduceOp op) {
+  const bool half = half_type(acc.dtype());
+  const Tensor a = half ? acc.to(DType::f32) : acc, b = half ? in.to(DType::f32) : in;
+  const Tensor r = op == ReduceOp::max ? ops::maximum(a, b) : ops::add(a, b);
+  Tensor out = acc;
+  out.copy_(half ? r.to(acc.dtype()) : r);
+}
+
+void divide_on_device(const Tensor& p, int by) {
+  const bool half = half_type(p.dtype());
+  const Tensor r = ops::div(half ? p.to(DType::f32) : p, static_cast<double>(by));
+  Tensor out = p;
+  out.copy_(half ? r.to(p.dtype()) : r);
+}
+
 // One ring phase over `flat` (a contiguous 1-D view) whose chunks are `chunks`.
 class Ring {
  public:
@@ -72,13 +94,17 @@ class Ring {
 
   // Afterwards rank r holds chunk r reduced over every rank.
   void reduce_scatter(ReduceOp op) {
-    Tensor scratch = empty({seg_}, {.dtype = flat_.dtype()});
+    Tensor scratch = empty({seg_}, {.dtype = flat_.dtype(), .device = flat_.device()});
     for (int s = 0; s < n_ - 1; ++s) {
       const int send_c = mod(r_ - s - 1, n_), recv_c = mod(r_ - s - 2, n_);
       trace(s, "reduce-scatter", send_c, recv_c, "reduce");
       exchange(send_c, recv_c, [&](int64_t begin, int64_t len) {
         Tensor in = scratch.narrow(0, 0, len);
         return std::make_pair(in, [this, in, begin, len, op] {
+          if (!flat_.device().is_cpu()) {
+            visit_floating(flat_.dtype(), comm_.op_label(), [](auto) {});  // the dtype check
+            return reduce_on_device(flat_.narrow(0, begin, len), in, op);
+          }
           visit_floating(flat_.dtype(), comm_.op_label(), [&](auto zero) {
             using T = decltype(zero);
             reduce_into(flat_.data<T>() + begin, in.data<T>(), len, op);
@@ -101,6 +127,8 @@ class Ring {
 
   void divide_own_chunk() {
     const RingChunk c = chunks_[r_];
+    if (!flat_.device().is_cpu())
+      return divide_on_device(flat_.narrow(0, c.begin, c.end - c.begin), n_);
     visit_floating(flat_.dtype(), comm_.op_label(), [&](auto zero) {
       using T = decltype(zero);
       divide(flat_.data<T>() + c.begin, c.end - c.begin, n_);
@@ -169,9 +197,19 @@ std::vector<RingChunk> chunks_of(int64_t numel, int ranks) {
 void check_contiguous(const Tensor& t, const std::string& label, const char* what) {
   STOKE_CHECK(t.defined() && t.is_contiguous(), label.c_str(), what,
               " must be a defined, contiguous tensor");
-  // The reduce step is host code: cuda tensors go through an engine's native collectives.
-  STOKE_CHECK(t.device().is_cpu(), label.c_str(), what, " is on ", t.device().str(),
-              ": the ring reduces cpu tensors");
+}
+
+// dst = src (same numel, dtype and device): memcpy on the CPU rather than copy_(), which may run
+// on the thread pool shared by every rank thread; a device copy elsewhere.
+void copy_flat(const Tensor& dst, const Tensor& src) {
+  if (src.numel() == 0) return;
+  if (src.device().is_cpu()) {
+    std::memcpy(dst.data_ptr(), src.data_ptr(),
+                static_cast<size_t>(src.numel()) * src.element_size());
+  } else {
+    Tensor d = dst;
+    d.copy_(src);
+  }
 }
 
 }  // namespace
@@ -208,20 +246,17 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& input, Tensor& output
                 input.numel());
     STOKE_CHECK(input.dtype() == output.dtype(), label.c_str(), "input dtype ", input.dtype(),
                 " differs from output dtype ", output.dtype());
+    STOKE_CHECK(input.device() == output.device(), label.c_str(), "input on ", input.device(),
+                " and output on ", output.device());
     visit_floating(input.dtype(), label, [](auto) {});
-    // A copy, so that the input is not overwritten; memcpy rather than clone(), which may run on
-    // the thread pool shared by every rank thread.
-    Tensor work = empty({input.numel()}, {.dtype = input.dtype()});
-    if (input.numel())
-      std::memcpy(work.data_ptr(), input.data_ptr(),
-                  static_cast<size_t>(input.numel()) * input.element_size());
+    // A copy, so that the input is not overwritten.
+    Tensor work = empty({input.numel()}, {.dtype = input.dtype(), .device = input.device()});
+    copy_flat(work, input.view({input.numel()}));
     Ring ring(comm, work, chunks_of(work.numel(), n), options, n - 1);
     ring.reduce_scatter(op);
     if (op == ReduceOp::avg) ring.divide_own_chunk();
     const int64_t b = output.numel();
-    if (b)
-      std::memcpy(output.data_ptr(), work.narrow(0, comm.rank() * b, b).data_ptr(),
-                  static_cast<size_t>(b) * output.element_size());
+    copy_flat(output.view({b}), work.narrow(0, comm.rank() * b, b));
   });
 }
 
@@ -238,11 +273,11 @@ void ring_allgather(Communicator& comm, const Tensor& input, Tensor& output,
                 output.numel());
     STOKE_CHECK(input.dtype() == output.dtype(), label.c_str(), "input dtype ", input.dtype(),
                 " differs from output dtype ", output.dtype());
+    STOKE_CHECK(input.device() == output.device(), label.c_str(), "input on ", input.device(),
+                " and output on ", output.device());
     Tensor flat = output.view({output.numel()});
     const int64_t b = input.numel();
-    if (b)
-      std::memcpy(flat.narrow(0, comm.rank() * b, b).data_ptr(), input.data_ptr(),
-                  static_cast<size_t>(b) * input.element_size());
+    copy_flat(flat.narrow(0, comm.rank() * b, b), input.view({b}));
     Ring ring(comm, flat, chunks_of(flat.numel(), n), options, n - 1);
     ring.allgather(0);
   });
