@@ -199,6 +199,15 @@ void check_contiguous(const Tensor& t, const std::string& label, const char* wha
               " must be a defined, contiguous tensor");
 }
 
+// Off the CPU the reduce step is stoke's elementwise kernels, which take f32, f16 and bf16: refused
+// before any message moves, so that every rank fails alike instead of mid-ring.
+void check_device_dtype(const Tensor& t, const std::string& label) {
+  STOKE_CHECK(t.device().is_cpu() || t.dtype() != DType::f64, label.c_str(),
+              "the ring reduces f64 on the CPU only (stoke's CUDA kernels take f32, f16 and bf16); "
+              "got f64 on ",
+              t.device());
+}
+
 // dst = src (same numel, dtype and device): memcpy on the CPU rather than copy_(), which may run
 // on the thread pool shared by every rank thread; a device copy elsewhere.
 void copy_flat(const Tensor& dst, const Tensor& src) {
@@ -225,6 +234,7 @@ void ring_allreduce(Communicator& comm, Tensor& t, ReduceOp op, const RingOption
     Communicator::Scope scope(comm, "ring_allreduce");
     check_contiguous(t, comm.op_label(), "the tensor");
     visit_floating(t.dtype(), comm.op_label(), [](auto) {});
+    check_device_dtype(t, comm.op_label());
     const int n = comm.size();
     Ring ring(comm, t.view({t.numel()}), chunks_of(t.numel(), n), options, 2 * (n - 1));
     ring.reduce_scatter(op);
@@ -249,6 +259,7 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& input, Tensor& output
     STOKE_CHECK(input.device() == output.device(), label.c_str(), "input on ", input.device(),
                 " and output on ", output.device());
     visit_floating(input.dtype(), label, [](auto) {});
+    check_device_dtype(input, label);
     // A copy, so that the input is not overwritten.
     Tensor work = empty({input.numel()}, {.dtype = input.dtype(), .device = input.device()});
     copy_flat(work, input.view({input.numel()}));

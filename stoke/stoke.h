@@ -34,6 +34,9 @@
 #if defined(STOKE_HAS_MPI)
 #include "dist/mpi.h"  // in builds with MPI (CMake's STOKE_MPI)
 #endif
+#if defined(STOKE_HAS_NCCL)
+#include "dist/cuda/nccl.h"  // in builds with CUDA and NCCL
+#endif
 #include "nn/checkpoint/safetensors.h"
 #include "nn/init.h"
 #include "nn/layers.h"

@@ -1,0 +1,258 @@
+// NcclCommunicator: NCCL's collectives on a stream of their own, ordered against the compute
+// stream by events, with a watchdog that aborts the communicator on a timeout or an asynchronous
+// NCCL error (dist/cuda/nccl.h).
+#include "dist/cuda/nccl.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+#include "cuda/runtime/stream.h"
+#include "ops/creation.h"
+
+namespace stoke::dist {
+namespace {
+
+constexpr const char* kOp = "stoke::NcclCommunicator";
+
+ncclDataType_t nccl_dtype(DType t, const std::string& label) {
+  switch (t) {
+    case DType::f32:
+      return ncclFloat32;
+    case DType::f64:
+      return ncclFloat64;
+    case DType::f16:
+      return ncclFloat16;
+    case DType::bf16:
+      return ncclBfloat16;
+    case DType::i32:
+      return ncclInt32;
+    case DType::i64:
+      return ncclInt64;
+    case DType::u8:
+    case DType::boolean:
+      return ncclUint8;
+  }
+  STOKE_FAIL(label.c_str(), "dtype ", t, " has no NCCL type");
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+      return ncclSum;
+    case ReduceOp::avg:
+      return ncclAvg;
+    case ReduceOp::max:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+}  // namespace
+
+ncclUniqueId NcclCommunicator::make_unique_id() {
+  ncclUniqueId id;
+  STOKE_NCCL_CHECK(ncclGetUniqueId(&id));
+  return id;
+}
+
+NcclCommunicator::NcclCommunicator(const ncclUniqueId& id, int rank, int size, int device,
+                                   NcclOptions options)
+    : rank_(rank), size_(size), local_rank_(device), device_(device), options_(options) {
+  STOKE_CHECK(size >= 1 && rank >= 0 && rank < size, kOp, "expected 0 <= rank < size, got rank ",
+              rank, " of ", size);
+  STOKE_CHECK(device >= 0, kOp, "expected a CUDA device index >= 0, got ", device);
+  STOKE_CUDA_CHECK(cudaSetDevice(device));
+  STOKE_NCCL_CHECK(ncclCommInitRank(&comm_, size, id, rank));
+  STOKE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  STOKE_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
+  compute_ = cuda::current_stream(device);
+  if (options_.timeout.count() > 0) watchdog_ = std::thread([this] { watchdog_loop(); });
+}
+
+std::unique_ptr<NcclCommunicator> NcclCommunicator::bootstrap(Communicator& bootstrap, int device,
+                                                              NcclOptions options) {
+  ncclUniqueId id{};
+  if (bootstrap.rank() == 0) id = make_unique_id();
+  Tensor bytes = empty({static_cast<int64_t>(sizeof id)}, {.dtype = DType::u8});
+  std::memcpy(bytes.data_ptr(), &id, sizeof id);
+  bootstrap.broadcast(bytes, 0);
+  std::memcpy(&id, bytes.data_ptr(), sizeof id);
+  auto comm =
+      std::make_unique<NcclCommunicator>(id, bootstrap.rank(), bootstrap.size(),
+                                         device >= 0 ? device : bootstrap.local_rank(), options);
+  comm->local_rank_ = bootstrap.local_rank();
+  return comm;
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  stop_worker();
+  stop_ = true;
+  if (watchdog_.joinable()) watchdog_.join();
+  cudaSetDevice(device_);
+  if (!aborted_) {
+    cudaStreamSynchronize(stream_);
+    ncclCommDestroy(comm_);
+  }
+  for (const Pending& p : pending_)
+    if (p.done) cudaEventDestroy(p.done);
+  for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  cudaEventDestroy(ready_);
+  cudaStreamDestroy(stream_);
+}
+
+void NcclCommunicator::check_alive() const {
+  if (!aborted_) return;
+  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mutex_));
+  STOKE_FAIL(op_label().c_str(), "the NCCL communicator of rank ", rank_,
+             " was aborted: ", abort_reason_);
+}
+
+template <class F>
+void NcclCommunicator::run(const std::vector<const Tensor*>& tensors, F&& enqueue) {
+  check_alive();
+  for (const Tensor* t : tensors)
+    STOKE_CHECK(t->device() == Device::cuda(device_), op_label().c_str(),
+                "expected tensors on this rank's GPU cuda:", device_, ", got one on ", t->device());
+  STOKE_CUDA_CHECK(cudaSetDevice(device_));
+  STOKE_CUDA_CHECK(cudaEventRecord(ready_, compute_));
+  STOKE_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
+  // The call is in flight from here: the watchdog times it even while NCCL blocks in it.
+  uint64_t id;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    id = next_id_++;
+    pending_.push_back({id, nullptr, op_label(), std::chrono::steady_clock::now()});
+  }
+  const ncclResult_t rc = enqueue();
+  if (rc != ncclSuccess) {
+    check_alive();  // the watchdog's reason, if it aborted us
+    STOKE_FAIL(op_label().c_str(), "NCCL failed on rank ", rank_, ": ", ncclGetErrorString(rc),
+               " (", ncclGetLastError(comm_), ")");
+  }
+  cudaEvent_t done = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!free_events_.empty()) {
+      done = free_events_.back();
+      free_events_.pop_back();
+    }
+  }
+  if (!done) STOKE_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+  STOKE_CUDA_CHECK(cudaEventRecord(done, stream_));
+  STOKE_CUDA_CHECK(cudaStreamWaitEvent(compute_, done, 0));
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Pending& p : pending_)
+    if (p.id == id) p.done = done;
+}
+
+void NcclCommunicator::watchdog_loop() {
+  cudaSetDevice(device_);
+  while (!stop_) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::string reason;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      const auto now = std::chrono::steady_clock::now();
+      size_t kept = 0;
+      for (size_t i = 0; i < pending_.size(); ++i) {
+        Pending& p = pending_[i];
+        // Finished operations leave the front; the first unfinished one stops the scan (the
+        // stream runs them in order).
+        if (kept == 0 && p.done && cudaEventQuery(p.done) == cudaSuccess) {
+          free_events_.push_back(p.done);
+          continue;
+        }
+        if (kept == 0 && now - p.queued > options_.timeout) {
+          const auto s = std::chrono::duration<double>(now - p.queued).count();
+          reason = ::stoke::detail::str_cat(p.label, " on rank ", rank_, " has not finished after ",
+                                            s, " s (timeout)");
+        }
+        pending_[kept++] = p;
+      }
+      pending_.resize(kept);
+      ncclResult_t async = ncclSuccess;
+      if (reason.empty() && ncclCommGetAsyncError(comm_, &async) == ncclSuccess &&
+          async != ncclSuccess && async != ncclInProgress)
+        reason = ::stoke::detail::str_cat("an asynchronous NCCL error on rank ", rank_, ": ",
+                                          ncclGetErrorString(async));
+      if (!reason.empty()) abort_reason_ = reason;
+    }
+    if (!reason.empty()) {
+      std::fprintf(stderr, "stoke::dist: %s; aborting the NCCL communicator\n", reason.c_str());
+      aborted_ = true;
+      ncclCommAbort(comm_);  // wakes this rank's calls blocked in NCCL
+      return;
+    }
+  }
+}
+
+void NcclCommunicator::do_send(const Tensor& t, int dst, int) {
+  run({&t}, [&] {
+    return ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_dtype(t.dtype(), op_label()),
+                    dst, comm_, stream_);
+  });
+}
+
+void NcclCommunicator::do_recv(Tensor& t, int src, int) {
+  run({&t}, [&] {
+    return ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_dtype(t.dtype(), op_label()),
+                    src, comm_, stream_);
+  });
+}
+
+void NcclCommunicator::do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int) {
+  run({&out, &in}, [&] {
+    // One group: both directions progress together, so a ring of these never deadlocks.
+    ncclResult_t rc = ncclGroupStart();
+    if (rc == ncclSuccess)
+      rc = ncclSend(out.data_ptr(), static_cast<size_t>(out.numel()),
+                    nccl_dtype(out.dtype(), op_label()), dst, comm_, stream_);
+    if (rc == ncclSuccess)
+      rc = ncclRecv(in.data_ptr(), static_cast<size_t>(in.numel()),
+                    nccl_dtype(in.dtype(), op_label()), src, comm_, stream_);
+    const ncclResult_t end = ncclGroupEnd();
+    return rc != ncclSuccess ? rc : end;
+  });
+}
+
+void NcclCommunicator::do_allreduce(Tensor& t, ReduceOp op) {
+  run({&t}, [&] {
+    return ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                         nccl_dtype(t.dtype(), op_label()), nccl_op(op), comm_, stream_);
+  });
+}
+
+void NcclCommunicator::do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
+  run({&input, &output}, [&] {
+    return ncclReduceScatter(input.data_ptr(), output.data_ptr(),
+                             static_cast<size_t>(output.numel()),
+                             nccl_dtype(input.dtype(), op_label()), nccl_op(op), comm_, stream_);
+  });
+}
+
+void NcclCommunicator::do_allgather(const Tensor& input, Tensor& output) {
+  run({&input, &output}, [&] {
+    return ncclAllGather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()),
+                         nccl_dtype(input.dtype(), op_label()), comm_, stream_);
+  });
+}
+
+void NcclCommunicator::do_broadcast(Tensor& t, int root) {
+  run({&t}, [&] {
+    return ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                         nccl_dtype(t.dtype(), op_label()), root, comm_, stream_);
+  });
+}
+
+void NcclCommunicator::do_barrier() {
+  // A one-element allreduce, then the host waits for it: every rank has arrived.
+  Tensor one = ones({1}, {.device = Device::cuda(device_)});
+  run({&one}, [&] {
+    return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, comm_, stream_);
+  });
+  STOKE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  check_alive();
+}
+
+}  // namespace stoke::dist

@@ -1,0 +1,98 @@
+// The NCCL engine: one rank per GPU, for cuda tensors (docs/design.md, "dist/"). Built twice, like
+// ops/cuda: against the real NCCL into stoke::stoke (STOKE_HAS_NCCL), and against cuda/emu's NCCL
+// subset for the tests, where ranks are threads on the emulator's devices.
+//
+// Stream order, not host order: every call is queued on the communicator's own stream after an
+// event of its compute stream (the current stream of the thread that made it, or the one given
+// with set_compute_stream), and the compute stream waits for the NCCL stream afterwards. When a
+// call returns the operation is queued, and everything later on the compute stream sees its result;
+// the host blocks only in barrier() and when it reads a tensor back.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cuda/compat.h"
+#include "cuda/nccl_compat.h"
+#include "dist/communicator.h"
+
+namespace stoke::dist {
+
+struct NcclOptions {
+  // An operation not finished this long after it was queued (a peer that died or stalls), or an
+  // asynchronous NCCL error, aborts the communicator (ncclCommAbort): the stalled calls return and
+  // every later call throws, naming the operation, its sequence number and the rank. Zero: off.
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+};
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // A fresh id for a new clique (rank 0 makes it; every rank passes the same one).
+  static ncclUniqueId make_unique_id();
+  // Joins the clique `id` as `rank` of `size` on CUDA device `device`. Collective: returns once
+  // every rank has joined.
+  NcclCommunicator(const ncclUniqueId& id, int rank, int size, int device,
+                   NcclOptions options = {});
+  // Rank 0 of `bootstrap` (e.g. an MpiCommunicator) makes the id and broadcasts it; each rank
+  // takes the GPU `device`, or its local rank on the machine when device < 0.
+  static std::unique_ptr<NcclCommunicator> bootstrap(Communicator& bootstrap, int device = -1,
+                                                     NcclOptions options = {});
+  ~NcclCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  int local_rank() const override { return local_rank_; }
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+  // The stream NCCL work is ordered after and before (default: the creating thread's current
+  // stream on the device).
+  void set_compute_stream(cudaStream_t stream) { compute_ = stream; }
+  // True once the watchdog or an error aborted the communicator.
+  bool aborted() const { return aborted_.load(); }
+
+ protected:
+  void do_send(const Tensor& t, int dst, int tag) override;
+  void do_recv(Tensor& t, int src, int tag) override;
+  void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) override;
+  void do_allreduce(Tensor& t, ReduceOp op) override;
+  void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
+  void do_allgather(const Tensor& input, Tensor& output) override;
+  void do_broadcast(Tensor& t, int root) override;
+  void do_barrier() override;
+
+ private:
+  // Queues enqueue() (NCCL calls on stream_) between the two events, after checking that every
+  // tensor lives on this communicator's device, and hands the completion to the watchdog.
+  template <class F>
+  void run(const std::vector<const Tensor*>& tensors, F&& enqueue);
+  void check_alive() const;
+  void watchdog_loop();
+
+  ncclComm_t comm_ = nullptr;
+  int rank_ = 0, size_ = 1, local_rank_ = 0, device_ = 0;
+  NcclOptions options_;
+  cudaStream_t stream_ = nullptr, compute_ = nullptr;
+  cudaEvent_t ready_ = nullptr;  // the compute stream's work before an operation
+
+  // Operations queued and not yet seen finished by the watchdog: their done event and label.
+  struct Pending {
+    uint64_t id;
+    cudaEvent_t done;  // null while the call is still inside NCCL
+    std::string label;
+    std::chrono::steady_clock::time_point queued;
+  };
+  uint64_t next_id_ = 0;  // under mutex_
+  std::mutex mutex_;
+  std::vector<Pending> pending_;
+  std::vector<cudaEvent_t> free_events_;
+  std::atomic<bool> aborted_{false}, stop_{false};
+  std::string abort_reason_;  // under mutex_
+  std::thread watchdog_;
+};
+
+}  // namespace stoke::dist

@@ -1,0 +1,222 @@
+// dist::NcclCommunicator on cuda/emu's NCCL subset: ranks are threads on the emulator's two
+// devices. Every collective against closed forms, stoke's ring over NCCL's send/recv (its reduce
+// step in the elementwise kernels) equal to NCCL's own, DDP on cuda tensors equal to one process
+// on the whole batch, and the watchdog that aborts a communicator whose peer never arrives.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <exception>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "cuda/runtime/device.h"
+#include "dist/cuda/nccl.h"
+#include "dist/ddp.h"
+#include "dist/ring.h"
+#include "stoke/stoke.h"
+
+using namespace stoke;
+using namespace stoke::dist;
+
+namespace {
+
+// fn(comm) on n rank threads (rank r on device r % 2) of one clique; rethrows the first error.
+void run_nccl(int n, const std::function<void(NcclCommunicator&)>& fn, NcclOptions options = {}) {
+  const ncclUniqueId id = NcclCommunicator::make_unique_id();
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        cuda::set_device(r % 2);
+        NcclCommunicator comm(id, r, n, r % 2, options);
+        fn(comm);
+      } catch (...) {
+        errors[static_cast<size_t>(r)] = std::current_exception();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
+
+// Rank r's element i: multiples of 1/4 below 8, exact in every float type, so sums are exact.
+double value(int r, int64_t i) {
+  return 0.5 * (r + 1) + 0.25 * static_cast<double>(i % 7);
+}
+
+Tensor input(int r, int64_t n, DType dtype, Device device) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = value(r, i);
+  return from_vector<double>(v, {n}, {.dtype = dtype}).to(device);
+}
+
+std::vector<double> host(const Tensor& t) {
+  return t.to(Device::cpu()).to(DType::f64).to_vector<double>();
+}
+
+// A two-layer MLP, small enough for the emulator.
+struct Mlp : nn::Module {
+  std::shared_ptr<nn::Linear> fc1, fc2;
+  explicit Mlp(Generator* gen) {
+    fc1 = register_module("fc1",
+                          std::make_shared<nn::Linear>(6, 5, nn::LinearOptions{.generator = gen}));
+    fc2 = register_module("fc2",
+                          std::make_shared<nn::Linear>(5, 3, nn::LinearOptions{.generator = gen}));
+  }
+  Tensor forward(const Tensor& x) override { return fc2->forward(relu(fc1->forward(x))); }
+};
+
+}  // namespace
+
+TEST_CASE("dist: nccl (emu): every collective matches its closed form", "[nccl_dist]") {
+  for (int n : {1, 2, 3}) {
+    for (DType dtype : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      for (int64_t len : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{1000}}) {
+        INFO(n << " ranks, " << dtype << ", " << len << " elements");
+        std::vector<std::vector<double>> sum(n), avg(n), mx(n), scattered(n), gathered(n), bcast(n);
+        run_nccl(n, [&](NcclCommunicator& c) {
+          const int r = c.rank();
+          const Device dev = Device::cuda(c.device());
+          Tensor t = input(r, len, dtype, dev);
+          c.allreduce(t, ReduceOp::sum);
+          sum[r] = host(t);
+          t = input(r, len, dtype, dev);
+          c.allreduce(t, ReduceOp::avg);
+          avg[r] = host(t);
+          t = input(r, len, dtype, dev);
+          c.allreduce(t, ReduceOp::max);
+          mx[r] = host(t);
+          Tensor out = empty({len}, {.dtype = dtype, .device = dev});
+          c.reduce_scatter(input(r, len * n, dtype, dev), out);
+          scattered[r] = host(out);
+          Tensor all = empty({len * n}, {.dtype = dtype, .device = dev});
+          c.allgather(input(r, len, dtype, dev), all);
+          gathered[r] = host(all);
+          t = input(r, len, dtype, dev);
+          c.broadcast(t, n - 1);
+          bcast[r] = host(t);
+        });
+        for (int r = 0; r < n; ++r) {
+          for (int64_t i = 0; i < len; ++i) {
+            double s = 0, m = 0;
+            for (int q = 0; q < n; ++q) {
+              s += value(q, i);
+              m = std::max(m, value(q, i));
+            }
+            const size_t k = static_cast<size_t>(i);
+            REQUIRE(sum[r][k] == s);
+            REQUIRE(avg[r][k] == Approx(s / n).epsilon(dtype == DType::bf16 ? 1e-2 : 1e-3));
+            REQUIRE(mx[r][k] == m);
+            double sc = 0;
+            for (int q = 0; q < n; ++q) sc += value(q, r * len + i);
+            REQUIRE(scattered[r][k] == sc);
+            REQUIRE(bcast[r][k] == value(n - 1, i));
+            for (int q = 0; q < n; ++q) REQUIRE(gathered[r][q * len + k] == value(q, i));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("dist: nccl (emu): stoke's ring over NCCL's send/recv equals NCCL's allreduce",
+          "[nccl_dist]") {
+  for (int n : {2, 3}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      INFO(n << " ranks, " << dtype);
+      std::vector<std::vector<double>> ring(n), native(n);
+      run_nccl(n, [&](NcclCommunicator& c) {
+        const Device dev = Device::cuda(c.device());
+        Tensor a = input(c.rank(), 1001, dtype, dev), b = a.clone();
+        ring_allreduce(c, a, ReduceOp::avg, {.segment_bytes = 256});
+        c.allreduce(b, ReduceOp::avg);
+        ring[c.rank()] = host(a);
+        native[c.rank()] = host(b);
+      });
+      for (int r = 0; r < n; ++r) {
+        REQUIRE(ring[r] == ring[0]);  // bit-identical on every rank
+        for (size_t i = 0; i < ring[r].size(); ++i)
+          REQUIRE(ring[r][i] == Approx(native[r][i]).epsilon(dtype == DType::bf16 ? 1e-2 : 1e-6));
+      }
+    }
+  }
+  // f64 on a device is refused before any message moves (stoke's CUDA kernels have no f64).
+  CHECK_THROWS_WITH(run_nccl(2,
+                             [](NcclCommunicator& c) {
+                               Tensor t = zeros(
+                                   {8}, {.dtype = DType::f64, .device = Device::cuda(c.device())});
+                               ring_allreduce(c, t);
+                             }),
+                    Catch::Contains("the ring reduces f64 on the CPU only"));
+}
+
+TEST_CASE("dist: nccl (emu): DDP on cuda tensors of 2 ranks equals one process on the batch",
+          "[nccl_dist]") {
+  Generator data_gen(5);
+  const Tensor x = randn({8, 6}, {}, &data_gen);
+  const Tensor y = randint(0, 3, {8}, {.dtype = DType::i64}, &data_gen);
+  std::vector<Tensor> want;
+  {
+    Generator gen(1);
+    auto model = std::make_shared<Mlp>(&gen);
+    nn::optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+    for (int s = 0; s < 3; ++s) {
+      cross_entropy(model->forward(x), y).backward();
+      opt.step();
+      opt.zero_grad();
+    }
+    for (const Tensor& p : model->parameters()) want.push_back(p.detach().clone());
+  }
+  std::vector<std::vector<Tensor>> got(2);
+  for (AllreduceAlgorithm algo : {AllreduceAlgorithm::native, AllreduceAlgorithm::ring}) {
+    INFO(allreduce_algorithm_name(algo));
+    run_nccl(2, [&](NcclCommunicator& c) {
+      const Device dev = Device::cuda(c.device());
+      Generator gen(1 + static_cast<uint64_t>(c.rank()));  // DDP broadcasts rank 0's weights
+      auto model = std::make_shared<Mlp>(&gen);
+      model->to(dev);
+      DistributedDataParallel ddp(model, c, {.algorithm = algo});
+      nn::optim::SGD opt(model->parameters(), {.lr = 0.1, .momentum = 0.9});
+      const Tensor xs = x.narrow(0, 4 * c.rank(), 4).to(dev);
+      const Tensor ys = y.narrow(0, 4 * c.rank(), 4).to(dev);
+      for (int s = 0; s < 3; ++s) {
+        cross_entropy(ddp(xs), ys).backward();
+        opt.step();
+        opt.zero_grad();
+      }
+      for (const Tensor& p : model->parameters())
+        got[static_cast<size_t>(c.rank())].push_back(p.detach().to(Device::cpu()));
+    });
+    for (size_t i = 0; i < want.size(); ++i) {
+      REQUIRE(host(got[1][i]) == host(got[0][i]));  // replicas bit-identical
+      const std::vector<double> g = host(got[0][i]), w = host(want[i]);
+      for (size_t k = 0; k < g.size(); ++k) REQUIRE(g[k] == Approx(w[k]).margin(1e-5));
+    }
+    got = std::vector<std::vector<Tensor>>(2);
+  }
+}
+
+TEST_CASE("dist: nccl (emu): a peer that never arrives trips the watchdog, naming the collective",
+          "[nccl_dist]") {
+  std::vector<std::string> errors(2);
+  const ncclUniqueId id = NcclCommunicator::make_unique_id();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      cuda::set_device(r);
+      NcclCommunicator comm(id, r, 2, r, {.timeout = std::chrono::milliseconds(200)});
+      Tensor t = ones({4}, {.device = Device::cuda(r)});
+      try {
+        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+        comm.allreduce(t);  // rank 0 waits alone past its timeout
+        if (r == 0) comm.allreduce(t);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK_THAT(errors[0], Catch::Contains("allreduce #0") && Catch::Contains("timeout"));
+  CHECK_FALSE(errors[1].empty());  // its peer aborted: it fails too, never hangs
+}
