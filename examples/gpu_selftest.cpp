@@ -1,7 +1,7 @@
-// stoke-gpu-selftest: every CUDA op, custom kernel launcher and vendor call (cuBLAS, cuDNN) of the
-// CUDA backend against the CPU reference (stoke::ops on CPU tensors) at several shapes and dtypes.
-// Prints one row per case (op, shape, dtype, max abs error, max rel error, pass/fail) as soon as
-// the case is done, then the whole table again, which methods of the backend's kernels
+// stoke-gpu-selftest: every CUDA op, custom kernel launcher and vendor call (cuBLAS, cuDNN, NCCL)
+// of the CUDA backend against the CPU reference (stoke::ops on CPU tensors) at several shapes and
+// dtypes. Prints one row per case (op, shape, dtype, max abs error, max rel error, pass/fail) as
+// soon as the case is done, then the whole table again, which methods of the backend's kernels
 // (ops/cuda/backend.h) the run reached, and a summary; exits non-zero on any failure or any method
 // not reached. Without a GPU (or in a build without the CUDA backend) it prints
 // "stoke-gpu-selftest: no CUDA device (<reason>): skipped" and exits 0. The first command to run
@@ -70,7 +70,13 @@ struct Section {
   void (*run)(Suite& s, bool quick);
 };
 const Section kSections[] = {
-    {"vendor", [](Suite& s, bool) { selftest::run_vendor_checks(s); }},
+    {"vendor",
+     [](Suite& s, bool) {
+       selftest::run_vendor_checks(s);
+#if defined(STOKE_HAS_NCCL)
+       selftest::run_nccl_checks(s);
+#endif
+     }},
     {"kernels", selftest::run_kernel_checks},
     {"ops", selftest::run_ops_checks},
 };

@@ -14,6 +14,11 @@ namespace stoke::selftest {
 // in builds with the real CUDA backend (STOKE_HAS_CUDA).
 void run_vendor_checks(Suite& s);
 
+// dist::NcclCommunicator with one rank per GPU (threads of this process): every collective and
+// dtype against the CPU sum of the ranks' inputs, stoke's ring over NCCL, and two DDP steps
+// against the whole batch on the CPU. Defined with the real NCCL (STOKE_HAS_NCCL) and in cuda/emu.
+void run_nccl_checks(Suite& s);
+
 // SGEMM (every version and tile, transposes, a misaligned operand), the implicit-GEMM
 // convolution (every tile), reductions and softmax, and cat/embedding/cast launchers.
 void run_kernel_checks(Suite& s, bool quick);

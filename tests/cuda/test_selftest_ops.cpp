@@ -9,6 +9,7 @@
 
 #include "examples/selftest/coverage.cpp"
 #include "examples/selftest/kernel_checks.cpp"
+#include "examples/selftest/nccl_checks.cpp"
 #include "examples/selftest/ops_checks.cpp"
 #include "examples/selftest/ops_checks_elementwise.cpp"
 #include "examples/selftest/ops_checks_index.cpp"
@@ -106,4 +107,13 @@ TEST_CASE("selftest: every ops check passes on cuda tensors in emu and reaches e
       INFO(method << " on " << dt);
       CHECK(coverage.saw(method, dt));
     }
+}
+
+TEST_CASE("selftest: the NCCL rows pass over cuda/emu's NCCL with a rank per emulated device",
+          "[selftest][nccl_dist]") {
+  selftest::Suite s;
+  selftest::run_nccl_checks(s);
+  s.print(stdout, /*failures_only=*/true);
+  CHECK(s.failures() == 0);
+  CHECK(s.rows().size() >= 50);  // 4 dtypes x 7 collectives x 2 ranks, and the DDP rows
 }
