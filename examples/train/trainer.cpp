@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <string>
 
 #include "stoke/stoke.h"
 
@@ -26,6 +27,13 @@ int64_t kill_at_step_from_env(int rank) {
   const char* rank_env = std::getenv("STOKE_TRAIN_TEST_KILL_RANK");
   if (rank_env && std::strtoll(rank_env, nullptr, 10) != rank) return 0;
   return kill_env ? std::strtoll(kill_env, nullptr, 10) : 0;
+}
+
+// STOKE_TRAIN_TEST_KILL_SIGNAL=STOP stops the rank there instead (a stalled rank, for the
+// --dist-timeout watchdog's test); anything else, or nothing, kills it.
+int kill_signal_from_env() {
+  const char* sig = std::getenv("STOKE_TRAIN_TEST_KILL_SIGNAL");
+  return sig && std::string(sig) == "STOP" ? SIGSTOP : SIGKILL;
 }
 
 std::string in_checkpoint_dir(const Flags& f, const char* name) {
@@ -176,7 +184,7 @@ void Trainer::optimizer_step(double loss_value, double data_wait_s) {
     log_eval(metrics_, step, r.loss, r.acc);
   }
   // Nothing is flushed first: every record is already written.
-  if (kill_at_step_ > 0 && step == kill_at_step_) std::raise(SIGKILL);
+  if (kill_at_step_ > 0 && step == kill_at_step_) std::raise(kill_signal_from_env());
 }
 
 std::string Trainer::progress_text(const EpochStats& e) const {

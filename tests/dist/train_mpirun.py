@@ -10,6 +10,8 @@ usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE
   resume       rank 1 killed (SIGKILL) at step 10 ends the whole job non-zero within 60 s; --resume
                under mpirun from the step-8 checkpoint ends with the records of an uninterrupted
                run.
+  stalled      rank 1 stopped (SIGSTOP) at step 5 with --dist-timeout 3: rank 0's watchdog aborts
+               the job within 30 s, naming the collective, its sequence number and the timeout.
 """
 import json
 import os
@@ -93,5 +95,17 @@ def resume(tmp):
           "uninterrupted one")
 
 
+def stalled(tmp):
+    p, seconds = run(["--batch", "64", "--dist-timeout", "3"], np=2, timeout=90,
+                     env={"STOKE_TRAIN_TEST_KILL_AT_STEP": "5", "STOKE_TRAIN_TEST_KILL_RANK": "1",
+                          "STOKE_TRAIN_TEST_KILL_SIGNAL": "STOP"})
+    require(p.returncode != 0, "a stalled rank ends the job non-zero", p)
+    require(seconds < 30, f"the job ended after {seconds:.0f} s, not within 30 s", p)
+    require("(timeout); aborting the job" in p.stderr and " #" in p.stderr,
+            "the watchdog names the collective and its number", p)
+    line = next(l for l in p.stderr.splitlines() if "(timeout)" in l)
+    print(f"stalled: the job ended non-zero in {seconds:.1f} s: {line.strip()}")
+
+
 with tempfile.TemporaryDirectory() as tmp:
-    {"equivalence": equivalence, "resume": resume}[CASE](tmp)
+    {"equivalence": equivalence, "resume": resume, "stalled": stalled}[CASE](tmp)
