@@ -124,8 +124,24 @@ void NcclCommunicator::run(const std::vector<const Tensor*>& tensors, F&& enqueu
     id = next_id_++;
     pending_.push_back({id, nullptr, op_label(), std::chrono::steady_clock::now()});
   }
-  const ncclResult_t rc = enqueue();
+  // A call that fails leaves the watchdog's list (else it would time out and abort later).
+  auto forget = [&] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (size_t i = 0; i < pending_.size(); ++i)
+      if (pending_[i].id == id) {
+        pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+  };
+  ncclResult_t rc;
+  try {
+    rc = enqueue();
+  } catch (...) {
+    forget();
+    throw;
+  }
   if (rc != ncclSuccess) {
+    forget();
     check_alive();  // the watchdog's reason, if it aborted us
     STOKE_FAIL(op_label().c_str(), "NCCL failed on rank ", rank_, ": ", ncclGetErrorString(rc),
                " (", ncclGetLastError(comm_), ")");

@@ -220,3 +220,34 @@ TEST_CASE("dist: nccl (emu): a peer that never arrives trips the watchdog, namin
   CHECK_THAT(errors[0], Catch::Contains("allreduce #0") && Catch::Contains("timeout"));
   CHECK_FALSE(errors[1].empty());  // its peer aborted: it fails too, never hangs
 }
+
+TEST_CASE("dist: nccl (emu): a failed call leaves the communicator alive past the timeout",
+          "[nccl_dist]") {
+  // Mismatched send/recv sizes fail on both ranks (emu's NCCL says so; real NCCL would hang);
+  // the failed call must not stay in the watchdog's list and abort the communicator later.
+  std::vector<std::string> errors(2);
+  std::vector<std::vector<double>> after(2);
+  run_nccl(2,
+           [&](NcclCommunicator& c) {
+             const Device dev = Device::cuda(c.device());
+             try {
+               if (c.rank() == 0) {
+                 c.send(ones({4}, {.device = dev}), 1);
+               } else {
+                 Tensor in = empty({3}, {.device = dev});
+                 c.recv(in, 0);
+               }
+             } catch (const std::exception& e) {
+               errors[static_cast<size_t>(c.rank())] = e.what();
+             }
+             std::this_thread::sleep_for(std::chrono::milliseconds(500));
+             Tensor t = ones({2}, {.device = dev});
+             c.allreduce(t);
+             after[static_cast<size_t>(c.rank())] = host(t);
+           },
+           {.timeout = std::chrono::milliseconds(200)});
+  CHECK_THAT(errors[0], Catch::Contains("NCCL failed on rank 0"));
+  CHECK_THAT(errors[1], Catch::Contains("NCCL failed on rank 1"));
+  CHECK(after[0] == std::vector<double>{2, 2});
+  CHECK(after[1] == after[0]);
+}
