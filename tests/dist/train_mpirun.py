@@ -54,6 +54,7 @@ def equivalence(tmp):
     single, _ = run(["--batch", "128", "--metrics", f"{tmp}/single.jsonl", "--threads", "1"])
     require(single.returncode == 0, "the single-process run failed", single)
     ref = records(f"{tmp}/single.jsonl", "epoch")
+    worst = {}
     for algo in ("native", "ring"):
         metrics = f"{tmp}/{algo}.jsonl"
         p, _ = run(["--batch", "64", "--metrics", metrics, "--allreduce", algo], np=2)
@@ -64,11 +65,17 @@ def equivalence(tmp):
                 "the dist: line names the job", p)
         got = records(metrics, "epoch")
         require(len(got) == 2, f"{metrics} holds one record per epoch (rank 0 alone writes)")
+        # The same samples per step, so only float rounding differs (batch 64 vs 128 sums in
+        # another order), and training amplifies it: 6.6e-5 in the train loss after 32 steps in
+        # the -O1 x86-64-v3 sanitizer build. Gradients summed instead of averaged (an lr twice as
+        # large) move the losses by ~1e-1, unsynchronized replicas by more.
         for r, want in zip(got, ref):
-            close(r["train_loss"], want["train_loss"], 2e-5, f"{algo} epoch {r['epoch']} train loss")
-            close(r["test_loss"], want["test_loss"], 2e-4, f"{algo} epoch {r['epoch']} test loss")
-            close(r["test_acc"], want["test_acc"], 0.31, f"{algo} epoch {r['epoch']} test acc")
-    print("equivalence: np 2 x 64 matches np 1 x 128 (native and ring)")
+            for key, tol in (("train_loss", 1e-3), ("test_loss", 2e-3), ("test_acc", 0.5)):
+                diff = abs(r[key] - want[key])
+                worst[key] = max(worst.get(key, 0.0), diff)
+                close(r[key], want[key], tol, f"{algo} epoch {r['epoch']} {key}")
+    print("equivalence: np 2 x 64 matches np 1 x 128 (native and ring); largest differences: " +
+          ", ".join(f"{k} {v:.2g}" for k, v in worst.items()))
 
 
 def resume(tmp):
