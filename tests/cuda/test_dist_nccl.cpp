@@ -240,12 +240,13 @@ TEST_CASE("dist: nccl (emu): a failed call leaves the communicator alive past th
              } catch (const std::exception& e) {
                errors[static_cast<size_t>(c.rank())] = e.what();
              }
-             std::this_thread::sleep_for(std::chrono::milliseconds(500));
+             std::this_thread::sleep_for(std::chrono::milliseconds(2500));
              Tensor t = ones({2}, {.device = dev});
              c.allreduce(t);
              after[static_cast<size_t>(c.rank())] = host(t);
            },
-           {.timeout = std::chrono::milliseconds(200)});
+           // Long enough for a peer slowed down by ThreadSanitizer to reach the send in time.
+           {.timeout = std::chrono::milliseconds(1000)});
   CHECK_THAT(errors[0], Catch::Contains("NCCL failed on rank 0"));
   CHECK_THAT(errors[1], Catch::Contains("NCCL failed on rank 1"));
   CHECK(after[0] == std::vector<double>{2, 2});
