@@ -37,6 +37,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "dist/mpi.h"
+#include "dist/reduce_dtype.h"
 #include "dist/ring.h"
 #include "ops/creation.h"
 
@@ -223,23 +224,6 @@ std::vector<int64_t> sizes_of(const Args& a) {
   return out;
 }
 
-// Calls f(T{}) with the storage type of a float dtype.
-template <class F>
-void visit_float(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::f32:
-      return f(float{});
-    case DType::f64:
-      return f(double{});
-    case DType::f16:
-      return f(Half{});
-    case DType::bf16:
-      return f(BFloat16{});
-    default:
-      STOKE_FAIL(kProg, "not a float dtype: ", dtype);
-  }
-}
-
 // The checked allreduce's input: rank r holds ((i % kPeriod) + r) % K at index i. Integers, and
 // K is chosen so that every partial sum of n ranks' values fits the dtype's exact integers, so the
 // result is exact whatever order the ranks are added in (MPI's order is its own). The prime period
@@ -267,7 +251,7 @@ int modulus_for(DType dtype, int ranks) {
 
 void fill_check_input(Tensor& t, int rank, int ranks) {
   const int k = modulus_for(t.dtype(), ranks);
-  visit_float(t.dtype(), [&](auto zero) {
+  dist::internal::visit_floating(t.dtype(), kProg, [&](auto zero) {
     using T = decltype(zero);
     T* p = t.data<T>();
     for (int64_t i = 0, n = t.numel(); i < n; ++i)
@@ -288,7 +272,7 @@ int64_t count_wrong(const Tensor& t, int ranks) {
   const double eps = t.dtype() == DType::f16 ? 0x1p-11 : t.dtype() == DType::bf16 ? 0x1p-8 : 0;
   const double rel_tol = largest <= exact_limit(t.dtype()) ? 0.0 : eps * (ranks - 1);
   int64_t wrong = 0;
-  visit_float(t.dtype(), [&](auto zero) {
+  dist::internal::visit_floating(t.dtype(), kProg, [&](auto zero) {
     using T = decltype(zero);
     const T* p = t.data<T>();
     for (int64_t i = 0, n = t.numel(); i < n; ++i) {

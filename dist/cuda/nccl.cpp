@@ -103,7 +103,7 @@ NcclCommunicator::~NcclCommunicator() {
 
 void NcclCommunicator::check_alive() const {
   if (!aborted_) return;
-  std::lock_guard<std::mutex> lock(const_cast<std::mutex&>(mutex_));
+  std::lock_guard<std::mutex> lock(mutex_);
   STOKE_FAIL(op_label().c_str(), "the NCCL communicator of rank ", rank_,
              " was aborted: ", abort_reason_);
 }

@@ -86,8 +86,8 @@ class NcclCommunicator final : public Communicator {
     std::string label;
     std::chrono::steady_clock::time_point queued;
   };
-  uint64_t next_id_ = 0;  // under mutex_
-  std::mutex mutex_;
+  uint64_t next_id_ = 0;      // under mutex_
+  mutable std::mutex mutex_;  // check_alive() reads abort_reason_ under it
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
   std::atomic<bool> aborted_{false}, stop_{false};
