@@ -1,0 +1,45 @@
+// A communicator for device tensors over an engine that moves host memory (MPI, the in-process
+// one): each call copies its device tensors to the host, runs the engine's call, and copies the
+// result back. PyTorch's gloo backend does the same for CUDA tensors. It is the data-parallel path
+// for a build without NCCL (and for stoke-train on cuda/emu under mpirun, where the emulator's
+// NCCL, ranks as threads of one process, cannot reach other processes); with NCCL, use
+// dist::NcclCommunicator, which keeps the data on the GPU.
+//
+//   dist::MpiCommunicator mpi;
+//   dist::HostStagedCommunicator comm(mpi);  // takes cpu and cuda tensors
+//   comm.allreduce(grad_on_gpu, dist::ReduceOp::avg);
+//
+// Host tensors pass straight through. Each staged call waits for the device (the copy to the host
+// does), so this costs a synchronization per call and two copies of the data.
+#pragma once
+
+#include "dist/communicator.h"
+
+namespace stoke::dist {
+
+class HostStagedCommunicator final : public Communicator {
+ public:
+  // `host` must outlive this communicator, and is driven through it alone while it is in use.
+  explicit HostStagedCommunicator(Communicator& host) : host_(host) {}
+  ~HostStagedCommunicator() override;
+
+  int rank() const override { return host_.rank(); }
+  int size() const override { return host_.size(); }
+  int local_rank() const override { return host_.local_rank(); }
+  Communicator& host() const { return host_; }
+
+ protected:
+  void do_send(const Tensor& t, int dst, int tag) override;
+  void do_recv(Tensor& t, int src, int tag) override;
+  void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) override;
+  void do_allreduce(Tensor& t, ReduceOp op) override;
+  void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
+  void do_allgather(const Tensor& input, Tensor& output) override;
+  void do_broadcast(Tensor& t, int root) override;
+  void do_barrier() override;
+
+ private:
+  Communicator& host_;
+};
+
+}  // namespace stoke::dist
