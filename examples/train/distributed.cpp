@@ -5,9 +5,13 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "dist/host_staged.h"
 #include "stoke/stoke.h"
 #if defined(STOKE_HAS_MPI)
 #include "dist/mpi.h"
+#endif
+#if defined(STOKE_HAS_NCCL)
+#include "dist/cuda/nccl.h"
 #endif
 
 namespace stoke::train {
@@ -17,6 +21,28 @@ void Distributed::sum(std::vector<double>& v) const {
   Tensor t = from_vector<double>(v, {static_cast<int64_t>(v.size())}, {.dtype = DType::f64});
   comm->allreduce(t, dist::ReduceOp::sum);
   v = t.to_vector<double>();
+}
+
+void Distributed::attach_device(Device device, const Flags& f) {
+  if (!active() || device.is_cpu()) return;
+#if defined(STOKE_HAS_NCCL)
+  const bool nccl = f.dist_backend != "mpi";
+#else
+  STOKE_CHECK(f.dist_backend != "nccl", "stoke-train",
+              "--dist-backend nccl: this build has no NCCL (install NCCL beside the CUDA toolkit "
+              "and configure again), use --dist-backend mpi");
+  const bool nccl = false;
+#endif
+  if (nccl) {
+#if defined(STOKE_HAS_NCCL)
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout * 1000));
+    device_comm = dist::NcclCommunicator::bootstrap(*comm, device.index, {.timeout = timeout});
+    engine = "NCCL";
+#endif
+  } else {
+    device_comm = std::make_unique<dist::HostStagedCommunicator>(*comm);
+    engine = "MPI (staged through host memory)";
+  }
 }
 
 void Distributed::abort_job(int code) const {
@@ -43,6 +69,7 @@ Distributed join_job(const Flags& f) {
   auto comm = std::make_unique<dist::MpiCommunicator>(dist::MpiOptions{.timeout = timeout});
   d.rank = comm->rank();
   d.size = comm->size();
+  d.local_rank = comm->local_rank();
   // Ranks per machine, for the default thread count: the largest local rank + 1 (machines are
   // assumed alike).
   Tensor local =

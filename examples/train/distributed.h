@@ -16,9 +16,17 @@ namespace stoke::train {
 
 struct Distributed {
   std::unique_ptr<dist::Communicator> comm;  // null in a single process
-  int rank = 0, size = 1, local_size = 1;    // local_size: ranks on this machine
+  // For a model on a GPU: NCCL, or `comm` staged through the host (attach_device); else null.
+  std::unique_ptr<dist::Communicator> device_comm;
+  std::string engine = "MPI";  // what averages the gradients, for the run line
+  int rank = 0, size = 1, local_rank = 0, local_size = 1;  // local_*: on this machine
   bool active() const { return size > 1; }
   bool root() const { return rank == 0; }
+  // The communicator that averages the model's gradients.
+  dist::Communicator& gradient_comm() const { return device_comm ? *device_comm : *comm; }
+  // In a job whose model lives on `device` (cuda): the device communicator --dist-backend asks
+  // for. Collective. An error when the build lacks the backend asked for.
+  void attach_device(Device device, const Flags& f);
   // v summed elementwise over the ranks (in f64); unchanged in a single process.
   void sum(std::vector<double>& v) const;
   // Ends every rank of the job with `code` (MPI_Abort), so that no rank waits for one that failed;

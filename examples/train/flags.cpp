@@ -105,7 +105,10 @@ std::string usage() {
   --device cpu|cuda|cuda:I  --allow-cpu-fallback   --no-progress
   --tf32                  let f32 matmul/conv on CUDA use TF32 tensor cores (~1e-3 rel. error)
 Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard):
-  --allreduce native|ring the gradient allreduce: MPI's own, or stoke's ring (default native)
+  --allreduce native|ring the gradient allreduce: the engine's own, or stoke's ring (default native)
+  --dist-backend auto|nccl|mpi  with --device cuda: NCCL (GPU memory to GPU memory), or MPI
+                          with the tensors staged through host memory; auto (default) is NCCL
+                          when this build has it. --device cuda means cuda:<local rank>
   --dist-timeout SECONDS  a rank that waits longer than this in one collective aborts the job,
                           naming the collective (default 300)
 )";
@@ -148,6 +151,7 @@ Flags parse_flags(int argc, char** argv) {
       {"--limit-test", [&](auto& k, auto& v) { f.limit_test = to_int(k, v); }},
       {"--device", [&](auto&, auto& v) { f.device = v; }},
       {"--allreduce", [&](auto&, auto& v) { f.allreduce = v; }},
+      {"--dist-backend", [&](auto&, auto& v) { f.dist_backend = v; }},
       {"--dist-timeout", [&](auto& k, auto& v) { f.dist_timeout = to_double(k, v); }},
   };
   const std::map<std::string, std::function<void(bool)>> switches = {
@@ -194,6 +198,7 @@ Flags parse_flags(int argc, char** argv) {
   check_known("optimizer", f.optimizer, {"sgd", "adam", "adamw"});
   check_known("schedule", f.schedule, {"none", "step", "multistep", "cosine", "onecycle"});
   check_known("allreduce", f.allreduce, {"native", "ring"});
+  check_known("dist backend", f.dist_backend, {"auto", "nccl", "mpi"});
   STOKE_CHECK(f.dist_timeout > 0, "stoke-train", "--dist-timeout must be positive, got ",
               f.dist_timeout);
   cuda_index(f.device);

@@ -49,8 +49,9 @@ struct Flags {
   bool progress = true;
   // Under mpirun (distributed.h): the allreduce that averages gradients, and how long a rank waits
   // for the others in one collective before the job is aborted.
-  std::string allreduce = "native";  // native | ring
-  double dist_timeout = 300;         // seconds
+  std::string allreduce = "native";   // native | ring
+  std::string dist_backend = "auto";  // for cuda tensors: auto | nccl | mpi (host-staged)
+  double dist_timeout = 300;          // seconds
 };
 
 // Parses argv; prints usage and exits on --help; throws stoke::Error naming a bad flag or value.

@@ -44,15 +44,13 @@ int run(Flags f, Distributed& dist) {
       std::fprintf(stderr, "stoke-train: rank %d: stdout\n", dist.rank);
     f.progress = false;
   }
+  // One GPU per rank: --device cuda means the local rank's (cuda:I names one for every rank).
+  if (dist.active() && f.device == "cuda") f.device = "cuda:" + std::to_string(dist.local_rank);
   std::optional<Device> device = select_device(f);
-  if (device && dist.active() && device->is_cuda()) {
-    std::fprintf(
-        stderr,
-        "stoke-train: under mpirun stoke-train trains on the CPU: the MPI engine moves cpu "
-        "tensors, and the NCCL one is not built yet. Use --device cpu.\n");
-    device.reset();
-  }
   if (const int status = agree(dist, device ? 0 : 2)) return status;
+  // NCCL's setup is collective: a rank that fails in it ends the job (main's catch), as the
+  // others would wait for it.
+  dist.attach_device(*device, f);
   if (f.tf32) set_allow_tf32(true);
   if (f.threads > 0)
     set_num_threads(f.threads);
@@ -86,10 +84,11 @@ int run(Flags f, Distributed& dist) {
   if ((status = agree(dist, status))) return status;
   if (dist.active())
     std::printf(
-        "dist: %d ranks (%d on this machine) over MPI, allreduce %s, timeout %g s, %d threads per "
+        "dist: %d ranks (%d on this machine) over %s, allreduce %s, timeout %g s, %d threads per "
         "rank; batch %lld per rank (%lld in all)\n",
-        dist.size, dist.local_size, f.allreduce.c_str(), f.dist_timeout, num_threads(),
-        static_cast<long long>(f.batch), static_cast<long long>(f.batch * dist.size));
+        dist.size, dist.local_size, dist.engine.c_str(), f.allreduce.c_str(), f.dist_timeout,
+        num_threads(), static_cast<long long>(f.batch),
+        static_cast<long long>(f.batch * dist.size));
 
   Trainer trainer(f, *device, metrics, dist);
   trainer.resume();

@@ -64,7 +64,7 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
       data_(load_data(f_, device_, dist_)),
       model_(build_model(f_, data_, device_)),
       ddp_(dist_.active() ? std::make_unique<dist::DistributedDataParallel>(
-                                model_, *dist_.comm,
+                                model_, dist_.gradient_comm(),
                                 dist::DdpOptions{.algorithm = dist::parse_allreduce_algorithm(
                                                      f_.allreduce, "--allreduce")})
                           : nullptr),

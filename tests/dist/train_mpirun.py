@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """stoke-train under mpirun, end to end (ctest "dist: stoke-train ...").
 
-usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE
+usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE [STOKE_TRAIN_EMU]
 
   equivalence  mpirun -np 2 with --batch 64 trains like one process with --batch 128: the same
                samples per step (DistributedSampler shards the single process's permutation), so
@@ -12,6 +12,10 @@ usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE
                run.
   stalled      rank 1 stopped (SIGSTOP) at step 5 with --dist-timeout 3: rank 0's watchdog aborts
                the job within 30 s, naming the collective, its sequence number and the timeout.
+  cuda         mpirun -np 2 of stoke-train built against cuda/emu (STOKE_TRAIN_EMU) with --device
+               cuda: rank r on emulated device r, gradients through MPI staged in host memory (the
+               path of a build without NCCL), trains like one CPU process on the whole batch.
+               Small: the emulator runs a LeNet-5 step of 4 images in seconds.
 """
 import json
 import os
@@ -25,9 +29,9 @@ COMMON = ["--epochs", "2", "--limit-train", "2048", "--limit-test", "1000", "--n
           "--workers", "1", "--seed", "3"]
 
 
-def run(args, np=1, env=None, timeout=120):
+def run(args, np=1, env=None, timeout=120, train=TRAIN, common=COMMON):
     cmd = ([MPIEXEC, "--allow-run-as-root", "--oversubscribe", "-np", str(np)] if np > 1 else []) + \
-        [TRAIN] + COMMON + args
+        [train] + common + args
     full_env = dict(os.environ, OMPI_MCA_mpi_yield_when_idle="1", **(env or {}))
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env)
@@ -114,5 +118,27 @@ def stalled(tmp):
     print(f"stalled: the job ended non-zero in {seconds:.1f} s: {line.strip()}")
 
 
+def cuda(tmp):
+    emu = sys.argv[4]
+    small = ["--epochs", "1", "--limit-train", "16", "--limit-test", "8", "--no-progress",
+             "--workers", "1", "--seed", "3", "--threads", "1"]
+    single, _ = run(["--batch", "8", "--metrics", f"{tmp}/single.jsonl"], common=small)
+    require(single.returncode == 0, "the single-process run failed", single)
+    p, seconds = run(["--batch", "4", "--device", "cuda", "--metrics", f"{tmp}/emu.jsonl"], np=2,
+                     train=emu, common=small, timeout=240)
+    require(p.returncode == 0, "mpirun -np 2 --device cuda (emu) failed", p)
+    require("over MPI (staged through host memory)" in p.stdout, "the dist: line names the engine",
+            p)
+    require("on cuda:0" in p.stdout, "rank 0 trains on its local rank's device", p)
+    got, want = records(f"{tmp}/emu.jsonl", "epoch"), records(f"{tmp}/single.jsonl", "epoch")
+    require(len(got) == 1 and len(want) == 1, "one epoch record each")
+    # 2 steps; CPU and emulated-device kernels sum in different orders (~1e-6); a sum instead of
+    # an average, or replicas that drift apart, move the test loss by far more than 1e-4.
+    for key, tol in (("train_loss", 1e-4), ("test_loss", 1e-4), ("test_acc", 1e-9)):
+        close(got[0][key], want[0][key], tol, f"cuda (emu) {key}")
+    print(f"cuda: np 2 on emulated devices x 4 matches np 1 on the CPU x 8 ({seconds:.0f} s): "
+          f"test loss {got[0]['test_loss']:.6f} vs {want[0]['test_loss']:.6f}")
+
+
 with tempfile.TemporaryDirectory() as tmp:
-    {"equivalence": equivalence, "resume": resume, "stalled": stalled}[CASE](tmp)
+    {"equivalence": equivalence, "resume": resume, "stalled": stalled, "cuda": cuda}[CASE](tmp)
