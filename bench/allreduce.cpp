@@ -36,7 +36,9 @@
 #include "bench/bench_util.h"
 #include "core/error.h"
 #include "core/tensor.h"
+#if defined(STOKE_HAS_MPI)
 #include "dist/mpi.h"
+#endif
 #include "dist/reduce_dtype.h"
 #include "dist/ring.h"
 #include "ops/creation.h"
@@ -49,21 +51,7 @@ using bench::fmt;
 constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr const char* kProg = "stoke-bench-allreduce";
 
-struct Args {
-  int64_t min_bytes = 8;
-  int64_t max_bytes = 256 * kMiB;
-  int step_factor = 4;
-  DType dtype = DType::f32;
-  int iters = 20;  // the most timed iterations per point; exactly this many with --iters
-  bool iters_given = false;
-  int warmup = 3;
-  // Without --iters, a point's timed iterations stop near this many seconds (at least 5 of
-  // them): 20 iterations of 256 MiB at 4 ranks on 2 cores would take minutes.
-  double budget_s = 2.0;
-  int64_t segment_bytes = kMiB;  // the ring's pipelining unit (RingOptions::segment_bytes)
-  bool check_args = true;        // MpiOptions::check_args for the native collectives
-  bool quick = false;
-};
+using Args = bench::AllreduceArgs;
 
 enum class Algo { native, ring };
 
@@ -112,6 +100,10 @@ void usage(std::ostream& os) {
         "  --budget-s S       seconds of timed iterations per point without --iters (default 2)\n"
         "  --segment-bytes B  the ring's pipelining segment (default 1M)\n"
         "  --no-arg-check     native without MpiOptions::check_args (its extra small allreduce)\n"
+        "  --engine E         mpi (default: cpu tensors over MpiCommunicator) or nccl (cuda\n"
+        "                     tensors over NcclCommunicator: one rank per GPU, under mpirun\n"
+        "                     one process per GPU, else one thread per GPU of this process)\n"
+        "  --gpus G           with --engine nccl outside mpirun: the first G GPUs (default all)\n"
         "  --quick            smoke run: up to 1 MiB, 3 iterations, 1 warm-up\n";
 }
 
@@ -182,6 +174,14 @@ int parse_args(int argc, char** argv, Args& a) {
       }
     } else if (s == "--segment-bytes") {
       a.segment_bytes = bytes_value("--segment-bytes");
+    } else if (s == "--engine") {
+      a.engine = value("--engine");
+      if (a.engine != "mpi" && a.engine != "nccl") {
+        std::cerr << kProg << ": --engine expects mpi or nccl, got '" << a.engine << "'\n";
+        return 2;
+      }
+    } else if (s == "--gpus") {
+      a.gpus = int_value("--gpus", 1);
     } else if (s == "--no-arg-check") {
       a.check_args = false;
     } else if (s == "--quick") {
@@ -286,21 +286,25 @@ int64_t count_wrong(const Tensor& t, int ranks) {
 }
 
 void fill_zero(Tensor& t) {
-  // The timed iterations reduce zeros: the cost of an add does not depend on the values on the
-  // CPU (no subnormals here), and repeated in-place sums of zeros stay zero, where anything else
-  // grows by n each time and overflows f16 into inf within a few iterations.
-  std::memset(t.data_ptr(), 0, static_cast<size_t>(t.numel()) * t.element_size());
+  // The timed iterations reduce zeros: the cost of an add does not depend on the values (no
+  // subnormals here), and repeated in-place sums of zeros stay zero, where anything else grows by
+  // n each time and overflows f16 into inf within a few iterations.
+  fill_(t, 0.0);
 }
 
 // v[i] = max over ranks of v[i] (the native collective; every rank gets the result).
-void max_over_ranks(dist::MpiCommunicator& comm, std::vector<double>& v) {
+void max_over_ranks(dist::Communicator& comm, Device device, std::vector<double>& v) {
   const auto n = static_cast<int64_t>(v.size());
-  Tensor t = from_vector<double>(v, {n}, {.dtype = DType::f64});
+  // f32 on a device (NCCL moves f64 too, but the ring and the emulator favour f32): times in
+  // seconds keep 7 digits.
+  Tensor t =
+      from_vector<double>(v, {n}, {.dtype = device.is_cpu() ? DType::f64 : DType::f32}).to(device);
   comm.allreduce(t, dist::ReduceOp::max);
-  v = t.to_vector<double>();
+  v = t.to(Device::cpu()).to(DType::f64).to_vector<double>();
 }
 
-Row measure(dist::MpiCommunicator& comm, Algo algo, Tensor& t, const Args& a) {
+Row measure(const bench::AllreduceJob& job, Algo algo, Tensor& t, const Args& a) {
+  dist::Communicator& comm = *job.comm;
   const dist::RingOptions ring_options{.segment_bytes = a.segment_bytes};
   auto run = [&] {
     if (algo == Algo::native)
@@ -313,6 +317,7 @@ Row measure(dist::MpiCommunicator& comm, Algo algo, Tensor& t, const Args& a) {
     comm.barrier();
     const double t0 = bench::now_ms();
     run();
+    if (job.sync) job.sync();  // a device's collectives return once queued
     return (bench::now_ms() - t0) * 1e-3;
   };
   fill_zero(t);
@@ -321,12 +326,12 @@ Row measure(dist::MpiCommunicator& comm, Algo algo, Tensor& t, const Args& a) {
   if (!a.iters_given) {
     // Every rank must run the same count: size it from the slowest rank's time of one more run.
     std::vector<double> probe = {timed()};
-    max_over_ranks(comm, probe);
+    max_over_ranks(comm, job.device, probe);
     iters = std::clamp(static_cast<int>(a.budget_s / std::max(probe[0], 1e-9)), 5, a.iters);
   }
   std::vector<double> times(static_cast<size_t>(iters));
   for (double& s : times) s = timed();
-  max_over_ranks(comm, times);  // an iteration is done when its slowest rank is
+  max_over_ranks(comm, job.device, times);  // an iteration is done when its slowest rank is
 
   Row row;
   row.algo = algo;
@@ -334,12 +339,17 @@ Row measure(dist::MpiCommunicator& comm, Algo algo, Tensor& t, const Args& a) {
   row.count = t.numel();
   row.seconds = bench::median(times);
   row.iters = iters;
-  fill_check_input(t, comm.rank(), comm.size());
+  Tensor check = empty(t.shape(), {.dtype = t.dtype()});
+  fill_check_input(check, comm.rank(), comm.size());
+  t.copy_(check);
   run();
-  std::vector<double> wrong = {static_cast<double>(count_wrong(t, comm.size()))};
-  Tensor w = from_vector<double>(wrong, {1}, {.dtype = DType::f64});
+  check.copy_(t);
+  const double mine = static_cast<double>(count_wrong(check, comm.size()));
+  Tensor w =
+      from_vector<double>({mine}, {1}, {.dtype = job.device.is_cpu() ? DType::f64 : DType::f32})
+          .to(job.device);
   comm.allreduce(w, dist::ReduceOp::sum);
-  row.wrong = static_cast<int64_t>(w.to_vector<double>()[0]);
+  row.wrong = static_cast<int64_t>(w.to(Device::cpu()).to(DType::f64).to_vector<double>()[0]);
   return row;
 }
 
@@ -362,7 +372,7 @@ std::string row_line(const Row& r, int n, DType dtype) {
 
 // The ratio of ring to native busbw at each size (= native time / ring time, which also reads
 // at one rank, where busbw is 0), and the sentence on where and why small messages lose.
-void print_ratios(const std::vector<Row>& rows, int n, double alpha_s) {
+void print_ratios(const std::vector<Row>& rows, int n, double alpha_s, bool nccl) {
   std::vector<std::vector<std::string>> table;
   std::vector<int64_t> losing;  // the sizes where ring/native < 0.9
   const Row* smallest_ring = nullptr;
@@ -385,8 +395,8 @@ void print_ratios(const std::vector<Row>& rows, int n, double alpha_s) {
                "is as fast or faster)\n";
   bench::print_table(std::cout, {"size", "ring busbw", "native busbw", "ring/native"}, table, "  ");
   if (n < 2) {
-    std::cout << "  One rank: the ring takes no steps and MPI copies nothing, so both time only "
-                 "their call overhead; busbw is 0 by definition.\n";
+    std::cout << "  One rank: the ring takes no steps and the engine copies nothing, so both time "
+                 "only their call overhead; busbw is 0 by definition.\n";
     return;
   }
   if (losing.empty()) {
@@ -399,11 +409,16 @@ void print_ratios(const std::vector<Row>& rows, int n, double alpha_s) {
     std::cout << (i ? ", " : " ") << human_bytes(losing[i]);
   std::cout << ".\n  Small messages lose because the ring takes 2(n-1) = " << steps
             << " steps one after the other, each an exchange with\n"
-               "  its neighbours that pays the per-message latency whatever the size (stoke's "
-               "send/recv over MPI sends\n"
-               "  a header, then the payload), while MPI's own allreduce of a small message "
-               "takes fewer rounds (e.g.\n"
-               "  recursive doubling: log2(n)) and no header.\n";
+               "  its neighbours that pays the per-message latency whatever the size"
+            << (nccl
+                    ? " (on NCCL each step is a grouped send/recv\n"
+                      "  and a reduce kernel, host-issued), while NCCL's own allreduce is one "
+                      "kernel that runs every step\n"
+                      "  on the device.\n"
+                    : " (stoke's send/recv over MPI sends\n"
+                      "  a header, then the payload), while MPI's own allreduce of a small message "
+                      "takes fewer rounds (e.g.\n"
+                      "  recursive doubling: log2(n)) and no header.\n");
   if (smallest_ring && smallest_native) {
     std::cout << "  At " << human_bytes(smallest_ring->bytes) << ": ring "
               << fmt(smallest_ring->seconds * 1e6, 1) << " us = " << steps << " steps x "
@@ -419,17 +434,19 @@ std::string int_json(int64_t v) {
   return std::to_string(v);
 }
 
-int run_bench(dist::MpiCommunicator& comm, const Args& a) {
+}  // namespace
+
+int stoke::bench::run_allreduce_bench(const AllreduceJob& job, const AllreduceArgs& a) {
+  dist::Communicator& comm = *job.comm;
   const int n = comm.size(), rank = comm.rank();
   const bool root = rank == 0;
   const std::vector<int64_t> sizes = sizes_of(a);
 
   if (root) {
     const unsigned cores = std::thread::hardware_concurrency();
-    std::cout << kProg << ": " << n << " rank" << (n == 1 ? "" : "s")
-              << " (MpiCommunicator, cpu tensors), dtype " << dtype_name(a.dtype) << ", sizes "
-              << human_bytes(sizes.front()) << " ... " << human_bytes(sizes.back()) << " ("
-              << sizes.size() << "), "
+    std::cout << kProg << ": " << n << " rank" << (n == 1 ? "" : "s") << " (" << job.engine
+              << "), dtype " << dtype_name(a.dtype) << ", sizes " << human_bytes(sizes.front())
+              << " ... " << human_bytes(sizes.back()) << " (" << sizes.size() << "), "
               << (a.iters_given ? detail::str_cat(a.iters, " iterations")
                                 : detail::str_cat("up to ", a.iters, " iterations (about ",
                                                   a.budget_s, " s, at least 5)"))
@@ -437,7 +454,7 @@ int run_bench(dist::MpiCommunicator& comm, const Args& a) {
               << human_bytes(a.segment_bytes) << ", native " << (a.check_args ? "with" : "without")
               << " its argument check"
               << (a.quick ? " (quick smoke run: times are not meaningful)" : "") << "\n";
-    if (n == 1 && !std::getenv("OMPI_COMM_WORLD_SIZE"))
+    if (n == 1 && job.device.is_cpu() && !std::getenv("OMPI_COMM_WORLD_SIZE"))
       std::cout << "  Not started by mpirun: one rank, where the ring is trivial (no steps) and "
                    "busbw is 0. Run it as mpirun -np N "
                 << kProg << ".\n";
@@ -446,7 +463,7 @@ int run_bench(dist::MpiCommunicator& comm, const Args& a) {
       std::cout << "  warning: " << n << " ranks on " << cores
                 << " cores without OMPI_MCA_mpi_yield_when_idle=1: waiting ranks spin on the "
                    "cores the others need\n";
-    if (a.dtype == DType::f16 || a.dtype == DType::bf16)
+    if (a.engine == "mpi" && (a.dtype == DType::f16 || a.dtype == DType::bf16))
       std::cout << "  note: native reduces f32 copies of " << dtype_name(a.dtype)
                 << " (MPI has no half types), moving twice the bytes; the ring moves them at their "
                    "size\n";
@@ -458,9 +475,10 @@ int run_bench(dist::MpiCommunicator& comm, const Args& a) {
 
   std::vector<Row> rows;
   for (int64_t bytes : sizes) {
-    Tensor t = empty({bytes / static_cast<int64_t>(dtype_size(a.dtype))}, {.dtype = a.dtype});
+    Tensor t = empty({bytes / static_cast<int64_t>(dtype_size(a.dtype))},
+                     {.dtype = a.dtype, .device = job.device});
     for (Algo algo : {Algo::native, Algo::ring}) {
-      rows.push_back(measure(comm, algo, t, a));
+      rows.push_back(measure(job, algo, t, a));
       if (root) std::cout << row_line(rows.back(), n, a.dtype) << std::endl;
     }
   }
@@ -476,8 +494,11 @@ int run_bench(dist::MpiCommunicator& comm, const Args& a) {
   int64_t wrong_total = 0;
   for (const Row& r : rows) wrong_total += r.wrong;
   if (root) {
-    print_ratios(rows, n, fit.ok ? fit.alpha_s : 0.0);
-    const std::string model = bench::print_model(std::cout, fit, n);
+    print_ratios(rows, n, fit.ok ? fit.alpha_s : 0.0, a.engine == "nccl");
+    const std::string model = bench::print_model(
+        std::cout, fit, n,
+        {.measured_over = a.engine == "nccl" ? "NCCL, stoke's ring over its send/recv"
+                                             : "MPI over shared memory, stoke's send/recv"});
     if (wrong_total > 0)
       std::cout << "\n" << kProg << ": " << wrong_total << " wrong elements (see #wrong)\n";
     std::vector<std::string> json_rows;
@@ -497,6 +518,7 @@ int run_bench(dist::MpiCommunicator& comm, const Args& a) {
               << bench::JsonObject()
                      .add("bench", "allreduce")
                      .add("ranks", n)
+                     .add("engine", a.engine)
                      .add("dtype", dtype_name(a.dtype))
                      .raw("rows", bench::json_array(json_rows))
                      .raw("model", model)
@@ -510,15 +532,25 @@ int run_bench(dist::MpiCommunicator& comm, const Args& a) {
   return wrong_total > 0 ? 1 : 0;
 }
 
-}  // namespace
-
 int main(int argc, char** argv) {
   Args a;
   if (const int rc = parse_args(argc, argv, a); rc >= 0) return rc;
+  if (a.engine == "nccl") {
+#if defined(STOKE_BENCH_NCCL)
+    return stoke::bench::run_allreduce_bench_nccl(a);
+#else
+    std::cerr << kProg
+              << ": --engine nccl: this build has no NCCL (CUDA and NCCL are found at "
+                 "configure time)\n";
+    return 2;
+#endif
+  }
+#if defined(STOKE_HAS_MPI)
   std::unique_ptr<dist::MpiCommunicator> comm;
   try {
     comm = std::make_unique<dist::MpiCommunicator>(dist::MpiOptions{.check_args = a.check_args});
-    return run_bench(*comm, a);
+    return stoke::bench::run_allreduce_bench(
+        {comm.get(), Device::cpu(), "MpiCommunicator, cpu tensors", nullptr}, a);
   } catch (const std::exception& e) {
     std::cerr << kProg << ": " << e.what() << std::endl;
     // The other ranks may be waiting in a collective this rank will never join: end the job now
@@ -526,4 +558,8 @@ int main(int argc, char** argv) {
     if (comm) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
+#else
+  std::cerr << kProg << ": --engine mpi: this build has no MPI (install libopenmpi-dev)\n";
+  return 2;
+#endif
 }

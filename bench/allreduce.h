@@ -1,13 +1,56 @@
-// Shared by bench/allreduce.cpp (measurement, tables) and bench/allreduce_model.cpp (the alpha-beta
-// model fitted to the measured ring and its projections to many ranks).
+// Shared by bench/allreduce.cpp (measurement, tables, the MPI engine), bench/allreduce_nccl.cpp
+// (the NCCL engine) and bench/allreduce_model.cpp (the alpha-beta model fitted to the measured
+// ring and its projections to many ranks).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <ostream>
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+#include "core/dtype.h"
+#include "dist/communicator.h"
+
 namespace stoke::bench {
+
+struct AllreduceArgs {
+  int64_t min_bytes = 8;
+  int64_t max_bytes = int64_t{256} << 20;
+  int step_factor = 4;
+  DType dtype = DType::f32;
+  int iters = 20;  // the most timed iterations per point; exactly this many with --iters
+  bool iters_given = false;
+  int warmup = 3;
+  // Without --iters, a point's timed iterations stop near this many seconds (at least 5 of
+  // them): 20 iterations of 256 MiB at 4 ranks on 2 cores would take minutes.
+  double budget_s = 2.0;
+  int64_t segment_bytes = int64_t{1} << 20;  // the ring's pipelining unit
+  bool check_args = true;                    // MpiOptions::check_args for the native collectives
+  bool quick = false;
+  std::string engine = "mpi";  // mpi | nccl
+  int gpus = 0;                // nccl outside mpirun: GPUs (threads) to use; 0 = all
+};
+
+// One rank's view of the job: its communicator, where its tensors live, the engine's name for the
+// header, and what makes a timed collective finished on this rank (a device's calls return once
+// queued: synchronize its stream; null on the CPU).
+struct AllreduceJob {
+  dist::Communicator* comm = nullptr;
+  Device device = Device::cpu();
+  std::string engine;
+  std::function<void()> sync;
+};
+
+// The measurement on one rank (rank 0 prints); returns the exit code (1 when any #wrong).
+int run_allreduce_bench(const AllreduceJob& job, const AllreduceArgs& a);
+
+#if defined(STOKE_BENCH_NCCL)
+// --engine nccl: under mpirun one process per GPU (NCCL's id sent over MPI), else one thread per
+// GPU of this process; runs run_allreduce_bench on each rank.
+int run_allreduce_bench_nccl(const AllreduceArgs& a);
+#endif
 
 // One measured allreduce: `bytes` reduced over the job's ranks in `seconds` (median over the
 // iterations of the slowest rank's time).
@@ -35,6 +78,7 @@ struct ProjectionOptions {
   double bytes = 100e6;           // a 100 MB gradient (ResNet-50's is ~100 MB in f32)
   double alpha_assumed_s = 5e-6;  // per-step latency assumed for a GPU collective library
   int min_ranks = 8, max_ranks = 1024;
+  std::string measured_over = "MPI over shared memory, stoke's send/recv";  // the fit's engine
 };
 
 // A text table with every column right-aligned (bench::Table left-aligns its first two columns,

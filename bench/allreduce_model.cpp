@@ -157,10 +157,10 @@ std::string print_model(std::ostream& os, const RingFit& fit, int ranks,
                                                 " us per step: an ASSUMPTION (typical of NCCL "
                                                 "between GPUs), not measured")}};
   if (fit.ok)
-    alphas.push_back({fit.alpha_s, "measured",
-                      detail::str_cat("alpha = ", fmt(fit.alpha_s * 1e6, 2),
-                                      " us per step: MEASURED here (MPI over shared memory, "
-                                      "stoke's send/recv), links as stated")});
+    alphas.push_back(
+        {fit.alpha_s, "measured",
+         detail::str_cat("alpha = ", fmt(fit.alpha_s * 1e6, 2), " us per step: MEASURED here (",
+                         o.measured_over, "), links as stated")});
 
   std::vector<std::string> rows_json;
   for (const Alpha& a : alphas) {
