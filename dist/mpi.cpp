@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <initializer_list>
+#include <limits>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -59,8 +60,10 @@ int init_mpi() {
   MPI_Finalized(&finalized);
   STOKE_CHECK(!finalized, "MpiCommunicator", "MPI was already finalized");
   if (!initialized) {
-    // SERIALIZED, not FUNNELED: non-blocking calls run MPI on the communicator's worker thread.
-    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    // At least SERIALIZED, not FUNNELED: non-blocking calls run MPI on the communicator's worker
+    // thread. MULTIPLE where MPI has it (OpenMPI does): then the watchdog can ask the other ranks
+    // where they are while a call is stuck (MpiCommunicator::Watchdog::roll_call).
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     STOKE_CHECK(rc == MPI_SUCCESS, "MpiCommunicator", "MPI_Init_thread failed (error ", rc, ")");
     std::atexit(finalize_at_exit);  // stoke initialized MPI, so stoke finalizes it
     STOKE_CHECK(provided >= MPI_THREAD_SERIALIZED, "MpiCommunicator", "MPI provides only ",
@@ -152,10 +155,19 @@ int64_t pieces(int64_t n, int64_t max) {
 // A thread that aborts the job when a call has run longer than the timeout. Arming is cheap (a
 // mutex and, only when the thread is idle, a notify); a finished call is not announced: the thread
 // wakes at that call's deadline, sees it ended, and sleeps until the next one's.
+//
+// On a timeout it names the ranks that did not arrive: with MPI_THREAD_MULTIPLE it sends every
+// other rank the number of the collective it is stuck in, over a communicator of its own, and
+// listens for the same from them for a grace period (the live ranks' watchdogs fire within it,
+// all stuck in the same collective). A rank not heard from is stopped, dead, or computing
+// outside stoke's collectives; a rank heard from in another collective issued a different order.
 class MpiCommunicator::Watchdog {
  public:
-  Watchdog(MPI_Comm comm, int rank, std::chrono::milliseconds timeout)
-      : comm_(comm), rank_(rank), timeout_(timeout), thread_([this] { loop(); }) {}
+  // roll: a duplicate of the communicator for the roll call, or MPI_COMM_NULL (no MULTIPLE).
+  Watchdog(MPI_Comm comm, MPI_Comm roll, int rank, int size, std::chrono::milliseconds timeout)
+      : comm_(comm), roll_(roll), rank_(rank), size_(size), timeout_(timeout), thread_([this] {
+          loop();
+        }) {}
   ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -165,9 +177,11 @@ class MpiCommunicator::Watchdog {
     thread_.join();
   }
 
-  void arm(const std::string& label) {
+  // seq: the collective the call belongs to, or -1 for a point-to-point call outside one.
+  void arm(const std::string& label, int64_t seq) {
     std::lock_guard<std::mutex> lock(mutex_);
     label_ = label;
+    seq_ = seq;
     since_ = std::chrono::steady_clock::now();
     armed_ = true;
     ++generation_;
@@ -196,9 +210,14 @@ class MpiCommunicator::Watchdog {
       // thread while another is inside MPI is beyond MPI_THREAD_SERIALIZED's promise, but it is
       // the call meant to end a stuck job; OpenMPI ends it through its runtime, as it does when a
       // rank dies.
-      const std::string message = detail::str_cat(
-          "stoke::dist: ", label_, " on rank ", rank_, " has waited ",
-          std::chrono::duration<double>(timeout_).count(), " s (timeout); aborting the job\n");
+      const std::string label = label_;
+      const int64_t seq = seq_;
+      lock.unlock();  // the roll call takes a while; the stuck call may end meanwhile
+      const std::string where = roll_call(seq);
+      const std::string message =
+          detail::str_cat("stoke::dist: ", label, " on rank ", rank_, " has waited ",
+                          std::chrono::duration<double>(timeout_).count(), " s (timeout)", where,
+                          "; aborting the job\n");
       std::fputs(message.c_str(), stderr);
       std::fflush(stderr);
       MPI_Abort(comm_, 1);
@@ -206,14 +225,69 @@ class MpiCommunicator::Watchdog {
     }
   }
 
-  const MPI_Comm comm_;
-  const int rank_;
+  // Where the other ranks are: "; rank 2 did not arrive (...)" and the like, or "" without a
+  // roll communicator.
+  std::string roll_call(int64_t seq) const {
+    if (roll_ == MPI_COMM_NULL || size_ < 2) return "";
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_Request request;  // freed at once: the send completes on its own (eager, 8 bytes)
+      if (MPI_Isend(&seq, 1, MPI_INT64_T, r, 0, roll_, &request) == MPI_SUCCESS)
+        MPI_Request_free(&request);
+    }
+    const auto grace = std::clamp<std::chrono::milliseconds>(
+        timeout_ / 4, std::chrono::milliseconds(1000), std::chrono::milliseconds(10000));
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    std::vector<int64_t> heard(static_cast<size_t>(size_), kNotHeard);
+    heard[static_cast<size_t>(rank_)] = seq;
+    int missing = size_ - 1;
+    while (missing > 0 && std::chrono::steady_clock::now() < deadline) {
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, 0, roll_, &flag, &status) != MPI_SUCCESS) return "";
+      if (!flag) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        continue;
+      }
+      int64_t theirs = 0;
+      if (MPI_Recv(&theirs, 1, MPI_INT64_T, status.MPI_SOURCE, 0, roll_, MPI_STATUS_IGNORE) !=
+          MPI_SUCCESS)
+        return "";
+      int64_t& slot = heard[static_cast<size_t>(status.MPI_SOURCE)];
+      if (slot == kNotHeard) --missing;
+      slot = theirs;
+    }
+    std::string absent, elsewhere;
+    for (int r = 0; r < size_; ++r) {
+      const int64_t h = heard[static_cast<size_t>(r)];
+      if (h == kNotHeard)
+        absent += detail::str_cat(absent.empty() ? "" : ", ", r);
+      else if (h != seq)
+        elsewhere += detail::str_cat(
+            "; rank ", r, " is stuck in ",
+            h < 0 ? std::string("a point-to-point call") : detail::str_cat("collective #", h));
+    }
+    const double g = std::chrono::duration<double>(grace).count();
+    if (absent.empty() && elsewhere.empty())
+      return detail::str_cat("; every rank answered from the same call within ", g, " s");
+    std::string out = elsewhere;
+    if (!absent.empty())
+      out = detail::str_cat("; rank", absent.find(',') == std::string::npos ? " " : "s ", absent,
+                            " did not arrive (no answer within ", g,
+                            " s: stopped, dead, or busy outside stoke's collectives)", out);
+    return out;
+  }
+
+  static constexpr int64_t kNotHeard = std::numeric_limits<int64_t>::min();
+  const MPI_Comm comm_, roll_;
+  const int rank_, size_;
   const std::chrono::milliseconds timeout_;
   std::mutex mutex_;
   std::condition_variable cv_;
   bool armed_ = false, idle_ = false, stop_ = false;
   uint64_t generation_ = 0;
   std::string label_;
+  int64_t seq_ = -1;
   std::chrono::steady_clock::time_point since_;
   std::thread thread_;  // last: starts once the members above exist
 };
@@ -227,7 +301,8 @@ class MpiCommunicator::Call {
       STOKE_CHECK(t->device().is_cpu(), c.op_label().c_str(),
                   "the MPI communicator takes cpu tensors, got one on ", t->device().str());
     if (c.serialize_) lock_ = std::unique_lock<std::mutex>(mpi_call_mutex());
-    if (c.watchdog_) c.watchdog_->arm(c.op_label());
+    if (c.watchdog_)
+      c.watchdog_->arm(c.op_label(), c.op_label().find('#') != std::string::npos ? c.seq_ : -1);
   }
   ~Call() {
     if (c_.watchdog_) c_.watchdog_->disarm();
@@ -288,8 +363,10 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, MpiOptions options) : options_(o
   int flag = 0;  // MPI_TAG_UB is attached to MPI_COMM_WORLD
   if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag)
     tag_ub_ = *static_cast<int*>(ub);
-  if (options.timeout.count() > 0)
-    watchdog_ = std::make_unique<Watchdog>(comm_, rank_, options.timeout);
+  if (options.timeout.count() > 0) {
+    if (thread_level_ == MPI_THREAD_MULTIPLE) check(MPI_Comm_dup(comm_, &roll_), "MPI_Comm_dup");
+    watchdog_ = std::make_unique<Watchdog>(comm_, roll_, rank_, size_, options.timeout);
+  }
 }
 
 MpiCommunicator::~MpiCommunicator() {
@@ -301,6 +378,7 @@ MpiCommunicator::~MpiCommunicator() {
     std::unique_lock<std::mutex> lock;
     if (serialize_) lock = std::unique_lock<std::mutex>(mpi_call_mutex());
     MPI_Comm_free(&comm_);
+    if (roll_ != MPI_COMM_NULL) MPI_Comm_free(&roll_);
   }
 }
 

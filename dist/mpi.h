@@ -24,8 +24,11 @@ namespace stoke::dist {
 
 struct MpiOptions {
   // A call (collective or point to point) that runs longer than this prints "stoke::dist: <op> on
-  // rank R has waited T s (timeout); aborting the job" and calls MPI_Abort, so that a job whose
-  // peer died or stalls ends with a message instead of hanging. Zero: no watchdog.
+  // rank R has waited T s (timeout); rank 1 did not arrive (...); aborting the job" and calls
+  // MPI_Abort, so that a job whose peer died or stalls ends with a message instead of hanging.
+  // Naming the ranks that did not arrive needs MPI_THREAD_MULTIPLE (a roll call from the watchdog's
+  // thread, up to timeout/4 within [1 s, 10 s]); below it the message names the call only.
+  // Zero: no watchdog.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // Before each native collective, one small MPI_Allreduce checks that every rank called the same
   // collective (and sequence number) with the same element count, dtype and reduce op or root; a
@@ -37,7 +40,7 @@ struct MpiOptions {
   int64_t max_count = INT_MAX;
 };
 
-// One rank of an MPI communicator. Initializes MPI (MPI_Init_thread, MPI_THREAD_SERIALIZED) unless
+// One rank of an MPI communicator. Initializes MPI (MPI_Init_thread, MPI_THREAD_MULTIPLE) unless
 // the program already did, and then finalizes it at exit; a program that initialized MPI itself
 // must ask for MPI_THREAD_SERIALIZED or more (non-blocking calls run MPI on the worker thread), and
 // finalizes it itself, after destroying its communicators.
@@ -91,6 +94,7 @@ class MpiCommunicator final : public Communicator {
 
   MpiOptions options_;
   MPI_Comm comm_ = MPI_COMM_NULL;
+  MPI_Comm roll_ = MPI_COMM_NULL;  // the watchdog's roll call (with MPI_THREAD_MULTIPLE)
   int rank_ = 0, size_ = 1, local_rank_ = 0;
   int thread_level_ = 0;
   bool serialize_ = true;  // below MPI_THREAD_MULTIPLE: one MPI call at a time in the process

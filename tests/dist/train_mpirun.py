@@ -11,7 +11,8 @@ usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE [STOKE_TRAIN_EMU]
                under mpirun from the step-8 checkpoint ends with the records of an uninterrupted
                run.
   stalled      rank 1 stopped (SIGSTOP) at step 5 with --dist-timeout 3: rank 0's watchdog aborts
-               the job within 30 s, naming the collective, its sequence number and the timeout.
+               the job within 30 s, naming the collective, its sequence number, the timeout and the
+               rank that did not arrive.
   cuda         mpirun -np 2 of stoke-train built against cuda/emu (STOKE_TRAIN_EMU) with --device
                cuda: rank r on emulated device r, gradients through MPI staged in host memory (the
                path of a build without NCCL), trains like one CPU process on the whole batch.
@@ -112,8 +113,9 @@ def stalled(tmp):
                           "STOKE_TRAIN_TEST_KILL_SIGNAL": "STOP"})
     require(p.returncode != 0, "a stalled rank ends the job non-zero", p)
     require(seconds < 30, f"the job ended after {seconds:.0f} s, not within 30 s", p)
-    require("(timeout); aborting the job" in p.stderr and " #" in p.stderr,
+    require("(timeout)" in p.stderr and "aborting the job" in p.stderr and " #" in p.stderr,
             "the watchdog names the collective and its number", p)
+    require("rank 1 did not arrive" in p.stderr, "the watchdog names the rank that stalled", p)
     line = next(l for l in p.stderr.splitlines() if "(timeout)" in l)
     print(f"stalled: the job ended non-zero in {seconds:.1f} s: {line.strip()}")
 

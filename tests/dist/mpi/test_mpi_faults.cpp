@@ -171,7 +171,8 @@ TEST_CASE("mpi: a rank that never calls the collective trips the watchdog", "[.]
     return;
   }
   Tensor t = ones({8});
-  c.allreduce(t);  // "stoke::dist: allreduce #0 on rank 0 has waited 1 s (timeout); ..."
+  c.allreduce(t);  // "stoke::dist: allreduce #0 on rank 0 has waited 1 s (timeout); rank 1 did
+                   // not arrive (...); aborting the job"
   FAIL("the allreduce returned although rank 1 never called it");
 }
 
