@@ -63,6 +63,12 @@ bool half_type(DType t) {
 }
 
 void reduce_on_device(const Tensor& acc, const Tensor& in, ReduceOp op) {
+  // A sum in place: no temporary per segment (the elementwise kernels load f16/bf16 as f32 and
+  // round the result once, as below).
+  if (op != ReduceOp::max) {
+    ops::add_(acc, in);
+    return;
+  }
   const bool half = half_type(acc.dtype());
   const Tensor a = half ? acc.to(DType::f32) : acc, b = half ? in.to(DType::f32) : in;
   const Tensor r = op == ReduceOp::max ? ops::maximum(a, b) : ops::add(a, b);
