@@ -30,6 +30,7 @@
 #include "autograd/batch_norm.h"
 #include "autograd/conv2d.h"
 #include "autograd/elementwise.h"
+#include "autograd/group_norm.h"
 #include "autograd/linalg.h"
 #include "autograd/loss.h"
 #include "autograd/pool.h"
@@ -158,6 +159,26 @@ Measured bench_batch_norm(const std::string& name, const Args& a) {
   return time_autograd(f, {x, w, b}, grad_like_output(f), a);
 }
 
+// GroupNorm of a conv layer's output ("N64_C32_H28_G8": 8 groups), forward and backward.
+Measured bench_group_norm(const std::string& name, const Args& a) {
+  auto p = parse_case(name);
+  int64_t n = p["N"], c = p["C"], h = p["H"];
+  Tensor x = randn({n, c, h, h}, leaf_options());
+  Tensor w = randn({c}, leaf_options()), b = randn({c}, leaf_options());
+  std::function<Tensor()> f = [&] { return group_norm(x, p["G"], w, b); };
+  return time_autograd(f, {x, w, b}, grad_like_output(f), a);
+}
+
+// LayerNorm over the last dim of (N, D) rows ("N8192_D384": a transformer's tokens).
+Measured bench_layer_norm(const std::string& name, const Args& a) {
+  auto p = parse_case(name);
+  int64_t n = p["N"], d = p["D"];
+  Tensor x = randn({n, d}, leaf_options());
+  Tensor w = randn({d}, leaf_options()), b = randn({d}, leaf_options());
+  std::function<Tensor()> f = [&] { return layer_norm(x, {d}, w, b); };
+  return time_autograd(f, {x, w, b}, grad_like_output(f), a);
+}
+
 Measured bench_max_pool2d(const std::string& name, const Args& a) {
   // "N64_C32_H28_k2s2": kernel 2, stride 2.
   auto p = parse_case(name);
@@ -237,6 +258,8 @@ const std::vector<OpSpec>& op_specs() {
       {"conv2d", {"N64_C1_K32_H28_k3", "N64_C32_K64_H14_k3", "N64_C64_K64_H8_k3"}, bench_conv2d},
       {"linear", {"N128_784_256"}, bench_linear},
       {"batch_norm", {"N64_C32_H28"}, bench_batch_norm},
+      {"group_norm", {"N64_C32_H28_G8"}, bench_group_norm},
+      {"layer_norm", {"N8192_D384"}, bench_layer_norm},
       {"max_pool2d", {"N64_C32_H28_k2s2"}, bench_max_pool2d},
       {"cross_entropy", {"N128_C10", "N1024_C1000"}, bench_cross_entropy},
       {"softmax", {"N1024_C1000"}, bench_softmax},

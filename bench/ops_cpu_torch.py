@@ -33,6 +33,8 @@ OPS = {
     "conv2d": ["N64_C1_K32_H28_k3", "N64_C32_K64_H14_k3", "N64_C64_K64_H8_k3"],
     "linear": ["N128_784_256"],
     "batch_norm": ["N64_C32_H28"],
+    "group_norm": ["N64_C32_H28_G8"],
+    "layer_norm": ["N8192_D384"],
     "max_pool2d": ["N64_C32_H28_k2s2"],
     "cross_entropy": ["N128_C10", "N1024_C1000"],
     "softmax": ["N1024_C1000"],
@@ -121,6 +123,18 @@ def run_case(op, case, reps, warmup):
         rm, rv = torch.zeros(c), torch.ones(c)
         fwd = lambda: F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5)
         gout = torch.randn(n, c, h, h)
+        return bench_autograd(fwd, [x, w, b], gout, reps, warmup)
+    if op == "group_norm":
+        n, c, h, g = int(p["N"]), int(p["C"]), int(p["H"]), int(p["G"])
+        x, w, b = leaf(n, c, h, h), leaf(c), leaf(c)
+        fwd = lambda: F.group_norm(x, g, w, b, eps=1e-5)
+        gout = torch.randn(n, c, h, h)
+        return bench_autograd(fwd, [x, w, b], gout, reps, warmup)
+    if op == "layer_norm":
+        n, d = int(p["N"]), int(p["D"])
+        x, w, b = leaf(n, d), leaf(d), leaf(d)
+        fwd = lambda: F.layer_norm(x, (d,), w, b, eps=1e-5)
+        gout = torch.randn(n, d)
         return bench_autograd(fwd, [x, w, b], gout, reps, warmup)
     if op == "max_pool2d":
         n, c, h, ks = int(p["N"]), int(p["C"]), int(p["H"]), int(p["k"].split("s")[0])

@@ -6,6 +6,7 @@
 #include "autograd/conv2d.h"
 #include "autograd/dropout.h"
 #include "autograd/elementwise.h"
+#include "autograd/group_norm.h"
 #include "autograd/linalg.h"
 #include "autograd/pool.h"
 #include "core/grad_mode.h"
@@ -83,6 +84,33 @@ Tensor BatchNorm::forward(const Tensor& x) {
   return batch_norm(
       x, running_mean, running_var, weight, bias,
       {.training = use_batch_stats, .momentum = options.momentum, .eps = options.eps});
+}
+
+LayerNorm::LayerNorm(Shape normalized_shape, LayerNormLayerOptions options)
+    : normalized_shape(std::move(normalized_shape)), options(options) {
+  if (options.elementwise_affine) {
+    weight = register_parameter("weight", ones(this->normalized_shape, {.dtype = options.dtype}));
+    bias = register_parameter("bias", zeros(this->normalized_shape, {.dtype = options.dtype}));
+  }
+}
+
+Tensor LayerNorm::forward(const Tensor& x) {
+  return layer_norm(x, normalized_shape, weight, bias, {.eps = options.eps});
+}
+
+GroupNorm::GroupNorm(int64_t num_groups, int64_t num_channels, GroupNormLayerOptions options)
+    : num_groups(num_groups), num_channels(num_channels), options(options) {
+  STOKE_CHECK(num_groups >= 1 && num_channels % num_groups == 0, "nn::GroupNorm",
+              "expected num_groups >= 1 dividing num_channels, got num_groups ", num_groups,
+              " and num_channels ", num_channels);
+  if (options.affine) {
+    weight = register_parameter("weight", ones({num_channels}, {.dtype = options.dtype}));
+    bias = register_parameter("bias", zeros({num_channels}, {.dtype = options.dtype}));
+  }
+}
+
+Tensor GroupNorm::forward(const Tensor& x) {
+  return group_norm(x, num_groups, weight, bias, {.eps = options.eps});
 }
 
 Tensor ReLU::forward(const Tensor& x) {

@@ -80,6 +80,40 @@ class BatchNorm1d : public BatchNorm {
   std::string name() const override { return "BatchNorm1d"; }
 };
 
+struct LayerNormLayerOptions {
+  double eps = 1e-5;
+  bool elementwise_affine = true;  // weight (ones) and bias (zeros) of normalized_shape
+  DType dtype = DType::f32;
+};
+
+// LayerNorm over the last normalized_shape.size() dims (torch.nn.LayerNorm).
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(Shape normalized_shape, LayerNormLayerOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "LayerNorm"; }
+  Tensor weight, bias;
+  Shape normalized_shape;
+  LayerNormLayerOptions options;
+};
+
+struct GroupNormLayerOptions {
+  double eps = 1e-5;
+  bool affine = true;  // weight (ones) and bias (zeros) of (num_channels)
+  DType dtype = DType::f32;
+};
+
+// GroupNorm of (N, C, ...) inputs over num_groups groups of channels (torch.nn.GroupNorm).
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, GroupNormLayerOptions options = {});
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "GroupNorm"; }
+  Tensor weight, bias;
+  int64_t num_groups, num_channels;
+  GroupNormLayerOptions options;
+};
+
 class ReLU : public Module {
  public:
   Tensor forward(const Tensor& x) override;

@@ -28,6 +28,7 @@
 #include "ops/conv2d.h"
 #include "ops/dropout.h"
 #include "ops/elementwise.h"
+#include "ops/group_norm.h"
 #include "ops/index.h"
 #include "ops/linalg.h"
 #include "ops/loss.h"

@@ -120,6 +120,16 @@
      const Tensor& save_mean, const Tensor& save_invstd, bool training,                           \
      std::array<bool, 3> output_mask),                                                            \
     (grad_output, input, weight, save_mean, save_invstd, training, output_mask), batch_norm)      \
+  /* group and layer norm on the (N, G, K, S) view, weight / bias flat (G * K) or undefined */  \
+  X(GroupNormForward, group_norm_forward,                                                         \
+    (const Tensor& input, const Tensor& weight, const Tensor& bias,                               \
+     const GroupNormLayout& layout, double eps),                                                  \
+    (input, weight, bias, layout, eps), group_norm)                                               \
+  X(GroupNormGrads, group_norm_backward,                                                          \
+    (const Tensor& grad_output, const Tensor& input, const Tensor& weight,                        \
+     const Tensor& save_mean, const Tensor& save_rstd, const GroupNormLayout& layout,             \
+     std::array<bool, 3> output_mask),                                                            \
+    (grad_output, input, weight, save_mean, save_rstd, layout, output_mask), group_norm)          \
   /* dropout, 0 < p < 1; `state` is the generator reservation, so every device draws one mask */  \
   X(DropoutResult, dropout_with_mask, (const Tensor& input, double p, GeneratorState state),      \
     (input, p, state), dropout)                                                                   \

@@ -8,6 +8,7 @@
 #include "autograd/engine.h"
 #include "autograd/function.h"
 #include "autograd/gradcheck.h"
+#include "autograd/group_norm.h"
 #include "autograd/index.h"
 #include "autograd/linalg.h"
 #include "autograd/loss.h"

@@ -30,6 +30,7 @@ void run_ops_checks(Suite& s, bool quick) {
       {"conv2d", check_conv2d},
       {"pooling", check_pooling},
       {"batch_norm", check_batch_norm},
+      {"group_norm/layer_norm", check_group_layer_norm},
       {"dropout", check_dropout},
       {"optimizer", check_optimizer},
       {"index", check_index},

@@ -41,6 +41,7 @@ void check_linear_algebra(Suite& s, bool quick);
 void check_conv2d(Suite& s, bool quick);
 void check_pooling(Suite& s, bool quick);
 void check_batch_norm(Suite& s, bool quick);
+void check_group_layer_norm(Suite& s, bool quick);
 void check_dropout(Suite& s, bool quick);
 void check_optimizer(Suite& s, bool quick);
 // ops_checks_index.cpp

@@ -181,6 +181,49 @@ void check_batch_norm(Suite& s, bool quick) {
   }
 }
 
+void check_group_layer_norm(Suite& s, bool quick) {
+  using namespace nn_checks;
+  // group_norm: (shape, groups); layer_norm: (shape, normalized dims). Weights stay f32 for every
+  // input dtype, as batch norm's.
+  std::vector<std::pair<Shape, int64_t>> group = {{{4, 6, 5, 3}, 3}, {{3, 4}, 2}, {{2, 8, 9}, 1}};
+  std::vector<std::pair<Shape, Shape>> layer = {{{4, 7}, {7}}, {{2, 3, 40}, {3, 40}}};
+  if (!quick) {
+    group.push_back({{32, 64, 28, 28}, 32});
+    layer.push_back({{64, 196, 384}, {384}});
+  }
+  for (const auto& [shape, groups] : group)
+    for (DType dt : float_types()) {
+      const std::string l = detail::str_cat(shape_str(shape), " G=", groups);
+      const double tol = 2 * tolerance(dt);
+      const int64_t C = shape[1];
+      const Tensor x0 = ops::add(ops::mul(randn_cpu(shape, 226), 2.0), 3.0);
+      Leaf x = leaf(x0, dt), w = leaf(randn_cpu({C}, 227), DType::f32),
+           b = leaf(randn_cpu({C}, 228), DType::f32);
+      const Tensor got = stoke::group_norm(x.dev, groups, w.dev, b.dev);
+      const Tensor ref = stoke::group_norm(x.cpu, groups, w.cpu, b.cpu);
+      compare_on(s, "group_norm", l, dt, got, ref, tol);
+      backward_both(got, ref, randn_cpu(shape, 229), dt);
+      compare_on(s, "group_norm backward dx", l, dt, x.dev.grad(), x.cpu.grad(), tol);
+      compare_on(s, "group_norm backward dweight", l, DType::f32, w.dev.grad(), w.cpu.grad(), tol);
+      compare_on(s, "group_norm backward dbias", l, DType::f32, b.dev.grad(), b.cpu.grad(), tol);
+    }
+  for (const auto& [shape, normalized] : layer)
+    for (DType dt : float_types()) {
+      const std::string l = detail::str_cat(shape_str(shape), " over ", shape_str(normalized));
+      const double tol = 2 * tolerance(dt);
+      const Tensor x0 = ops::add(ops::mul(randn_cpu(shape, 232), 2.0), -1.0);
+      Leaf x = leaf(x0, dt), w = leaf(randn_cpu(normalized, 233), DType::f32),
+           b = leaf(randn_cpu(normalized, 234), DType::f32);
+      const Tensor got = stoke::layer_norm(x.dev, normalized, w.dev, b.dev);
+      const Tensor ref = stoke::layer_norm(x.cpu, normalized, w.cpu, b.cpu);
+      compare_on(s, "layer_norm", l, dt, got, ref, tol);
+      backward_both(got, ref, randn_cpu(shape, 235), dt);
+      compare_on(s, "layer_norm backward dx", l, dt, x.dev.grad(), x.cpu.grad(), tol);
+      compare_on(s, "layer_norm backward dweight", l, DType::f32, w.dev.grad(), w.cpu.grad(), tol);
+      compare_on(s, "layer_norm backward dbias", l, DType::f32, b.dev.grad(), b.cpu.grad(), tol);
+    }
+}
+
 void check_dropout(Suite& s, bool quick) {
   std::vector<Shape> shapes = {{3, 129}, {2, 3, 5}};
   if (!quick) shapes.push_back({1000, 1001});

@@ -234,3 +234,42 @@ TEST_CASE("cuda ops: one-sample conv2d and pooling, dense and class-weighted los
       cross_entropy(rand_cpu({2, 5}, 35).to(kCuda), bad, {.weight = cw.to(kCuda)}).item(),
       Catch::Contains("cross_entropy") && Catch::Contains("target 7"));
 }
+
+TEST_CASE("cuda ops: group_norm and layer_norm forward and backward through autograd match the CPU",
+          "[ops_cuda_nn]") {
+  struct Case {
+    Shape shape;
+    int64_t groups;  // 0: layer_norm over the last dim
+  };
+  for (const Case& c : {Case{{4, 6, 5, 3}, 3}, Case{{3, 4}, 2}, Case{{2, 3, 40}, 0}}) {
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      INFO(c.shape << " groups " << c.groups << " " << dtype);
+      const int64_t P = c.groups ? c.shape[1] : c.shape.back();
+      const Tensor x0 = ops::add(rand_cpu(c.shape, 31), 2.0).to(dtype).to(DType::f32);
+      const Tensor w0 = rand_cpu({P}, 32), b0 = rand_cpu({P}, 33), gy = rand_cpu(c.shape, 34);
+      auto run = [&](Device dev, DType dt) {
+        Tensor x = x0.to(dev).to(dt).detach(), w = w0.to(dev).detach(), b = b0.to(dev).detach();
+        x.set_requires_grad(true);
+        w.set_requires_grad(true);
+        b.set_requires_grad(true);
+        const Tensor y = c.groups ? group_norm(x, c.groups, w, b) : layer_norm(x, {P}, w, b);
+        y.backward(gy.to(dt).to(dev));
+        return std::vector<Tensor>{y, x.grad(), w.grad(), b.grad()};
+      };
+      const auto want = run(Device::cpu(), DType::f32);
+      const auto got = run(kCuda, dtype);
+      CHECK(got[0].dtype() == dtype);
+      CHECK(got[2].dtype() == DType::f32);  // per-channel values stay f32
+      const double t = tol(dtype) * 20;
+      CHECK(max_diff(got[0], want[0]) < t);
+      CHECK(max_diff(got[1], want[1]) < t);
+      CHECK(max_diff(got[2], want[2]) < t * 5);
+      CHECK(max_diff(got[3], want[3]) < t * 5);
+    }
+  }
+  CHECK_THROWS_WITH(ops::group_norm(rand_cpu({2, 4, 3}, 1).to(kCuda).to(DType::f16), 2,
+                                    rand_cpu({4}, 2).to(kCuda).to(DType::f16)),
+                    Catch::Contains("group_norm") && Catch::Contains("weight of dtype f32"));
+}
+  CHECK(max_diff(ops::drop_path(x.to(kCuda), 1.0, true), zeros(x.shape())) == 0);
+}
