@@ -1,5 +1,6 @@
 #include "autograd/dropout.h"
 
+#include "autograd/elementwise.h"
 #include "autograd/function.h"
 #include "ops/creation.h"
 
@@ -27,6 +28,20 @@ Tensor dropout(const Tensor& input, double p, bool training, Generator* generato
                      return {ops::dropout_backward(g[0], mask, p)};
                    });
   return output;
+}
+
+Tensor drop_path(const Tensor& input, double p, bool training, Generator* generator) {
+  const char* op = "drop_path";
+  const Shape shape = ops::drop_path_noise_shape(op, input, p);
+  if (!training || p == 0) return input;
+  return mul(input, ops::dropout_noise(input, shape, p, generator));
+}
+
+Tensor dropout2d(const Tensor& input, double p, bool training, Generator* generator) {
+  const char* op = "dropout2d";
+  const Shape shape = ops::dropout2d_noise_shape(op, input, p);
+  if (!training || p == 0) return input;
+  return mul(input, ops::dropout_noise(input, shape, p, generator));
 }
 
 }  // namespace stoke

@@ -141,6 +141,14 @@ Tensor Dropout::forward(const Tensor& x) {
   return dropout(x, p, is_training(), generator);
 }
 
+Tensor Dropout2d::forward(const Tensor& x) {
+  return dropout2d(x, p, is_training(), generator);
+}
+
+Tensor DropPath::forward(const Tensor& x) {
+  return drop_path(x, p, is_training(), generator);
+}
+
 Sequential::Sequential(std::initializer_list<ModulePtr> modules) {
   for (const auto& m : modules) push_back(m);
 }

@@ -181,6 +181,27 @@ class Dropout : public Module {
   Generator* generator;
 };
 
+// Zeroes whole channels of (N, C, H, W) inputs in training (torch.nn.Dropout2d).
+class Dropout2d : public Module {
+ public:
+  explicit Dropout2d(double p = 0.5, Generator* generator = nullptr) : p(p), generator(generator) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Dropout2d"; }
+  double p;
+  Generator* generator;
+};
+
+// Stochastic depth: zeroes whole samples of a residual branch in training (timm's DropPath,
+// torchvision's StochasticDepth(p, "row")).
+class DropPath : public Module {
+ public:
+  explicit DropPath(double p = 0.0, Generator* generator = nullptr) : p(p), generator(generator) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "DropPath"; }
+  double p;
+  Generator* generator;
+};
+
 class Flatten : public Module {
  public:
   explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1)

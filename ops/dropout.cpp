@@ -6,6 +6,7 @@
 #include "ops/backend.h"
 #include "ops/check.h"
 #include "ops/creation.h"
+#include "ops/elementwise.h"
 
 namespace stoke::ops {
 namespace {
@@ -42,6 +43,57 @@ Tensor dropout(const Tensor& input, double p, bool training, Generator* generato
     return zeros(input.shape(), {.dtype = input.dtype(), .device = input.device()});
   }
   return dropout_with_mask(input, p, generator).output;
+}
+
+Tensor dropout_noise(const Tensor& input, const Shape& noise_shape, double p,
+                     Generator* generator) {
+  const char* op = "dropout_noise";
+  STOKE_CHECK(input.defined(), op, "expected a defined input tensor");
+  STOKE_CHECK(p > 0 && p <= 1, op, "expected 0 < p <= 1, got ", p);
+  if (input.device().is_cpu()) check_float(op, input, "input");
+  const TensorOptions o{.dtype = input.dtype(), .device = input.device()};
+  if (p == 1) return zeros(noise_shape, o);
+  return dropout_with_mask(ones(noise_shape, o), p, generator).output;
+}
+
+namespace {
+
+// The structured dropouts: x * noise, the noise of noise_shape drawn per sample or channel.
+Tensor noise_dropout(const Tensor& input, const Shape& noise_shape, double p, bool training,
+                     Generator* generator) {
+  if (!training || p == 0) return input;
+  return mul(input, dropout_noise(input, noise_shape, p, generator));
+}
+
+}  // namespace
+
+Shape drop_path_noise_shape(const char* op, const Tensor& input, double p) {
+  STOKE_CHECK(input.defined(), op, "expected a defined input tensor");
+  check_p(op, p);
+  STOKE_CHECK(input.dim() >= 1, op, "expected an input with a batch dim, got a 0-dim tensor");
+  Shape s(std::vector<int64_t>(static_cast<size_t>(input.dim()), 1));
+  s[0] = input.size(0);
+  return s;
+}
+
+Shape dropout2d_noise_shape(const char* op, const Tensor& input, double p) {
+  STOKE_CHECK(input.defined(), op, "expected a defined input tensor");
+  check_p(op, p);
+  STOKE_CHECK(input.dim() == 3 || input.dim() == 4, op,
+              "expected an (N, C, H, W) or (C, H, W) input, got shape ", input.shape());
+  Shape s = input.shape();
+  for (int64_t d = input.dim() - 2; d < input.dim(); ++d) s[static_cast<size_t>(d)] = 1;
+  return s;
+}
+
+Tensor drop_path(const Tensor& input, double p, bool training, Generator* generator) {
+  const char* op = "drop_path";
+  return noise_dropout(input, drop_path_noise_shape(op, input, p), p, training, generator);
+}
+
+Tensor dropout2d(const Tensor& input, double p, bool training, Generator* generator) {
+  const char* op = "dropout2d";
+  return noise_dropout(input, dropout2d_noise_shape(op, input, p), p, training, generator);
 }
 
 Tensor dropout_backward(const Tensor& grad_output, const Tensor& mask, double p) {

@@ -22,6 +22,28 @@ DropoutResult dropout_with_mask(const Tensor& input, double p, Generator* genera
 // else dropout_with_mask(...).output. p outside [0, 1] is an error.
 Tensor dropout(const Tensor& input, double p, bool training, Generator* generator = nullptr);
 
+// The noise of a structured dropout on `input`'s device and dtype: a tensor of `noise_shape`
+// (which broadcasts to input's shape) holding 0 with probability p, else 1 / (1 - p); all zeros
+// when p == 1. Drawn by dropout_with_mask on a tensor of ones, so one generator state gives one
+// noise on every device. 0 < p <= 1.
+Tensor dropout_noise(const Tensor& input, const Shape& noise_shape, double p,
+                     Generator* generator = nullptr);
+
+// Stochastic depth, per sample (timm's drop_path, torchvision's stochastic_depth mode "row"): in
+// training, each sample (index along dim 0) is zeroed with probability p and the others scaled
+// by 1 / (1 - p); input itself when !training or p == 0.
+Tensor drop_path(const Tensor& input, double p, bool training, Generator* generator = nullptr);
+
+// Channel dropout (F.dropout2d): in training, each channel of each sample of an (N, C, H, W) or
+// unbatched (C, H, W) input is zeroed with probability p and the others scaled by 1 / (1 - p);
+// input itself when !training or p == 0.
+Tensor dropout2d(const Tensor& input, double p, bool training, Generator* generator = nullptr);
+
+// The noise shapes of drop_path ((N, 1, ..., 1)) and dropout2d ((N, C, 1, 1) or (C, 1, 1)) after
+// checking p and the input's shape, messages naming `op`.
+Shape drop_path_noise_shape(const char* op, const Tensor& input, double p);
+Shape dropout2d_noise_shape(const char* op, const Tensor& input, double p);
+
 // grad_output * mask / (1 - p): the gradient of dropout_with_mask.
 Tensor dropout_backward(const Tensor& grad_output, const Tensor& mask, double p);
 

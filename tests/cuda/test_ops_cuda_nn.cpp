@@ -271,5 +271,18 @@ TEST_CASE("cuda ops: group_norm and layer_norm forward and backward through auto
                                     rand_cpu({4}, 2).to(kCuda).to(DType::f16)),
                     Catch::Contains("group_norm") && Catch::Contains("weight of dtype f32"));
 }
+
+TEST_CASE("cuda ops: drop_path and dropout2d draw the CPU's noise from the same generator state",
+          "[ops_cuda_nn]") {
+  const Tensor x = ops::add(rand_cpu({16, 5, 3, 3}, 41), 2.0);
+  for (bool path : {true, false}) {
+    Generator g1(42), g2(42);
+    const Tensor want =
+        path ? ops::drop_path(x, 0.4, true, &g1) : ops::dropout2d(x, 0.4, true, &g1);
+    const Tensor got = path ? ops::drop_path(x.to(kCuda), 0.4, true, &g2)
+                            : ops::dropout2d(x.to(kCuda), 0.4, true, &g2);
+    CHECK(got.device() == kCuda);
+    CHECK(max_diff(got, want) < 1e-6);
+  }
   CHECK(max_diff(ops::drop_path(x.to(kCuda), 1.0, true), zeros(x.shape())) == 0);
 }
