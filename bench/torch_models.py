@@ -29,17 +29,22 @@ class LeNet5(nn.Module):
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
 
 
+def group_norm(c):
+    """stoke's ResNet GroupNorm (nn/models/models.h): min(32, C / 2) groups."""
+    return nn.GroupNorm(min(32, max(1, c // 2)), c)
+
+
 class BasicBlock(nn.Module):
-    def __init__(self, inp, planes, stride):
+    def __init__(self, inp, planes, stride, norm=nn.BatchNorm2d):
         super().__init__()
         self.conv1 = nn.Conv2d(inp, planes, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
+        self.bn1 = norm(planes)
         self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
+        self.bn2 = norm(planes)
         self.downsample = None
         if stride != 1 or inp != planes:
             self.downsample = nn.Sequential(nn.Conv2d(inp, planes, 1, stride, bias=False),
-                                            nn.BatchNorm2d(planes))
+                                            norm(planes))
 
     def forward(self, x):
         out = F.relu(self.bn1(self.conv1(x)))
@@ -48,15 +53,15 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, blocks, widths, in_channels=1, num_classes=10):
+    def __init__(self, blocks, widths, in_channels=1, num_classes=10, norm=nn.BatchNorm2d):
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, widths[0], 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(widths[0])
+        self.bn1 = norm(widths[0])
         inp = widths[0]
         for s, (n, w) in enumerate(zip(blocks, widths)):
             layer = []
             for b in range(n):
-                layer.append(BasicBlock(inp, w, 2 if (s > 0 and b == 0) else 1))
+                layer.append(BasicBlock(inp, w, 2 if (s > 0 and b == 0) else 1, norm))
                 inp = w
             setattr(self, "layer%d" % (s + 1), nn.Sequential(*layer))
         self.nstages = len(blocks)
@@ -73,9 +78,14 @@ def make_model(name, in_channels=1, num_classes=10, input_size=28):
     if name == "lenet5":
         return LeNet5(in_channels, num_classes, input_size)
     depths = {"resnet8": 1, "resnet20": 3, "resnet56": 9}
-    if name in depths:
-        n = depths[name]
-        return ResNet([n, n, n], [16, 32, 64], in_channels, num_classes)
+    gn = name.endswith("_gn")
+    base = name[:-3] if gn else name
+    norm = group_norm if gn else nn.BatchNorm2d
+    if base in depths:
+        n = depths[base]
+        return ResNet([n, n, n], [16, 32, 64], in_channels, num_classes, norm)
+    if base == "resnet18":
+        return ResNet([2, 2, 2, 2], [64, 128, 256, 512], in_channels, num_classes, norm)
     raise ValueError("no torch twin for model %r" % name)
 
 

@@ -72,8 +72,8 @@ std::optional<int> cuda_index(const std::string& device) {
 
 std::string usage() {
   return R"(usage: stoke-train [flags]
-  --model NAME            lenet5 (default), resnet8, resnet20, resnet56, resnet18, resnet9, vgg11,
-                          vgg16, mobilenetv2
+  --model NAME            lenet5 (default), resnet8, resnet20, resnet56, resnet18, resnet8_gn,
+                          resnet20_gn, resnet18_gn (GroupNorm), resnet9, vgg11, vgg16, mobilenetv2
   --data DIR              the dataset (default /usr/share/datasets/fashion-mnist), as --data-format:
   --data-format F         idx (default): DIR holds the MNIST-style IDX files (gzip or raw)
                           packed: DIR/train and DIR/test are stoke-pack outputs

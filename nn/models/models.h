@@ -29,29 +29,40 @@ class LeNet5 : public Module {
   std::shared_ptr<Linear> fc1, fc2, fc3;
 };
 
-// The basic residual block (He et al. 2016); a 1x1 conv + BN "downsample" shortcut where the shape
-// changes (torchvision's names: conv1, bn1, conv2, bn2, downsample.0, downsample.1).
+// The normalization layers of a ResNet: BatchNorm2d (group_norm = false), or GroupNorm (Wu & He
+// 2018) with min(32, C / 2) groups of C channels: torchvision's GroupNorm(32, C) where C >= 64,
+// groups of two channels below (CIFAR's 16 and 32 channels). The layers keep torchvision's names
+// (bn1, bn2, downsample.1) whichever they are, as torchvision's norm_layer argument does.
+struct ResNetNorm {
+  bool group_norm = false;
+};
+ModulePtr make_resnet_norm(int64_t channels, ResNetNorm norm);
+
+// The basic residual block (He et al. 2016); a 1x1 conv + norm "downsample" shortcut where the
+// shape changes (torchvision's names: conv1, bn1, conv2, bn2, downsample.0, downsample.1).
 class BasicBlock : public Module {
  public:
-  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Generator* gen);
+  BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Generator* gen,
+             ResNetNorm norm = {});
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "BasicBlock"; }
   std::shared_ptr<Conv2d> conv1, conv2;
-  std::shared_ptr<BatchNorm> bn1, bn2;
+  ModulePtr bn1, bn2;                      // BatchNorm2d or GroupNorm (ResNetNorm)
   std::shared_ptr<Sequential> downsample;  // null for an identity shortcut
 };
 
 // CIFAR-style ResNet: a 3x3 stem, stages of BasicBlocks, global average pool and fc.
 //   resnet8/20/56: depth 6n+2, stages of n blocks at 16/32/64 channels (He et al. 2016, sec. 4.2);
-//   resnet18: stages of 2 blocks at 64/128/256/512 channels with a 3x3 stem and no max-pool.
+//   resnet18: stages of 2 blocks at 64/128/256/512 channels with a 3x3 stem and no max-pool;
+//   resnet8_gn, resnet20_gn, resnet18_gn: the same with GroupNorm (ResNetNorm).
 class ResNet : public Module {
  public:
   ResNet(const std::vector<int64_t>& blocks, const std::vector<int64_t>& widths,
-         ModelOptions options);
+         ModelOptions options, ResNetNorm norm = {});
   Tensor forward(const Tensor& x) override;
   std::string name() const override { return "ResNet"; }
   std::shared_ptr<Conv2d> conv1;
-  std::shared_ptr<BatchNorm> bn1;
+  ModulePtr bn1;
   std::vector<std::shared_ptr<Sequential>> layers;  // layer1, layer2, ...
   std::shared_ptr<Linear> fc;
 };
@@ -93,8 +104,9 @@ class MobileNetV2 : public Module {
   std::shared_ptr<Linear> linear;
 };
 
-// Builds a model by name: lenet5, resnet8, resnet20, resnet56, resnet18, resnet9, vgg11, vgg16,
-// mobilenetv2. Unknown names are an error listing the known ones.
+// Builds a model by name: lenet5, resnet8, resnet20, resnet56, resnet18, resnet8_gn, resnet20_gn,
+// resnet18_gn, resnet9, vgg11, vgg16, mobilenetv2. Unknown names are an error listing the known
+// ones.
 std::shared_ptr<Module> make_model(const std::string& name, ModelOptions options = {});
 std::vector<std::string> model_names();
 

@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "autograd/elementwise.h"
 #include "autograd/pool.h"
 #include "nn/models/models.h"
@@ -15,11 +17,18 @@ std::shared_ptr<Conv2d> conv3x3(int64_t in, int64_t out, int64_t stride, Generat
 
 }  // namespace
 
-BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Generator* gen) {
+ModulePtr make_resnet_norm(int64_t channels, ResNetNorm norm) {
+  if (!norm.group_norm) return std::make_shared<BatchNorm2d>(channels);
+  return std::make_shared<GroupNorm>(std::min<int64_t>(32, std::max<int64_t>(1, channels / 2)),
+                                     channels);
+}
+
+BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Generator* gen,
+                       ResNetNorm norm) {
   conv1 = register_module("conv1", conv3x3(in_planes, planes, stride, gen));
-  bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(planes));
+  bn1 = register_module("bn1", make_resnet_norm(planes, norm));
   conv2 = register_module("conv2", conv3x3(planes, planes, 1, gen));
-  bn2 = register_module("bn2", std::make_shared<BatchNorm2d>(planes));
+  bn2 = register_module("bn2", make_resnet_norm(planes, norm));
   if (stride != 1 || in_planes != planes) {
     downsample = register_module(
         "downsample",
@@ -27,7 +36,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Genera
             std::make_shared<Conv2d>(
                 in_planes, planes, 1,
                 Conv2dLayerOptions{.stride = {stride, stride}, .bias = false, .generator = gen}),
-            std::make_shared<BatchNorm2d>(planes)}));
+            make_resnet_norm(planes, norm)}));
   }
 }
 
@@ -38,18 +47,18 @@ Tensor BasicBlock::forward(const Tensor& x) {
 }
 
 ResNet::ResNet(const std::vector<int64_t>& blocks, const std::vector<int64_t>& widths,
-               ModelOptions o) {
+               ModelOptions o, ResNetNorm norm) {
   STOKE_CHECK(blocks.size() == widths.size() && !blocks.empty(), "ResNet",
               "expected one width per stage, got ", blocks.size(), " stages and ", widths.size(),
               " widths");
   conv1 = register_module("conv1", conv3x3(o.in_channels, widths[0], 1, o.generator));
-  bn1 = register_module("bn1", std::make_shared<BatchNorm2d>(widths[0]));
+  bn1 = register_module("bn1", make_resnet_norm(widths[0], norm));
   int64_t in = widths[0];
   for (size_t s = 0; s < blocks.size(); ++s) {
     auto layer = std::make_shared<Sequential>();
     for (int64_t b = 0; b < blocks[s]; ++b) {
       const int64_t stride = (s > 0 && b == 0) ? 2 : 1;
-      layer->push_back(std::make_shared<BasicBlock>(in, widths[s], stride, o.generator));
+      layer->push_back(std::make_shared<BasicBlock>(in, widths[s], stride, o.generator, norm));
       in = widths[s];
     }
     layers.push_back(register_module("layer" + std::to_string(s + 1), layer));

@@ -117,8 +117,8 @@ Tensor MobileNetV2::forward(const Tensor& x) {
 }
 
 std::vector<std::string> model_names() {
-  return {"lenet5",  "resnet8", "resnet20", "resnet56",   "resnet18",
-          "resnet9", "vgg11",   "vgg16",    "mobilenetv2"};
+  return {"lenet5",      "resnet8",     "resnet20", "resnet56", "resnet18", "resnet8_gn",
+          "resnet20_gn", "resnet18_gn", "resnet9",  "vgg11",    "vgg16",    "mobilenetv2"};
 }
 
 std::shared_ptr<Module> make_model(const std::string& name, ModelOptions o) {
@@ -135,6 +135,16 @@ std::shared_ptr<Module> make_model(const std::string& name, ModelOptions o) {
   if (name == "resnet18")
     return std::make_shared<ResNet>(std::vector<int64_t>{2, 2, 2, 2},
                                     std::vector<int64_t>{64, 128, 256, 512}, o);
+  const ResNetNorm gn{.group_norm = true};
+  if (name == "resnet8_gn")
+    return std::make_shared<ResNet>(std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{16, 32, 64},
+                                    o, gn);
+  if (name == "resnet20_gn")
+    return std::make_shared<ResNet>(std::vector<int64_t>{3, 3, 3}, std::vector<int64_t>{16, 32, 64},
+                                    o, gn);
+  if (name == "resnet18_gn")
+    return std::make_shared<ResNet>(std::vector<int64_t>{2, 2, 2, 2},
+                                    std::vector<int64_t>{64, 128, 256, 512}, o, gn);
   if (name == "resnet9") return std::make_shared<ResNet9>(o);
   if (name == "vgg11")
     return std::make_shared<VGG>(

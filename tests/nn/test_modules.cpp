@@ -30,6 +30,10 @@ TEST_CASE("models: parameter counts match the published ones", "[nn][models]") {
   CHECK(models::make_model("vgg16", cifar)->num_parameters() == 14728266);
   CHECK(models::make_model("vgg11", cifar)->num_parameters() == 9231114);
   CHECK(models::make_model("resnet9", cifar)->num_parameters() == 6573120);
+  // GroupNorm has BatchNorm's weight and bias and no buffers: the same counts.
+  CHECK(models::make_model("resnet20_gn", cifar)->num_parameters() == 272474);
+  CHECK(models::make_model("resnet18_gn", cifar)->num_parameters() == 11173962);
+  CHECK(models::make_model("resnet8_gn", cifar)->named_buffers().empty());
   const int64_t r56 = models::make_model("resnet56", cifar)->num_parameters();
   CHECK(r56 > 850000);  // the paper's 0.85M
   CHECK(r56 < 860000);
@@ -40,7 +44,8 @@ TEST_CASE("models: parameter counts match the published ones", "[nn][models]") {
 TEST_CASE("models: every model runs forward and backward on 28x28 and 32x32 inputs",
           "[nn][models]") {
   for (const auto& name : models::model_names()) {
-    if (name == "resnet56" || name == "vgg16" || name == "resnet18") continue;  // slow; same code
+    if (name == "resnet56" || name == "vgg16" || name == "resnet18" || name == "resnet18_gn")
+      continue;  // slow; same code
     for (auto [c, size] : {std::pair<int64_t, int64_t>{1, 28}, {3, 32}}) {
       INFO(name << " " << c << "x" << size);
       auto m = models::make_model(name, {.in_channels = c, .num_classes = 7, .input_size = size});
@@ -72,6 +77,22 @@ TEST_CASE("modules: state_dict keys follow PyTorch's names", "[nn][modules]") {
   // Parameters exclude buffers.
   CHECK_FALSE(has(keys(m->named_parameters()), "bn1.running_mean"));
   CHECK(has(keys(m->named_buffers()), "bn1.running_mean"));
+  // The GroupNorm ResNet keeps the norm layers' names (torchvision's norm_layer) and its group
+  // counts: min(32, C / 2).
+  auto g = models::make_model("resnet20_gn", {.in_channels = 3, .input_size = 32});
+  const auto kg = keys(g->state_dict());
+  CHECK(has(kg, "bn1.weight"));
+  CHECK(has(kg, "layer2.0.downsample.1.bias"));
+  CHECK(has(kg, "layer3.2.bn2.weight"));
+  CHECK_FALSE(has(kg, "bn1.running_mean"));
+  auto* r = dynamic_cast<models::ResNet*>(g.get());
+  REQUIRE(r);
+  auto gn1 = std::dynamic_pointer_cast<GroupNorm>(r->bn1);
+  REQUIRE(gn1);
+  CHECK(gn1->num_groups == 8);  // 16 channels
+  auto* b = dynamic_cast<models::BasicBlock*>(r->layers[2]->named_children()[0].second.get());
+  REQUIRE(b);
+  CHECK(std::dynamic_pointer_cast<GroupNorm>(b->bn1)->num_groups == 32);  // 64 channels
 }
 
 TEST_CASE("modules: load_state_dict copies values and reports every mismatch at once",
@@ -129,7 +150,9 @@ TEST_CASE("modules: train/eval, to(dtype), zero_grad, batch norm bookkeeping", "
   auto m = models::make_model("resnet8");
   Tensor x = randn({4, 1, 28, 28});
   (*m)(x).backward(ones({4, 10}));
-  auto bn1 = std::dynamic_pointer_cast<models::ResNet>(m)->bn1;
+  auto bn1 =
+      std::dynamic_pointer_cast<BatchNorm>(std::dynamic_pointer_cast<models::ResNet>(m)->bn1);
+  REQUIRE(bn1);
   CHECK(bn1->num_batches_tracked.item<int64_t>() == 1);
   CHECK(bn1->running_mean.to_vector<float>() != std::vector<float>(16, 0.f));
   m->eval();
