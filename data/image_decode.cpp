@@ -13,22 +13,18 @@
 
 #include "core/error.h"
 
-// stb's implementations, compiled once here. stb is third-party C written for many compilers;
-// its warnings under -Wall -Wextra are not ours to fix. stb_image_write is static to this file so
-// that a test may compile its own copy without duplicate symbols.
+#include "data/image_codecs.h"
+
+// stb_image_write encodes the PNGs stoke writes itself (trusted input: decoded pixels). It is
+// static to this file so that a test may compile its own copy without duplicate symbols. stb is
+// third-party C written for many compilers; its warnings under -Wall -Wextra are not ours to fix.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wall"
 #pragma GCC diagnostic ignored "-Wextra"
 #pragma GCC diagnostic ignored "-Wconversion"
 #pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#define STBI_NO_STDIO  // every decode goes through memory: one path for files and the cache
-#define STBI_FAILURE_USERMSG
-#define STB_IMAGE_IMPLEMENTATION
-#include <stb/stb_image.h>
 #define STB_IMAGE_WRITE_STATIC
 #define STBI_WRITE_NO_STDIO
 #define STB_IMAGE_WRITE_IMPLEMENTATION
@@ -40,45 +36,128 @@ namespace {
 
 constexpr const char* kDecode = "decode_image";
 
-struct StbFree {
-  void operator()(stbi_uc* p) const { stbi_image_free(p); }
-};
+enum class Format { png, jpeg, bmp, unknown };
+
+// The format comes from the data, never the file name: a JPEG named .png decodes as a JPEG, and
+// a corrupt one reports the JPEG decoder's reason.
+Format sniff(const uint8_t* d, size_t n) {
+  static constexpr uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+  if (n >= 8 && std::memcmp(d, kPng, 8) == 0) return Format::png;
+  if (n >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff) return Format::jpeg;
+  if (n >= 2 && d[0] == 'B' && d[1] == 'M') return Format::bmp;
+  return Format::unknown;
+}
+
+// What an unsupported file looks like, for the error: a known signature's name, else its first
+// bytes in hex.
+std::string describe_unknown(const uint8_t* d, size_t n) {
+  if (n >= 6 && (std::memcmp(d, "GIF87a", 6) == 0 || std::memcmp(d, "GIF89a", 6) == 0))
+    return "a GIF";
+  if (n >= 12 && std::memcmp(d, "RIFF", 4) == 0 && std::memcmp(d + 8, "WEBP", 4) == 0)
+    return "a WebP";
+  if (n >= 4 && (std::memcmp(d, "II*", 4) == 0 || std::memcmp(d, "MM\0*", 4) == 0)) return "a TIFF";
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s = "unknown data starting";
+  for (size_t i = 0; i < n && i < 8; ++i) {
+    s += ' ';
+    s += kHex[d[i] >> 4];
+    s += kHex[d[i] & 15];
+  }
+  return s;
+}
+
+// Stored channels -> requested channels, with stb_image's rules (the library's behaviour before
+// libpng/libjpeg, kept so cached and packed data stay the same): luma = (77 R + 150 G + 29 B) >> 8,
+// an added alpha is 255, grey replicates into RGB.
+void convert_channels(Example& ex, int want) {
+  const int have = static_cast<int>(ex.channels);
+  if (want == 0 || want == have) return;
+  const size_t n = static_cast<size_t>(ex.height) * static_cast<size_t>(ex.width);
+  std::vector<uint8_t>& p = ex.pixels;
+  auto luma = [](const uint8_t* s) {
+    return static_cast<uint8_t>((s[0] * 77 + s[1] * 150 + s[2] * 29) >> 8);
+  };
+  // Growing converts from the last pixel down, shrinking from the first up, in place.
+  if (want > have) {
+    p.resize(n * size_t(want));
+    for (size_t i = n; i-- > 0;) {
+      const uint8_t* s = p.data() + i * size_t(have);
+      uint8_t px[4];
+      const uint8_t g = s[0];
+      const uint8_t a = (have == 2) ? s[1] : (have == 4 ? s[3] : 255);
+      if (have <= 2) {
+        px[0] = px[1] = px[2] = g;
+      } else {
+        px[0] = s[0];
+        px[1] = s[1];
+        px[2] = s[2];
+      }
+      px[3] = a;
+      uint8_t* d = p.data() + i * size_t(want);
+      if (want == 2) {
+        d[0] = g;  // only from 1 channel
+        d[1] = a;
+      } else {
+        std::memcpy(d, px, size_t(want == 3 ? 3 : 4));
+      }
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t* s = p.data() + i * size_t(have);
+      uint8_t* d = p.data() + i * size_t(want);
+      const uint8_t y = have >= 3 ? luma(s) : s[0];
+      const uint8_t a = have == 4 ? s[3] : (have == 2 ? s[1] : 255);
+      if (want == 1) {
+        d[0] = y;
+      } else if (want == 2) {
+        d[0] = y;
+        d[1] = a;
+      } else {  // 4 -> 3
+        d[0] = s[0];
+        d[1] = s[1];
+        d[2] = s[2];
+      }
+    }
+    p.resize(n * size_t(want));
+  }
+  ex.channels = want;
+}
 
 }  // namespace
+
+namespace detail {
+
+void check_image_size(int64_t width, int64_t height, const std::string& path,
+                      const DecodeOptions& options) {
+  STOKE_CHECK((options.max_width <= 0 || width <= options.max_width) &&
+                  (options.max_height <= 0 || height <= options.max_height),
+              kDecode, "'", path, "': image is ", width, "x", height,
+              " (width x height), larger than the maximum ", options.max_width, "x",
+              options.max_height);
+}
+
+}  // namespace detail
 
 void decode_image(const uint8_t* data, size_t size, const std::string& path,
                   const DecodeOptions& options, Example& out) {
   STOKE_CHECK(options.channels >= 0 && options.channels <= 4, kDecode, "'", path,
               "': expected channels 0 (as stored), 1, 2, 3 or 4, got ", options.channels);
   STOKE_CHECK(size > 0, kDecode, "'", path, "': empty file (0 bytes)");
-  STOKE_CHECK(size <= static_cast<size_t>(INT_MAX), kDecode, "'", path, "': file of ", size,
-              " bytes is larger than stb_image's limit of ", INT_MAX, " bytes");
-  const int len = static_cast<int>(size);
-  int w = 0, h = 0, stored = 0;
-  // The header alone gives the size, so an oversized image is refused before it is decoded.
-  if (!stbi_info_from_memory(data, len, &w, &h, &stored))
-    STOKE_FAIL(kDecode, "'", path, "': cannot decode (", size,
-               " bytes): ", stbi_failure_reason() ? stbi_failure_reason() : "unknown reason");
-  STOKE_CHECK((options.max_width <= 0 || w <= options.max_width) &&
-                  (options.max_height <= 0 || h <= options.max_height),
-              kDecode, "'", path, "': image is ", w, "x", h,
-              " (width x height), larger than the maximum ", options.max_width, "x",
-              options.max_height);
-  int got_channels = 0;
-  std::unique_ptr<stbi_uc, StbFree> pixels(
-      stbi_load_from_memory(data, len, &w, &h, &got_channels, options.channels));
-  if (!pixels)
-    STOKE_FAIL(kDecode, "'", path, "': cannot decode (", size, " bytes, ", w, "x", h,
-               "): ", stbi_failure_reason() ? stbi_failure_reason() : "unknown reason");
-  const int c = options.channels ? options.channels : got_channels;
-  const size_t n = static_cast<size_t>(w) * static_cast<size_t>(h) * static_cast<size_t>(c);
-  // stb allocates its own result; one copy into the reused buffer keeps the worker loop free of
-  // allocation once out.pixels has grown to the largest image.
-  out.pixels.resize(n);
-  std::memcpy(out.pixels.data(), pixels.get(), n);
-  out.height = h;
-  out.width = w;
-  out.channels = c;
+  switch (sniff(data, size)) {
+    case Format::png:
+      detail::decode_png(data, size, path, options, out);
+      break;
+    case Format::jpeg:
+      detail::decode_jpeg(data, size, path, options, out);
+      break;
+    case Format::bmp:
+      detail::decode_bmp(data, size, path, options, out);
+      break;
+    case Format::unknown:
+      STOKE_FAIL(kDecode, "'", path, "': cannot decode (", size,
+                 " bytes): ", describe_unknown(data, size), ", not a PNG, JPEG or BMP image");
+  }
+  convert_channels(out, options.channels);
 }
 
 void read_file_bytes(const std::string& path, std::vector<uint8_t>& bytes) {

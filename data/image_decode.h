@@ -1,6 +1,7 @@
-// Image decoding and encoding with stb_image / stb_image_write (Debian's libstb-dev): PNG, JPEG,
-// BMP (and what else stb reads) into uint8 HWC pixels, and PNG out. This file's .cpp is the one
-// translation unit that compiles stb's implementations; nothing else in stoke includes them.
+// Image decoding and encoding: PNG (libpng), JPEG (libjpeg-turbo) and BMP (stb_image's BMP
+// decoder behind a header check) into uint8 HWC pixels, and PNG out (stb_image_write). The format
+// comes from the data's signature, not the file name; other formats are refused. Why these
+// decoders for untrusted image folders: docs/design-notes.md; fuzzed by fuzz/fuzz_image.cpp.
 #pragma once
 
 #include <cstddef>
@@ -16,14 +17,14 @@ namespace stoke::data {
 struct DecodeOptions {
   int64_t max_width = 8192;   // larger images are refused (path + actual size); 0 = no limit
   int64_t max_height = 8192;  // checked from the header, before any pixel is decoded
-  int channels = 0;           // 1, 3 (stb converts, e.g. RGB -> luma) or 0 = as stored (1-4)
+  int channels = 0;           // 1-4 (converted as stb_image did, e.g. RGB -> luma) or 0 = as stored
 };
 
 // Decodes the encoded image in data[0, size) into out.pixels (HWC, uint8) and sets out.height,
 // out.width and out.channels; out.label is left alone. `path` is only used in error messages.
-// Throws stoke::Error "stoke::decode_image: 'path': ..." naming what was wrong: unsupported or
-// corrupt data (stb's reason), a truncated file, an image larger than the limits, or bad options.
-// Thread-safe (stb's failure reason is thread-local).
+// Throws stoke::Error "stoke::decode_image: 'path': ..." naming what was wrong: an unsupported
+// format, corrupt or truncated data (the format and its decoder's reason), an image larger than
+// the limits, or bad options. Thread-safe.
 void decode_image(const uint8_t* data, size_t size, const std::string& path,
                   const DecodeOptions& options, Example& out);
 

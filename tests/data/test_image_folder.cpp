@@ -157,8 +157,10 @@ TEST_CASE("ImageFolderDataset reports corrupt, truncated, unsupported and oversi
   CHECK(ex.pixels == pattern(20, 30, 3, 1));
   CHECK_THROWS_WITH(ds.get(2, ex), Contains(header_only.string()) && Contains("cannot decode"));
   CHECK_THROWS_WITH(ds.get(3, ex), Contains(text.string()) && Contains("cannot decode") &&
-                                       Contains("Image not of any known type"));
-  CHECK_THROWS_WITH(ds.get(4, ex), Contains(gif.string()) && Contains("cannot decode"));
+                                       Contains("unknown data starting 74 68 69 73") &&
+                                       Contains("not a PNG, JPEG or BMP image"));
+  CHECK_THROWS_WITH(ds.get(4, ex), Contains(gif.string()) && Contains("cannot decode") &&
+                                       Contains("a GIF, not a PNG, JPEG or BMP image"));
 
   data::ImageFolderDataset small(dir.path.string(), {.max_width = 29, .max_height = 100});
   CHECK_THROWS_WITH(small.get(1, ex), Contains(good.string()) && Contains("image is 30x20") &&
