@@ -21,7 +21,9 @@
 #pragma GCC diagnostic ignored "-Wunused-function"
 #pragma GCC diagnostic ignored "-Wmissing-field-initializers"
 #pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
+#ifndef __clang__  // GCC only (the fuzz build is clang)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #define STBI_NO_STDIO
 #define STBI_ONLY_BMP
 #define STBI_FAILURE_USERMSG

@@ -24,9 +24,11 @@ for arg in "$@"; do
 done
 
 # libopenmpi-dev, openmpi-bin: dist::MpiCommunicator (dist/mpi.h) and mpirun for its tests.
-# libpng-dev, libjpeg62-turbo-dev: decoding image folders (data/image_decode.h).
+# libpng-dev, libjpeg62-turbo-dev: decoding image folders (data/image_decode.h). clang,
+# libclang-rt-dev: the libFuzzer harnesses (fuzz/, -DSTOKE_FUZZ=ON) and CI's fuzz stage.
 packages=(build-essential cmake catch2 libopenblas-dev zlib1g-dev nlohmann-json3-dev libstb-dev
-  libpng-dev libjpeg62-turbo-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin)
+  libpng-dev libjpeg62-turbo-dev clang libclang-rt-dev dataset-fashion-mnist libopenmpi-dev
+  openmpi-bin)
 if [[ $with_torch == 1 ]]; then
   # python3-pil: the loader benchmark's torch peer decodes PNGs with it (a recommendation of
   # python3-torch that --no-install-recommends skips). tests/peers/check_peer_imports.py checks
