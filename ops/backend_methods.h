@@ -214,14 +214,21 @@
     (const Tensor& images, const Tensor& out, const std::vector<float>& mean,                     \
      const std::vector<float>& std),                                                              \
     (images, out, mean, std), normalize)                                                         \
-  /* optimizer updates, in place, after the entry point's checks: param, its state and grad of */ \
-  /* one dtype and shape, contiguous; momentum_buffer undefined when momentum == 0 */             \
-  X(void, sgd_step_,                                                                              \
-    (const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,                      \
-     const SgdStepOptions& options),                                                              \
-    (param, grad, momentum_buffer, options), optimizer)                                           \
-  X(void, adam_step_,                                                                             \
-    (const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,    \
+  /* optimizer updates over lists, in place, after the entry point's checks: every param, its   */ \
+  /* state and grad of one dtype and device, each grad and state of its param's shape, all      */ \
+  /* contiguous; momentum_buffers empty when momentum == 0 */                                    \
+  X(void, fused_sgd_,                                                                             \
+    (const std::vector<Tensor>& params, const std::vector<Tensor>& grads,                         \
+     const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options),                 \
+    (params, grads, momentum_buffers, options), optimizer)                                        \
+  X(void, fused_adam_,                                                                            \
+    (const std::vector<Tensor>& params, const std::vector<Tensor>& grads,                         \
+     const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,                 \
      const AdamStepOptions& options),                                                             \
-    (param, grad, exp_avg, exp_avg_sq, options), optimizer)
+    (params, grads, exp_avgs, exp_avg_sqs, options), optimizer)                                   \
+  /* contiguous floating grads on one device, f32 one-element found_inf and inv_scale there */   \
+  X(void, non_finite_check_and_unscale_,                                                          \
+    (const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale),         \
+    (grads, found_inf, inv_scale), optimizer)                                                     \
+  X(Tensor, sum_of_squares, (const std::vector<Tensor>& tensors), (tensors), optimizer)
 // clang-format on

@@ -3,6 +3,8 @@
 #include "ops/optimizer.h"
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "ops/backend.h"
 #include "ops/check.h"
@@ -11,58 +13,171 @@ namespace stoke::ops {
 
 namespace {
 
-void check_param(const char* op, const Tensor& param) {
-  STOKE_CHECK(param.defined(), op, "expected a defined param");
-  STOKE_CHECK(param.dtype() == DType::f32 || param.dtype() == DType::f64, op, "param has dtype ",
-              param.dtype(), "; master weights are f32 (or f64)");
-  STOKE_CHECK(param.is_contiguous(), op, "param must be contiguous (it is updated in place)");
+bool is_optimizer_dtype(DType d) {
+  return d == DType::f32 || d == DType::f64 || d == DType::f16 || d == DType::bf16;
+}
+
+// params[i] (`where` names it in messages: "" for a single tensor, else " <i>").
+void check_param(const char* op, const Tensor& param, const std::string& where) {
+  STOKE_CHECK(param.defined(), op, "expected a defined param", where);
+  STOKE_CHECK(is_optimizer_dtype(param.dtype()), op, "param", where, " has dtype ", param.dtype(),
+              "; expected f32, f64, f16 or bf16");
+  STOKE_CHECK(param.is_contiguous(), op, "param", where,
+              " must be contiguous (it is updated in place)");
   check_inplace_target(op, param);
 }
 
 // grad, or a piece of state (`in_place`), must match param; state is also written in place.
-void check_like_param(const char* op, const Tensor& t, const char* name, const Tensor& param,
-                      bool in_place) {
-  STOKE_CHECK(t.defined(), op, "expected a defined ", name);
-  STOKE_CHECK(t.dtype() == param.dtype() && t.shape() == param.shape(), op, name, " is ", t.dtype(),
-              " ", t.shape(), ", expected the param's ", param.dtype(), " ", param.shape());
+void check_like_param(const char* op, const Tensor& t, const char* name, const std::string& where,
+                      const Tensor& param, bool in_place) {
+  STOKE_CHECK(t.defined(), op, "expected a defined ", name, where);
+  STOKE_CHECK(t.dtype() == param.dtype() && t.shape() == param.shape(), op, name, where, " is ",
+              t.dtype(), " ", t.shape(), ", expected the param's ", param.dtype(), " ",
+              param.shape());
   if (!in_place) return;
-  STOKE_CHECK(t.is_contiguous(), op, name, " must be contiguous (it is updated in place)");
-  STOKE_CHECK(t.numel() == 0 || t.data_ptr() != param.data_ptr(), op, name,
+  STOKE_CHECK(t.is_contiguous(), op, name, where, " must be contiguous (it is updated in place)");
+  STOKE_CHECK(t.numel() == 0 || t.data_ptr() != param.data_ptr(), op, name, where,
               " is the param's own memory");
   check_inplace_target(op, t);
 }
 
+void check_lengths(const char* op, size_t n,
+                   std::initializer_list<std::pair<const char*, size_t>> lists) {
+  for (const auto& [name, len] : lists)
+    STOKE_CHECK(len == n, op, "expected ", n, " ", name, " (one per param), got ", len);
+}
+
+// Every tensor of the call on the first param's device, and the params of one dtype.
+void check_same(const char* op, const std::vector<Tensor>& params,
+                std::initializer_list<const std::vector<Tensor>*> lists) {
+  if (params.empty()) return;
+  const Tensor& p0 = params[0];
+  for (size_t i = 0; i < params.size(); ++i)
+    STOKE_CHECK(params[i].dtype() == p0.dtype(), op, "param ", i, " is ", params[i].dtype(),
+                ", param 0 is ", p0.dtype(), ": one dtype per call");
+  for (const auto* list : lists)
+    for (const Tensor& t : *list)
+      STOKE_CHECK(!t.defined() || t.device() == p0.device(), op,
+                  "expected all tensors on the same device, got ", p0.device(), " and ",
+                  t.device());
+}
+
+std::string where_of(size_t n, size_t i) {
+  return n == 1 ? std::string() : ::stoke::detail::str_cat(" ", i);
+}
+
+// The gradients the backends read: contiguous (a strided one is copied).
+std::vector<Tensor> contiguous_all(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> r;
+  r.reserve(ts.size());
+  for (const Tensor& t : ts) r.push_back(t.is_contiguous() ? t : t.contiguous());
+  return r;
+}
+
+// The state lists may not alias each other either (the backends write them in place).
+void check_distinct(const char* op, const Tensor& a, const char* an, const Tensor& b,
+                    const char* bn, const std::string& where) {
+  STOKE_CHECK(a.numel() == 0 || a.data_ptr() != b.data_ptr(), op, an, " and ", bn, where,
+              " are the same memory");
+}
+
 }  // namespace
 
-void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-               const SgdStepOptions& o) {
-  const char* op = "sgd_step_";
-  check_param(op, param);
-  check_like_param(op, grad, "grad", param, false);
+void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& o) {
+  const char* op = params.size() == 1 ? "sgd_step_" : "fused_sgd_";
   STOKE_CHECK(o.momentum >= 0, op, "invalid momentum ", o.momentum);
   STOKE_CHECK(!o.nesterov || (o.momentum > 0 && o.dampening == 0), op,
               "nesterov momentum requires a momentum and zero dampening");
   const bool momentum = o.momentum != 0;
-  if (momentum) check_like_param(op, momentum_buffer, "momentum_buffer", param, true);
+  const size_t n = params.size();
+  check_lengths(op, n, {{"grads", grads.size()}});
+  if (momentum) check_lengths(op, n, {{"momentum_buffers", momentum_buffers.size()}});
+  for (size_t i = 0; i < n; ++i) {
+    const std::string w = where_of(n, i);
+    check_param(op, params[i], w);
+    check_like_param(op, grads[i], "grad", w, params[i], false);
+    if (momentum) check_like_param(op, momentum_buffers[i], "momentum_buffer", w, params[i], true);
+  }
+  const std::vector<Tensor> bufs = momentum ? momentum_buffers : std::vector<Tensor>();
+  check_same(op, params, {&grads, &bufs});
+  if (n == 0) return;
   // The backends read contiguous gradients (clip_grad_norm_ and accumulation keep them so).
-  const Tensor g = grad.is_contiguous() ? grad : grad.contiguous();
-  const Tensor buf = momentum ? momentum_buffer : Tensor();
-  return dispatch(op, {&param, &g, &buf}).sgd_step_(param, g, buf, o);
+  const std::vector<Tensor> g = contiguous_all(grads);
+  return dispatch(op, {&params[0]}).fused_sgd_(params, g, bufs, o);
+}
+
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const AdamStepOptions& o) {
+  const char* op = params.size() == 1 ? "adam_step_" : "fused_adam_";
+  STOKE_CHECK(o.step >= 1, op, "expected step >= 1 (the update's number), got ", o.step);
+  const size_t n = params.size();
+  check_lengths(op, n,
+                {{"grads", grads.size()},
+                 {"exp_avgs", exp_avgs.size()},
+                 {"exp_avg_sqs", exp_avg_sqs.size()}});
+  for (size_t i = 0; i < n; ++i) {
+    const std::string w = where_of(n, i);
+    check_param(op, params[i], w);
+    check_like_param(op, grads[i], "grad", w, params[i], false);
+    check_like_param(op, exp_avgs[i], "exp_avg", w, params[i], true);
+    check_like_param(op, exp_avg_sqs[i], "exp_avg_sq", w, params[i], true);
+    check_distinct(op, exp_avgs[i], "exp_avg", exp_avg_sqs[i], "exp_avg_sq", w);
+  }
+  check_same(op, params, {&grads, &exp_avgs, &exp_avg_sqs});
+  if (n == 0) return;
+  const std::vector<Tensor> g = contiguous_all(grads);
+  return dispatch(op, {&params[0]}).fused_adam_(params, g, exp_avgs, exp_avg_sqs, o);
+}
+
+void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
+               const SgdStepOptions& o) {
+  fused_sgd_({param}, {grad}, {momentum_buffer}, o);
 }
 
 void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                 const Tensor& exp_avg_sq, const AdamStepOptions& o) {
-  const char* op = "adam_step_";
-  check_param(op, param);
-  check_like_param(op, grad, "grad", param, false);
-  check_like_param(op, exp_avg, "exp_avg", param, true);
-  check_like_param(op, exp_avg_sq, "exp_avg_sq", param, true);
-  STOKE_CHECK(exp_avg.numel() == 0 || exp_avg.data_ptr() != exp_avg_sq.data_ptr(), op,
-              "exp_avg and exp_avg_sq are the same memory");
-  STOKE_CHECK(o.step >= 1, op, "expected step >= 1 (the update's number), got ", o.step);
-  const Tensor g = grad.is_contiguous() ? grad : grad.contiguous();
-  return dispatch(op, {&param, &g, &exp_avg, &exp_avg_sq})
-      .adam_step_(param, g, exp_avg, exp_avg_sq, o);
+  fused_adam_({param}, {grad}, {exp_avg}, {exp_avg_sq}, o);
+}
+
+void non_finite_check_and_unscale_(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                                   const Tensor& inv_scale) {
+  const char* op = "non_finite_check_and_unscale_";
+  const std::pair<const Tensor*, const char*> scalars[] = {{&found_inf, "found_inf"},
+                                                           {&inv_scale, "inv_scale"}};
+  for (const auto& [t, name] : scalars) {
+    STOKE_CHECK(
+        t->defined() && t->dtype() == DType::f32 && t->numel() == 1, op, "expected ", name,
+        " to be a one-element f32 tensor, got ",
+        t->defined() ? ::stoke::detail::str_cat(t->dtype(), " ", t->shape()) : std::string("none"));
+  }
+  STOKE_CHECK(inv_scale.device() == found_inf.device(), op, "found_inf is on ", found_inf.device(),
+              ", inv_scale on ", inv_scale.device());
+  check_inplace_target(op, found_inf);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    const Tensor& g = grads[i];
+    STOKE_CHECK(g.defined(), op, "grad ", i, " is undefined");
+    STOKE_CHECK(is_floating(g.dtype()), op, "grad ", i, " has dtype ", g.dtype());
+    STOKE_CHECK(g.is_contiguous(), op, "grad ", i, " must be contiguous (it is unscaled in place)");
+    STOKE_CHECK(g.device() == found_inf.device(), op, "grad ", i, " is on ", g.device(),
+                ", found_inf on ", found_inf.device());
+    check_inplace_target(op, g);
+  }
+  return dispatch(op, {&found_inf}).non_finite_check_and_unscale_(grads, found_inf, inv_scale);
+}
+
+Tensor sum_of_squares(const std::vector<Tensor>& tensors) {
+  const char* op = "sum_of_squares";
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    STOKE_CHECK(tensors[i].defined() && is_floating(tensors[i].dtype()), op, "tensor ", i,
+                " is not a defined floating tensor");
+    STOKE_CHECK(tensors[i].device() == tensors[0].device(), op, "tensor ", i, " is on ",
+                tensors[i].device(), ", tensor 0 on ", tensors[0].device());
+  }
+  if (tensors.empty()) return cpu_backend().sum_of_squares(tensors);
+  const std::vector<Tensor> c = contiguous_all(tensors);
+  return dispatch(op, {&c[0]}).sum_of_squares(c);
 }
 
 AdamStepScalars adam_step_scalars(const AdamStepOptions& o) {

@@ -1,19 +1,21 @@
-// Optimizer update rules as in-place ops (no autograd): one parameter tensor and its state updated
-// by PyTorch's single-tensor rules (torch.optim.SGD / Adam / AdamW with foreach=False), one fused
-// pass per rule on every device. nn::optim's optimizers call these for each parameter; fused
-// multi-tensor versions build on the same rules.
+// Optimizer update rules as in-place ops (no autograd): PyTorch's rules (torch.optim.SGD / Adam /
+// AdamW) over a list of parameters in one fused multi-tensor pass (fused_sgd_, fused_adam_: on
+// cuda apex's multi_tensor_apply, a whole model in a launch or a few), the single-tensor forms
+// being lists of one; and the mixed-precision passes over all gradients: the unscale with its
+// non-finite check (GradScaler) and the sum of squares of the global gradient norm (clipping).
 //
-//   ops::sgd_step_(p, p.grad(), buf, {.lr = 0.1, .momentum = 0.9, .first_step = !stepped});
+//   ops::fused_sgd_(params, grads, bufs, {.lr = 0.1, .momentum = 0.9, .first_step = !stepped});
 //   ops::adam_step_(p, p.grad(), m, v, {.lr = 1e-3, .weight_decay = 1e-2, .decoupled = true,
 //                                       .step = ++t});
 //
-// Dtypes: f32 or f64 parameters (master weights; cuda: f32), with the gradient and the state of
-// the parameter's dtype, shape and device. The parameter and the state are written in place and
-// must be contiguous; the gradient may be strided. Run under NoGradGuard when the parameter
-// requires grad (as optimizer steps do).
+// Dtypes: f32, f64 (CPU only), f16 or bf16 parameters, the gradients and the state of each
+// parameter's dtype, shape and device (one dtype and device per call); f16/bf16 are updated in f32
+// and rounded back. Parameters and state are written in place and must be contiguous; gradients
+// may be strided. Run under NoGradGuard when the parameters require grad (as optimizer steps do).
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -64,5 +66,28 @@ struct AdamStepScalars {
   double bias2_sqrt;  // sqrt(1 - beta2^step)
 };
 AdamStepScalars adam_step_scalars(const AdamStepOptions& options);
+
+// The multi-tensor forms: params[i] with grads[i] (and momentum_buffers[i] when momentum != 0,
+// else the list may be empty), one set of options for all. Empty tensors and empty lists are
+// fine. fused_sgd_ on lists of one is sgd_step_, bit for bit.
+void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options);
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const AdamStepOptions& options);
+
+// torch._amp_foreach_non_finite_check_and_unscale_: every gradient g becomes g * inv_scale, and
+// found_inf becomes 1 when any element (before scaling) is inf or NaN, else keeps its value.
+// found_inf and inv_scale are one-element f32 tensors on the gradients' device (nothing is read
+// back: on cuda the flag stays a device scalar); the gradients (f32, f64 on the CPU, f16, bf16,
+// dtypes may differ between them) are contiguous and written in place.
+void non_finite_check_and_unscale_(const std::vector<Tensor>& grads, const Tensor& found_inf,
+                                   const Tensor& inv_scale);
+
+// The sum of the squares of every element of every tensor (one device, any floating dtypes), as a
+// 0-dim tensor on that device: f64 on the CPU (accumulated in f64), f32 on cuda (f32 partials per
+// 65,536-element chunk, added in a fixed order). sqrt of it is the global L2 norm that
+// clip_grad_norm_ scales by.
+Tensor sum_of_squares(const std::vector<Tensor>& tensors);
 
 }  // namespace stoke::ops

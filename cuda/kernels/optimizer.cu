@@ -1,7 +1,12 @@
-// CUDA optimizer kernels (see optimizer.h). One thread updates 4 consecutive elements (grid-stride
-// over the quads), with one 16-byte access per array when every pointer allows it; the update of
-// one element is the CPU loop's body in f32.
+// CUDA multi-tensor optimizer kernels (see optimizer.h). A launch carries a TensorListMeta by
+// value (the tensors' addresses and sizes, and which chunk of which tensor each block takes);
+// block b updates one chunk of kMultiTensorChunk elements, each thread 4 consecutive elements at
+// a time with one vector access per array when every base pointer of the tensor allows it (chunks
+// start at multiples of 4 elements, so the base decides). The update of one element is the CPU
+// loop's body in f32.
 #include "cuda/kernels/optimizer.h"
+
+#include <algorithm>
 
 #include "cuda/kernels/elementwise_util.h"
 
@@ -9,11 +14,111 @@ namespace stoke::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxLists = 4;
 
-// Four floats, aligned for one vector access.
-struct alignas(16) Quad {
-  float v[4];
+// What one launch covers; 4 * 36 * 8 + 36 * 8 + 320 * 5 + 8 bytes, under the 4 KiB of kernel
+// parameters.
+struct TensorListMeta {
+  void* addr[kMaxLists][kMaxTensorsPerLaunch];
+  int64_t size[kMaxTensorsPerLaunch];
+  uint8_t block_tensor[kMaxBlocksPerLaunch];
+  int32_t block_chunk[kMaxBlocksPerLaunch];
+  int64_t first_chunk;  // the global number of block 0's chunk (sum_of_squares' partials)
 };
+
+// Cuts the tensors into chunks and calls launch(meta, blocks) for every full meta and the last
+// one. lists[k][i] is tensor i's pointer in list k (depth lists).
+template <class Launch>
+void multi_tensor_apply(int depth, const std::vector<void*> (&lists)[kMaxLists],
+                        const std::vector<int64_t>& sizes, Launch&& launch) {
+  TensorListMeta meta{};
+  int tensors = 0, blocks = 0;
+  int64_t chunk_number = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == 0) continue;
+    for (int k = 0; k < depth; ++k) meta.addr[k][tensors] = lists[k][i];
+    meta.size[tensors] = sizes[i];
+    ++tensors;
+    const int64_t chunks = (sizes[i] + kMultiTensorChunk - 1) / kMultiTensorChunk;
+    for (int64_t c = 0; c < chunks; ++c) {
+      meta.block_tensor[blocks] = static_cast<uint8_t>(tensors - 1);
+      meta.block_chunk[blocks] = static_cast<int32_t>(c);
+      ++blocks;
+      const bool last_chunk = c == chunks - 1;
+      if (blocks == kMaxBlocksPerLaunch || (tensors == kMaxTensorsPerLaunch && last_chunk)) {
+        launch(meta, blocks);
+        meta.first_chunk = chunk_number + 1;
+        blocks = 0;
+        if (last_chunk) {
+          tensors = 0;
+        } else {  // the tensor goes on in the next launch, as its slot 0
+          for (int k = 0; k < depth; ++k) meta.addr[k][0] = meta.addr[k][tensors - 1];
+          meta.size[0] = meta.size[tensors - 1];
+          tensors = 1;
+        }
+      }
+      ++chunk_number;
+    }
+  }
+  if (blocks > 0) launch(meta, blocks);
+}
+
+template <class T>
+struct alignas(4 * sizeof(T)) Vec4 {
+  T v[4];
+};
+
+// Elements [i0, i0 + 4) of a chunk of n as f32: one vector access when vec and whole, else
+// element by element (lanes past n read as 0: computed and never stored).
+template <class T>
+__device__ __forceinline__ void load4(const T* a, int64_t i0, int64_t n, bool vec, float (&r)[4]) {
+  if (vec && i0 + 4 <= n) {
+    const Vec4<T> q = *reinterpret_cast<const Vec4<T>*>(a + i0);
+    STOKE_UNROLL
+    for (int k = 0; k < 4; ++k) r[k] = ew::to_float(q.v[k]);
+    return;
+  }
+  STOKE_UNROLL
+  for (int k = 0; k < 4; ++k) r[k] = i0 + k < n ? ew::to_float(a[i0 + k]) : 0.f;
+}
+
+template <class T>
+__device__ __forceinline__ void store4(T* a, int64_t i0, int64_t n, bool vec, const float (&r)[4]) {
+  if (vec && i0 + 4 <= n) {
+    Vec4<T> q;
+    STOKE_UNROLL
+    for (int k = 0; k < 4; ++k) q.v[k] = ew::from_float<T>(r[k]);
+    *reinterpret_cast<Vec4<T>*>(a + i0) = q;
+    return;
+  }
+  for (int k = 0; k < 4 && i0 + k < n; ++k) a[i0 + k] = ew::from_float<T>(r[k]);
+}
+
+// Block b's chunk: list k's base pointer for it, its length, and whether the vector path holds.
+struct ChunkView {
+  int tensor;
+  int64_t offset, n;
+};
+
+__device__ __forceinline__ ChunkView chunk_of(const TensorListMeta& meta) {
+  const int t = meta.block_tensor[blockIdx.x];
+  const int64_t offset = static_cast<int64_t>(meta.block_chunk[blockIdx.x]) * kMultiTensorChunk;
+  const int64_t n =
+      meta.size[t] - offset < kMultiTensorChunk ? meta.size[t] - offset : kMultiTensorChunk;
+  return {t, offset, n};
+}
+
+template <class T>
+__device__ __forceinline__ T* list(const TensorListMeta& meta, int k, const ChunkView& c) {
+  return static_cast<T*>(meta.addr[k][c.tensor]) + c.offset;
+}
+
+template <class T>
+__device__ __forceinline__ bool vec_ok(const TensorListMeta& meta, int depth, int tensor) {
+  bool ok = true;
+  for (int k = 0; k < depth; ++k) ok = ok && ew::aligned(meta.addr[k][tensor], 4 * sizeof(T));
+  return ok;
+}
 
 // The f32 scalars of an SGD step; the flags are decided in f64 as the CPU decides them.
 struct SgdScalars {
@@ -53,71 +158,137 @@ __host__ __device__ __forceinline__ void adam_update(float& w, float g, float& m
   w = w - s.step_size * (m / denom);
 }
 
-// The quad of element i0 of a: one 16-byte access when vec and the quad is whole, else element
-// by element (lanes past n read as 0: their results are computed and never stored).
-__device__ __forceinline__ Quad load(const float* a, int64_t q, int64_t n, bool vec) {
-  const int64_t i0 = 4 * q;
-  if (vec && i0 + 4 <= n) return reinterpret_cast<const Quad*>(a)[q];
-  Quad r{};
-  for (int64_t k = 0; k < 4 && i0 + k < n; ++k) r.v[k] = a[i0 + k];
-  return r;
-}
-
-__device__ __forceinline__ void store(float* a, int64_t q, int64_t n, bool vec, const Quad& r) {
-  const int64_t i0 = 4 * q;
-  if (vec && i0 + 4 <= n) {
-    reinterpret_cast<Quad*>(a)[q] = r;
-    return;
-  }
-  for (int64_t k = 0; k < 4 && i0 + k < n; ++k) a[i0 + k] = r.v[k];
-}
-
-// buf is null when !s.use_momentum. vec: every pointer is 16-byte aligned. One update path for
-// whole and partial quads keeps the code (and the registers) of the arithmetic single.
-__global__ void __launch_bounds__(kThreads)
-    sgd_step_kernel(float* p, const float* g, float* buf, int64_t n, SgdScalars s, bool vec) {
-  const int64_t quads = (n + 3) / 4;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads;
-       q += step) {
-    Quad w = load(p, q, n, vec);
-    const Quad gq = load(g, q, n, vec);
+// Lists: param, grad, momentum buffer (when s.use_momentum).
+template <class T>
+__global__ void __launch_bounds__(kThreads) fused_sgd_kernel(TensorListMeta meta, SgdScalars s) {
+  const ChunkView c = chunk_of(meta);
+  T* p = list<T>(meta, 0, c);
+  const T* g = list<T>(meta, 1, c);
+  T* buf = s.use_momentum ? list<T>(meta, 2, c) : nullptr;
+  const bool vec = vec_ok<T>(meta, s.use_momentum ? 3 : 2, c.tensor);
+  for (int64_t i0 = 4 * static_cast<int64_t>(threadIdx.x); i0 < c.n; i0 += 4 * blockDim.x) {
+    float w[4], gq[4], b[4] = {0.f, 0.f, 0.f, 0.f};
+    load4(p, i0, c.n, vec, w);
+    load4(g, i0, c.n, vec, gq);
     // The first step does not read the buffer (torch clones d into it).
-    Quad b = buf && !s.first_step ? load(buf, q, n, vec) : Quad{};
+    if (buf && !s.first_step) load4(buf, i0, c.n, vec, b);
     STOKE_UNROLL
-    for (int k = 0; k < 4; ++k) sgd_update(w.v[k], gq.v[k], b.v[k], s);
-    store(p, q, n, vec, w);
-    if (buf) store(buf, q, n, vec, b);
+    for (int k = 0; k < 4; ++k) sgd_update(w[k], gq[k], b[k], s);
+    store4(p, i0, c.n, vec, w);
+    if (buf) store4(buf, i0, c.n, vec, b);
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
-    adam_step_kernel(float* p, const float* g, float* m, float* v, int64_t n, AdamScalars s,
-                     bool vec) {
-  const int64_t quads = (n + 3) / 4;
-  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t q = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; q < quads;
-       q += step) {
-    Quad w = load(p, q, n, vec), mq = load(m, q, n, vec), vq = load(v, q, n, vec);
-    const Quad gq = load(g, q, n, vec);
+// Lists: param, grad, exp_avg, exp_avg_sq.
+template <class T>
+__global__ void __launch_bounds__(kThreads) fused_adam_kernel(TensorListMeta meta, AdamScalars s) {
+  const ChunkView c = chunk_of(meta);
+  T* p = list<T>(meta, 0, c);
+  const T* g = list<T>(meta, 1, c);
+  T* m = list<T>(meta, 2, c);
+  T* v = list<T>(meta, 3, c);
+  const bool vec = vec_ok<T>(meta, 4, c.tensor);
+  for (int64_t i0 = 4 * static_cast<int64_t>(threadIdx.x); i0 < c.n; i0 += 4 * blockDim.x) {
+    float w[4], gq[4], mq[4], vq[4];
+    load4(p, i0, c.n, vec, w);
+    load4(g, i0, c.n, vec, gq);
+    load4(m, i0, c.n, vec, mq);
+    load4(v, i0, c.n, vec, vq);
     STOKE_UNROLL
-    for (int k = 0; k < 4; ++k) adam_update(w.v[k], gq.v[k], mq.v[k], vq.v[k], s);
-    store(p, q, n, vec, w);
-    store(m, q, n, vec, mq);
-    store(v, q, n, vec, vq);
+    for (int k = 0; k < 4; ++k) adam_update(w[k], gq[k], mq[k], vq[k], s);
+    store4(p, i0, c.n, vec, w);
+    store4(m, i0, c.n, vec, mq);
+    store4(v, i0, c.n, vec, vq);
   }
+}
+
+// One list: the gradients. A block reduces its non-finite flag, and one thread per block that
+// saw one stores 1 (an atomic exchange: every writer stores the same value).
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    unscale_kernel(TensorListMeta meta, float* found_inf, const float* inv_scale) {
+  const ChunkView c = chunk_of(meta);
+  T* g = list<T>(meta, 0, c);
+  const bool vec = vec_ok<T>(meta, 1, c.tensor);
+  const float s = *inv_scale;
+  float bad = 0.f;
+  for (int64_t i0 = 4 * static_cast<int64_t>(threadIdx.x); i0 < c.n; i0 += 4 * blockDim.x) {
+    float x[4];
+    load4(g, i0, c.n, vec, x);
+    STOKE_UNROLL
+    for (int k = 0; k < 4; ++k) {
+      if (!(fabsf(x[k]) <= 3.402823466e+38f)) bad = 1.f;  // inf or NaN
+      x[k] = x[k] * s;
+    }
+    store4(g, i0, c.n, vec, x);
+  }
+  bad = ew::block_reduce(bad, ew::MaxOp{}, 0.f);
+  if (threadIdx.x == 0 && bad != 0.f) atomicExch(found_inf, 1.f);
+}
+
+// One list; block b writes the sum of squares of its chunk to partials[meta.first_chunk + b].
+template <class T>
+__global__ void __launch_bounds__(kThreads)
+    sum_of_squares_kernel(TensorListMeta meta, float* partials) {
+  const ChunkView c = chunk_of(meta);
+  const T* a = list<T>(meta, 0, c);
+  const bool vec = vec_ok<T>(meta, 1, c.tensor);
+  float acc = 0.f;
+  for (int64_t i0 = 4 * static_cast<int64_t>(threadIdx.x); i0 < c.n; i0 += 4 * blockDim.x) {
+    float x[4];
+    load4(a, i0, c.n, vec, x);
+    STOKE_UNROLL
+    for (int k = 0; k < 4; ++k) acc += x[k] * x[k];
+  }
+  acc = ew::block_reduce(acc, ew::SumOp{}, 0.f);
+  if (threadIdx.x == 0) partials[meta.first_chunk + blockIdx.x] = acc;
+}
+
+// One block: *out = the sum of partials[0, n) (n may be 0).
+__global__ void __launch_bounds__(kThreads)
+    sum_partials_kernel(const float* partials, int64_t n, float* out) {
+  float acc = 0.f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
+  acc = ew::block_reduce(acc, ew::SumOp{}, 0.f);
+  if (threadIdx.x == 0) *out = acc;
+}
+
+void check_lists(const char* op, const std::vector<int64_t>& sizes,
+                 std::initializer_list<size_t> n) {
+  for (size_t len : n)
+    STOKE_CHECK(len == sizes.size(), op, "expected lists of ", sizes.size(),
+                " tensors (the sizes'), got one of ", len);
+  for (size_t i = 0; i < sizes.size(); ++i)
+    STOKE_CHECK(sizes[i] >= 0, op, "tensor ", i, " has size ", sizes[i]);
+}
+
+template <class P>
+std::vector<void*> as_void(const std::vector<P*>& v) {
+  std::vector<void*> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = const_cast<void*>(static_cast<const void*>(v[i]));
+  return r;
 }
 
 }  // namespace
 
-void sgd_step(float* param, const float* grad, float* momentum_buffer, int64_t n,
-              const SgdStepArgs& a, cudaStream_t stream) {
-  STOKE_NVTX_RANGE("stoke::cuda::sgd_step");
-  const char* op = "cuda::sgd_step";
-  STOKE_CHECK(n >= 0, op, "expected n >= 0, got ", n);
+int64_t multi_tensor_chunks(const std::vector<int64_t>& sizes) {
+  int64_t chunks = 0;
+  for (int64_t n : sizes) chunks += (n + kMultiTensorChunk - 1) / kMultiTensorChunk;
+  return chunks;
+}
+
+void fused_sgd(DType dtype, const std::vector<void*>& params, const std::vector<const void*>& grads,
+               const std::vector<void*>& momentum_buffers, const std::vector<int64_t>& sizes,
+               const SgdStepArgs& a, cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::fused_sgd");
+  const char* op = "cuda::fused_sgd";
   const bool use_momentum = a.momentum != 0;
-  STOKE_CHECK(!use_momentum || momentum_buffer, op, "a momentum needs a momentum buffer");
-  if (n == 0) return;
+  check_lists(op, sizes, {params.size(), grads.size()});
+  if (use_momentum) {
+    STOKE_CHECK(momentum_buffers.size() == sizes.size(), op,
+                "a momentum needs a momentum buffer per tensor (", sizes.size(), "), got ",
+                momentum_buffers.size());
+  }
   const SgdScalars s{.lr = static_cast<float>(a.lr),
                      .momentum = static_cast<float>(a.momentum),
                      .dampening_complement = static_cast<float>(1 - a.dampening),
@@ -126,21 +297,26 @@ void sgd_step(float* param, const float* grad, float* momentum_buffer, int64_t n
                      .use_momentum = use_momentum,
                      .nesterov = a.nesterov,
                      .first_step = a.first_step};
-  float* buf = use_momentum ? momentum_buffer : nullptr;
-  const bool vec =
-      ew::aligned(param, 16) && ew::aligned(grad, 16) && (!buf || ew::aligned(buf, 16));
-  auto* k = &sgd_step_kernel;
-  STOKE_LAUNCH(k, ew::grid_for((n + 3) / 4, kThreads), kThreads, 0, stream)
-  (param, grad, buf, n, s, vec);
-  STOKE_CUDA_CHECK(cudaGetLastError());
+  const std::vector<void*> lists[kMaxLists] = {
+      params, as_void(grads), use_momentum ? momentum_buffers : std::vector<void*>(), {}};
+  ew::dispatch_floating(dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    auto* k = &fused_sgd_kernel<T>;
+    multi_tensor_apply(use_momentum ? 3 : 2, lists, sizes,
+                       [&](const TensorListMeta& meta, int blocks) {
+                         STOKE_LAUNCH(k, blocks, kThreads, 0, stream)(meta, s);
+                         STOKE_CUDA_CHECK(cudaGetLastError());
+                       });
+  });
 }
 
-void adam_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-               const AdamStepArgs& a, cudaStream_t stream) {
-  STOKE_NVTX_RANGE("stoke::cuda::adam_step");
-  const char* op = "cuda::adam_step";
-  STOKE_CHECK(n >= 0, op, "expected n >= 0, got ", n);
-  if (n == 0) return;
+void fused_adam(DType dtype, const std::vector<void*>& params,
+                const std::vector<const void*>& grads, const std::vector<void*>& exp_avgs,
+                const std::vector<void*>& exp_avg_sqs, const std::vector<int64_t>& sizes,
+                const AdamStepArgs& a, cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::fused_adam");
+  const char* op = "cuda::fused_adam";
+  check_lists(op, sizes, {params.size(), grads.size(), exp_avgs.size(), exp_avg_sqs.size()});
   const AdamScalars s{.beta1 = static_cast<float>(a.beta1),
                       .beta2 = static_cast<float>(a.beta2),
                       .one_minus_beta1 = static_cast<float>(1 - a.beta1),
@@ -152,11 +328,54 @@ void adam_step(float* param, const float* grad, float* exp_avg, float* exp_avg_s
                       .eps = static_cast<float>(a.eps),
                       .decoupled = a.decoupled,
                       .use_weight_decay = a.weight_decay != 0};
-  const bool vec = ew::aligned(param, 16) && ew::aligned(grad, 16) && ew::aligned(exp_avg, 16) &&
-                   ew::aligned(exp_avg_sq, 16);
-  auto* k = &adam_step_kernel;
-  STOKE_LAUNCH(k, ew::grid_for((n + 3) / 4, kThreads), kThreads, 0, stream)
-  (param, grad, exp_avg, exp_avg_sq, n, s, vec);
+  const std::vector<void*> lists[kMaxLists] = {params, as_void(grads), exp_avgs, exp_avg_sqs};
+  ew::dispatch_floating(dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    auto* k = &fused_adam_kernel<T>;
+    multi_tensor_apply(4, lists, sizes, [&](const TensorListMeta& meta, int blocks) {
+      STOKE_LAUNCH(k, blocks, kThreads, 0, stream)(meta, s);
+      STOKE_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+void non_finite_check_and_unscale(DType dtype, const std::vector<void*>& grads,
+                                  const std::vector<int64_t>& sizes, float* found_inf,
+                                  const float* inv_scale, cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::non_finite_check_and_unscale");
+  const char* op = "cuda::non_finite_check_and_unscale";
+  check_lists(op, sizes, {grads.size()});
+  STOKE_CHECK(found_inf && inv_scale, op, "expected found_inf and inv_scale");
+  const std::vector<void*> lists[kMaxLists] = {grads, {}, {}, {}};
+  ew::dispatch_floating(dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    auto* k = &unscale_kernel<T>;
+    multi_tensor_apply(1, lists, sizes, [&](const TensorListMeta& meta, int blocks) {
+      STOKE_LAUNCH(k, blocks, kThreads, 0, stream)(meta, found_inf, inv_scale);
+      STOKE_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+}
+
+void sum_of_squares(DType dtype, const std::vector<const void*>& tensors,
+                    const std::vector<int64_t>& sizes, float* partials, float* out,
+                    cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::sum_of_squares");
+  const char* op = "cuda::sum_of_squares";
+  check_lists(op, sizes, {tensors.size()});
+  const int64_t chunks = multi_tensor_chunks(sizes);
+  STOKE_CHECK(out && (partials || chunks == 0), op, "expected out and partials");
+  const std::vector<void*> lists[kMaxLists] = {as_void(tensors), {}, {}, {}};
+  ew::dispatch_floating(dtype, op, [&](auto tag) {
+    using T = decltype(tag);
+    auto* k = &sum_of_squares_kernel<T>;
+    multi_tensor_apply(1, lists, sizes, [&](const TensorListMeta& meta, int blocks) {
+      STOKE_LAUNCH(k, blocks, kThreads, 0, stream)(meta, partials);
+      STOKE_CUDA_CHECK(cudaGetLastError());
+    });
+  });
+  auto* k = &sum_partials_kernel;
+  STOKE_LAUNCH(k, 1, kThreads, 0, stream)(partials, chunks, out);
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
 

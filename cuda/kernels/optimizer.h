@@ -1,14 +1,30 @@
-// CUDA optimizer updates: torch.optim's SGD and Adam/AdamW rules as one fused elementwise kernel
-// each, on f32 parameters and state (master weights; optimizers refuse f16/bf16 parameters). The
-// arithmetic is the CPU's (ops/cpu/optimizer.cpp) operation for operation in f32, with the scalars
-// converted from the same f64 values, so the devices agree up to the compiler's contractions.
+// CUDA optimizer and mixed-precision kernels over lists of tensors (apex's multi_tensor_apply):
+// every tensor is cut into chunks of kMultiTensorChunk elements and one launch covers up to
+// kMaxBlocksPerLaunch chunks of up to kMaxTensorsPerLaunch tensors, so a whole model's parameters
+// take one launch or a few, not one per tensor. The rules are torch.optim's SGD and Adam/AdamW
+// (the CPU's, ops/cpu/optimizer.cpp, operation for operation in f32 with the scalars converted
+// from the same f64 values), torch's _amp_foreach_non_finite_check_and_unscale_, and a sum of
+// squares for the global gradient norm.
+//
+// Storage dtypes: f32, f16 or bf16 (`dtype`, one for every list of a call); the arithmetic is in
+// f32 (f16/bf16 values are loaded to f32 and rounded back on store). The pointers of list k are
+// lists[k][i], tensor i has sizes[i] elements (0 allowed: skipped); no two arrays may overlap.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "core/dtype.h"
 #include "cuda/compat.h"
 
 namespace stoke::cuda {
+
+constexpr int64_t kMultiTensorChunk = 65536;
+constexpr int kMaxTensorsPerLaunch = 36;
+constexpr int kMaxBlocksPerLaunch = 320;
+
+// The chunks `sizes` make (the number of partial sums sum_of_squares writes).
+int64_t multi_tensor_chunks(const std::vector<int64_t>& sizes);
 
 // SGD's scalars as the CPU takes them (ops::SgdStepOptions): d = g + weight_decay * p (when
 // weight_decay != 0); with momentum != 0, buf = first_step ? d : momentum * buf +
@@ -22,10 +38,11 @@ struct SgdStepArgs {
   bool first_step = false;
 };
 
-// One SGD step over n contiguous floats; momentum_buffer is unused (may be null) when momentum is
-// 0. None of the arrays may overlap another.
-void sgd_step(float* param, const float* grad, float* momentum_buffer, int64_t n,
-              const SgdStepArgs& args, cudaStream_t stream);
+// One SGD step over every tensor of params (grads and, when momentum != 0, momentum_buffers of
+// the same length; momentum_buffers is ignored otherwise).
+void fused_sgd(DType dtype, const std::vector<void*>& params, const std::vector<const void*>& grads,
+               const std::vector<void*>& momentum_buffers, const std::vector<int64_t>& sizes,
+               const SgdStepArgs& args, cudaStream_t stream);
 
 // Adam's scalars: step_size = lr / (1 - beta1^t) and bias2_sqrt = sqrt(1 - beta2^t) computed in
 // f64 by the caller (ops::adam_step_scalars). decoupled (AdamW): p *= 1 - lr * weight_decay;
@@ -41,8 +58,24 @@ struct AdamStepArgs {
   double bias2_sqrt = 1;
 };
 
-// One Adam step over n contiguous floats (param, exp_avg and exp_avg_sq updated in place).
-void adam_step(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-               const AdamStepArgs& args, cudaStream_t stream);
+// One Adam step over every tensor (param, exp_avg and exp_avg_sq updated in place).
+void fused_adam(DType dtype, const std::vector<void*>& params,
+                const std::vector<const void*>& grads, const std::vector<void*>& exp_avgs,
+                const std::vector<void*>& exp_avg_sqs, const std::vector<int64_t>& sizes,
+                const AdamStepArgs& args, cudaStream_t stream);
+
+// torch._amp_foreach_non_finite_check_and_unscale_: every element g becomes g * *inv_scale, and
+// *found_inf is set to 1 when any g (before scaling) is inf or NaN (else left as it was). Both
+// scalars are f32 in device memory: nothing is read back to the host.
+void non_finite_check_and_unscale(DType dtype, const std::vector<void*>& grads,
+                                  const std::vector<int64_t>& sizes, float* found_inf,
+                                  const float* inv_scale, cudaStream_t stream);
+
+// *out = the sum of the squares of every element of every tensor, in f32: one partial per chunk
+// (partials holds multi_tensor_chunks(sizes) floats), then one block adds the partials in order,
+// so the result does not depend on scheduling.
+void sum_of_squares(DType dtype, const std::vector<const void*>& tensors,
+                    const std::vector<int64_t>& sizes, float* partials, float* out,
+                    cudaStream_t stream);
 
 }  // namespace stoke::cuda

@@ -310,6 +310,30 @@ void check_optimizer(Suite& s, bool quick) {
         compare_on(s, name + " exp_avg_sq", l, DType::f32, vd, vc, tol);
       }
     }
+  // The mixed-precision passes over the whole list of shapes at once (one multi-tensor launch):
+  // the unscale with its device-side inf flag (clean, then with an inf in the last tensor) and the
+  // sum of squares of the global gradient norm.
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    std::vector<Tensor> gc, gd;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      gc.push_back(randn_cpu(shapes[i], 250 + i).to(dt));
+      gd.push_back(gc.back().to(dev()));
+    }
+    const std::string l = std::to_string(shapes.size()) + " tensors";
+    const Tensor sc = ops::sum_of_squares(gc), sd = ops::sum_of_squares(gd);
+    compare_on(s, "sum_of_squares", l, DType::f32, sd, sc.to(DType::f32), tolerance(DType::f32));
+    Tensor fc = zeros({1}), fd = zeros({1}, {.device = dev()});
+    ops::non_finite_check_and_unscale_(gc, fc, full({1}, 1.0 / 512));
+    ops::non_finite_check_and_unscale_(gd, fd, full({1}, 1.0 / 512, {.device = dev()}));
+    for (size_t i = 0; i < gc.size(); ++i)
+      compare_on(s, "non_finite_check_and_unscale_", shape_str(shapes[i]), dt, gd[i], gc[i], 0);
+    s.expect("non_finite_check_and_unscale_ found_inf", l, dn(dt), fd.to(Device::cpu()).item() == 0,
+             "a flag set without an inf");
+    fill_(gd.back().narrow(0, gd.back().size(0) - 1, 1), INFINITY);
+    ops::non_finite_check_and_unscale_(gd, fd, full({1}, 1.0, {.device = dev()}));
+    s.expect("non_finite_check_and_unscale_ found_inf", l + " (one inf)", dn(dt),
+             fd.to(Device::cpu()).item() == 1, "the inf was not flagged");
+  }
 }
 
 }  // namespace stoke::selftest

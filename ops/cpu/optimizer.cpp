@@ -1,18 +1,55 @@
-// The optimizer family on the CPU: one fused loop per rule over contiguous f32/f64 tensors, split
-// over the thread pool. The arithmetic is torch's single-tensor rule in the parameter's dtype,
+// The optimizer family on the CPU: one fused loop per rule over lists of contiguous tensors, cut
+// into chunks of kChunk elements (cuda/kernels/optimizer.h's 65,536) that the thread pool shares,
+// so a model's many small parameters make one parallel pass, not one per tensor. The arithmetic is
+// torch's single-tensor rule in the parameter's dtype (f32, f64; f16/bf16 in f32, rounded back),
 // operation for operation, so that three steps match torch.optim's fixtures (tests/nn/test_optim).
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
+#include "core/half.h"
 #include "core/parallel.h"
 #include "ops/cpu/backend.h"
+#include "ops/creation.h"
 #include "ops/optimizer.h"
 
 namespace stoke::ops::cpu {
 
 namespace {
 
-constexpr int64_t kGrain = 1 << 14;
+constexpr int64_t kChunk = 65536;
+
+// Chunk c of the list: tensor `tensor`, elements [begin, end).
+struct Chunk {
+  size_t tensor;
+  int64_t begin, end;
+};
+
+std::vector<Chunk> chunks_of(const std::vector<Tensor>& ts) {
+  std::vector<Chunk> r;
+  for (size_t i = 0; i < ts.size(); ++i)
+    for (int64_t b = 0; b < ts[i].numel(); b += kChunk)
+      r.push_back({i, b, std::min(ts[i].numel(), b + kChunk)});
+  return r;
+}
+
+// The arithmetic type of a storage type: f16/bf16 compute in f32.
+template <class T>
+using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// Calls f(TypeTag<T>{}) with T the storage type of an optimizer dtype.
+template <class F>
+void dispatch_storage(DType d, const char* op, F&& f) {
+  switch (d) {
+    case DType::f16:
+      return f(TypeTag<Half>{});
+    case DType::bf16:
+      return f(TypeTag<BFloat16>{});
+    default:
+      return dispatch_float(d, op, std::forward<F>(f));
+  }
+}
 
 // Calls f(std::true_type{}) or f(std::false_type{}): the rule's options become template
 // parameters, so each loop below has no branch inside and vectorizes (measured on 1M f32
@@ -26,62 +63,74 @@ void with_flag(bool flag, F&& f) {
     f(std::false_type{});
 }
 
-template <class T, bool kWd, bool kMomentum, bool kFirst, bool kNesterov>
+// T: storage, A = Acc<T>: arithmetic (the same for f32 and f64, where the casts vanish).
+template <class T, bool kWd, bool kMomentum, bool kFirst, bool kNesterov, class A = Acc<T>>
 void sgd_range(T* __restrict w, const T* __restrict gp, T* __restrict buf, int64_t b, int64_t e,
-               T lr, T mom, T damp1, T wd) {
+               A lr, A mom, A damp1, A wd) {
   for (int64_t j = b; j < e; ++j) {
-    T d = gp[j];
-    if constexpr (kWd) d = d + wd * w[j];
+    A d = A(gp[j]);
+    const A wj = A(w[j]);
+    if constexpr (kWd) d = d + wd * wj;
     if constexpr (kMomentum) {
       // torch: buf = clone(d) on the first step, else buf = mom * buf + (1 - dampening) * d
+      A bj;
       if constexpr (kFirst)
-        buf[j] = d;
+        bj = d;
       else
-        buf[j] = mom * buf[j] + damp1 * d;
+        bj = mom * A(buf[j]) + damp1 * d;
+      buf[j] = T(bj);  // the update reads the unrounded buffer, as the cuda kernel does
       if constexpr (kNesterov)
-        d = d + mom * buf[j];
+        d = d + mom * bj;
       else
-        d = buf[j];
+        d = bj;
     }
-    w[j] = w[j] - lr * d;
+    w[j] = T(wj - lr * d);
   }
 }
 
-template <class T, bool kDecoupled, bool kWd>
+template <class T, bool kDecoupled, bool kWd, class A = Acc<T>>
 void adam_range(T* __restrict w, const T* __restrict gp, T* __restrict m, T* __restrict v,
-                int64_t b, int64_t e, T b1, T b2, T omb1, T omb2, T wd, T decay, T step_size,
-                T bias2_sqrt, T eps) {
+                int64_t b, int64_t e, A b1, A b2, A omb1, A omb2, A wd, A decay, A step_size,
+                A bias2_sqrt, A eps) {
   for (int64_t j = b; j < e; ++j) {
-    T d = gp[j];
+    A d = A(gp[j]);
+    A wj = A(w[j]);
     if constexpr (kDecoupled)
-      w[j] = w[j] * decay;
+      wj = wj * decay;
     else if constexpr (kWd)
-      d = d + wd * w[j];
-    m[j] = m[j] * b1 + omb1 * d;
-    v[j] = v[j] * b2 + omb2 * d * d;
-    const T denom = std::sqrt(v[j]) / bias2_sqrt + eps;
-    w[j] = w[j] - step_size * (m[j] / denom);
+      d = d + wd * wj;
+    // The update reads the unrounded state (f16/bf16 round on store only), as the cuda kernel.
+    const A mj = A(m[j]) * b1 + omb1 * d;
+    const A vj = A(v[j]) * b2 + omb2 * d * d;
+    m[j] = T(mj);
+    v[j] = T(vj);
+    const A denom = std::sqrt(vj) / bias2_sqrt + eps;
+    w[j] = T(wj - step_size * (mj / denom));
   }
 }
 
 }  // namespace
 
-void CpuBackend::sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
-                           const SgdStepOptions& o) {
+void CpuBackend::fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                            const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& o) {
   const double lr = o.lr, mom = o.momentum, damp = o.dampening, wd = o.weight_decay;
-  dispatch_float(param.dtype(), "sgd_step_", [&](auto tag) {
+  const std::vector<Chunk> chunks = chunks_of(params);
+  dispatch_storage(params[0].dtype(), "fused_sgd_", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T* w = param.data<T>();
-    const T* gp = grad.data<T>();
-    T* buf = mom != 0 ? momentum_buffer.data<T>() : nullptr;
-    const T tlr = T(lr), tmom = T(mom), tdamp = T(1 - damp), twd = T(wd);
+    using A = Acc<T>;
+    const A tlr = A(lr), tmom = A(mom), tdamp = A(1 - damp), twd = A(wd);
     with_flag(wd != 0, [&](auto has_wd) {
-      with_flag(buf != nullptr, [&](auto has_mom) {
+      with_flag(mom != 0, [&](auto has_mom) {
         with_flag(o.first_step, [&](auto first) {
           with_flag(o.nesterov, [&](auto nesterov) {
-            parallel_for(0, param.numel(), kGrain, [&](int64_t b, int64_t e) {
-              sgd_range<T, has_wd(), has_mom(), first(), nesterov()>(w, gp, buf, b, e, tlr, tmom,
-                                                                     tdamp, twd);
+            parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t cb, int64_t ce) {
+              for (int64_t c = cb; c < ce; ++c) {
+                const Chunk& k = chunks[static_cast<size_t>(c)];
+                T* buf = has_mom() ? momentum_buffers[k.tensor].data<T>() : nullptr;
+                sgd_range<T, has_wd(), has_mom(), first(), nesterov()>(
+                    params[k.tensor].data<T>(), grads[k.tensor].data<T>(), buf, k.begin, k.end, tlr,
+                    tmom, tdamp, twd);
+              }
             });
           });
         });
@@ -90,27 +139,81 @@ void CpuBackend::sgd_step_(const Tensor& param, const Tensor& grad, const Tensor
   });
 }
 
-void CpuBackend::adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
-                            const Tensor& exp_avg_sq, const AdamStepOptions& o) {
+void CpuBackend::fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                             const std::vector<Tensor>& exp_avgs,
+                             const std::vector<Tensor>& exp_avg_sqs, const AdamStepOptions& o) {
   const double lr = o.lr, wd = o.weight_decay, b1 = o.beta1, b2 = o.beta2;
   const AdamStepScalars s = adam_step_scalars(o);
-  dispatch_float(param.dtype(), "adam_step_", [&](auto tag) {
+  const std::vector<Chunk> chunks = chunks_of(params);
+  dispatch_storage(params[0].dtype(), "fused_adam_", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    T* w = param.data<T>();
-    const T* gp = grad.data<T>();
-    T* m = exp_avg.data<T>();
-    T* v = exp_avg_sq.data<T>();
-    const T tb1 = T(b1), tb2 = T(b2), omb1 = T(1 - b1), omb2 = T(1 - b2), twd = T(wd),
-            decay = T(1 - lr * wd), tss = T(s.step_size), tb2s = T(s.bias2_sqrt), teps = T(o.eps);
+    using A = Acc<T>;
+    const A tb1 = A(b1), tb2 = A(b2), omb1 = A(1 - b1), omb2 = A(1 - b2), twd = A(wd),
+            decay = A(1 - lr * wd), tss = A(s.step_size), tb2s = A(s.bias2_sqrt), teps = A(o.eps);
     with_flag(o.decoupled, [&](auto decoupled) {
       with_flag(wd != 0, [&](auto has_wd) {
-        parallel_for(0, param.numel(), kGrain, [&](int64_t b, int64_t e) {
-          adam_range<T, decoupled(), has_wd()>(w, gp, m, v, b, e, tb1, tb2, omb1, omb2, twd, decay,
-                                               tss, tb2s, teps);
+        parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t cb, int64_t ce) {
+          for (int64_t c = cb; c < ce; ++c) {
+            const Chunk& k = chunks[static_cast<size_t>(c)];
+            adam_range<T, decoupled(), has_wd()>(
+                params[k.tensor].data<T>(), grads[k.tensor].data<T>(), exp_avgs[k.tensor].data<T>(),
+                exp_avg_sqs[k.tensor].data<T>(), k.begin, k.end, tb1, tb2, omb1, omb2, twd, decay,
+                tss, tb2s, teps);
+          }
         });
       });
     });
   });
+}
+
+void CpuBackend::non_finite_check_and_unscale_(const std::vector<Tensor>& grads,
+                                               const Tensor& found_inf, const Tensor& inv_scale) {
+  const float s = *inv_scale.data<float>();
+  const std::vector<Chunk> chunks = chunks_of(grads);
+  // One flag per chunk, ORed on this thread: the pool's threads never write a shared flag.
+  std::vector<uint8_t> bad(chunks.size(), 0);
+  parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      const Chunk& k = chunks[static_cast<size_t>(c)];
+      dispatch_storage(grads[k.tensor].dtype(), "non_finite_check_and_unscale_", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        using A = Acc<T>;
+        T* g = grads[k.tensor].data<T>();
+        const A as = A(s);
+        bool any = false;
+        for (int64_t j = k.begin; j < k.end; ++j) {
+          const A x = A(g[j]);
+          any |= !std::isfinite(x);
+          g[j] = T(x * as);
+        }
+        bad[static_cast<size_t>(c)] = any;
+      });
+    }
+  });
+  for (uint8_t b : bad)
+    if (b) *found_inf.data<float>() = 1.f;
+}
+
+Tensor CpuBackend::sum_of_squares(const std::vector<Tensor>& tensors) {
+  const std::vector<Chunk> chunks = chunks_of(tensors);
+  std::vector<double> partial(chunks.size(), 0.0);
+  parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t cb, int64_t ce) {
+    for (int64_t c = cb; c < ce; ++c) {
+      const Chunk& k = chunks[static_cast<size_t>(c)];
+      dispatch_storage(tensors[k.tensor].dtype(), "sum_of_squares", [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        const T* a = tensors[k.tensor].data<T>();
+        double acc = 0;
+        for (int64_t j = k.begin; j < k.end; ++j) acc += double(a[j]) * double(a[j]);
+        partial[static_cast<size_t>(c)] = acc;
+      });
+    }
+  });
+  double total = 0;  // in chunk order: the result does not depend on the threads
+  for (double p : partial) total += p;
+  Tensor r = empty({}, {.dtype = DType::f64});
+  *r.data<double>() = total;
+  return r;
 }
 
 }  // namespace stoke::ops::cpu

@@ -1,13 +1,16 @@
-// cuda/kernels/optimizer.cu in cuda/emu against the CPU ops: sgd_step_kernel and adam_step_kernel
-// give ops::sgd_step_'s and ops::adam_step_'s f32 results over three steps (momentum's first step,
-// nesterov, dampening, L2 and decoupled decay), on sizes 0, 1, 7, 1000 and 2^16 + 3, with aligned
-// operands (16-byte accesses) and misaligned ones (element accesses); then the ops on "cuda"
-// tensors, the optimizers on them, and the errors a device adds (f64, mixed devices).
+// cuda/kernels/optimizer.cu in cuda/emu against the CPU ops: fused_sgd_kernel, fused_adam_kernel,
+// unscale_kernel, sum_of_squares_kernel and sum_partials_kernel (through their multi-tensor
+// launchers) give ops::fused_sgd_'s, fused_adam_'s, non_finite_check_and_unscale_'s and
+// sum_of_squares' results on lists with sizes 0, 1, 7, 1000 and 2^16 + 3 (a chunk and a tail),
+// aligned operands (vector accesses) and misaligned ones (element accesses), f32, f16 and bf16,
+// lists longer than one launch holds (more than 36 tensors; more than 320 chunks); then the ops on
+// "cuda" tensors, the optimizers and clip_grad_norm_ on them, and the errors a device adds.
 #include <catch2/catch.hpp>
 
 #include "core/grad_mode.h"
 #include "cuda/kernels/optimizer.h"
 #include "nn/optim/optimizer.h"
+#include "ops/creation.h"
 #include "ops/optimizer.h"
 #include "ops_cuda_util.h"
 #include "test_kernels_util.h"
@@ -18,111 +21,268 @@ namespace kt = stoke::kernels_test;
 namespace {
 
 const std::vector<int64_t> kSizes = {0, 1, 7, 1000, (1 << 16) + 3};
-// f32 on both sides; the host compiler may contract a multiply-add differently in each.
-const kt::Tolerance kTol{1e-6, 1e-7};
+
+// f32 on both sides, the host compiler may contract a multiply-add differently in each; f16/bf16:
+// that difference may move a result by one ulp of the dtype.
+kt::Tolerance tol_for(DType d) {
+  return d == DType::f32 ? kt::Tolerance{1e-6, 1e-7} : kt::tol(d);
+}
+
+// Tensors of kSizes, each aligned or misaligned (alternating from `mis`), values in [lo, hi).
+std::vector<Tensor> inputs(DType d, bool mis, double lo, double hi, uint64_t seed) {
+  std::vector<Tensor> r;
+  for (size_t i = 0; i < kSizes.size(); ++i)
+    r.push_back(kt::input({kSizes[i]}, d, mis && i % 2 == 0, lo, hi, seed + i));
+  return r;
+}
+
+// Copies of ts at aligned or misaligned addresses (the kernel's operands).
+std::vector<Tensor> placed(const std::vector<Tensor>& ts, bool mis) {
+  std::vector<Tensor> r;
+  for (const Tensor& t : ts) {
+    Tensor o = kt::output(t.shape(), t.dtype(), mis);
+    o.copy_(t);
+    r.push_back(o);
+  }
+  return r;
+}
+
+std::vector<Tensor> clones(const std::vector<Tensor>& ts) {
+  std::vector<Tensor> r;
+  for (const Tensor& t : ts) r.push_back(t.clone());
+  return r;
+}
+
+std::vector<void*> ptrs(const std::vector<Tensor>& ts) {
+  std::vector<void*> r;
+  for (const Tensor& t : ts) r.push_back(t.data_ptr());
+  return r;
+}
+
+std::vector<const void*> cptrs(const std::vector<Tensor>& ts) {
+  std::vector<const void*> r;
+  for (const Tensor& t : ts) r.push_back(t.data_ptr());
+  return r;
+}
+
+std::vector<int64_t> sizes_of(const std::vector<Tensor>& ts) {
+  std::vector<int64_t> r;
+  for (const Tensor& t : ts) r.push_back(t.numel());
+  return r;
+}
+
+void require_all_close(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                       kt::Tolerance t, const std::string& what) {
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    kt::require_close(got[i].to(DType::f32), want[i].to(DType::f32), t,
+                      what + " tensor " + std::to_string(i));
+}
 
 }  // namespace
 
-TEST_CASE("cuda kernels: sgd_step_kernel matches ops::sgd_step_", "[cuda][kernels][optimizer]") {
+TEST_CASE("cuda kernels: fused_sgd_kernel matches ops::fused_sgd_", "[cuda][kernels][optimizer]") {
   NoGradGuard no_grad;
   struct Case {
     double momentum, dampening, weight_decay;
     bool nesterov;
   };
   const std::vector<Case> cases = {{0, 0, 0, false}, {0.9, 0.2, 0.01, false}, {0.8, 0, 0.05, true}};
-  for (int64_t n : kSizes)
+  for (DType d : kt::kFloatDtypes)
     for (bool mis : {false, true})
       for (const Case& c : cases) {
-        if (n > 1000 && mis && c.nesterov) continue;  // the emulator is slow: enough big cases
         const std::string what =
-            detail::str_cat("sgd n=", n, mis ? " misaligned" : " aligned", " momentum=", c.momentum,
-                            c.nesterov ? " nesterov" : "");
-        const Tensor p0 = kt::input({n}, DType::f32, mis, -2, 2, 1);
-        Tensor pk = kt::output({n}, DType::f32, mis), bk = kt::output({n}, DType::f32, mis);
-        pk.copy_(p0);
-        Tensor pc = p0.clone(), bc = empty({n});
+            detail::str_cat("sgd ", dtype_name(d), mis ? " misaligned" : "",
+                            " momentum=", c.momentum, c.nesterov ? " nesterov" : "");
+        const std::vector<Tensor> p0 = inputs(d, mis, -2, 2, 1);
+        std::vector<Tensor> pk = placed(p0, mis), bk = placed(p0, !mis);
+        std::vector<Tensor> pc = clones(p0), bc = clones(p0);
+        const bool momentum = c.momentum != 0;
         for (int step = 0; step < 3; ++step) {
-          // Step 1's gradient is misaligned even in the aligned runs: element accesses there.
-          const Tensor g = kt::input({n}, DType::f32, step == 1, -1, 1, 10 + step);
+          // Step 1's gradients are misaligned even in the aligned runs: element accesses there.
+          const std::vector<Tensor> g =
+              inputs(d, mis || step == 1, -1, 1, static_cast<uint64_t>(10 + 7 * step));
           const ops::SgdStepOptions o{.lr = 0.1,
                                       .momentum = c.momentum,
                                       .dampening = c.dampening,
                                       .weight_decay = c.weight_decay,
                                       .nesterov = c.nesterov,
                                       .first_step = step == 0};
-          ops::sgd_step_(pc, g, c.momentum != 0 ? bc : Tensor(), o);
-          cuda::sgd_step(pk.data<float>(), g.data<float>(),
-                         c.momentum != 0 ? bk.data<float>() : nullptr, n,
-                         {.lr = o.lr,
-                          .momentum = o.momentum,
-                          .dampening = o.dampening,
-                          .weight_decay = o.weight_decay,
-                          .nesterov = o.nesterov,
-                          .first_step = o.first_step},
-                         nullptr);
-          kt::require_close(pk, pc, kTol, what + " param, step " + std::to_string(step));
-          if (c.momentum != 0)
-            kt::require_close(bk, bc, kTol, what + " buffer, step " + std::to_string(step));
+          ops::fused_sgd_(pc, g, momentum ? bc : std::vector<Tensor>(), o);
+          cuda::fused_sgd(d, ptrs(pk), cptrs(g), momentum ? ptrs(bk) : std::vector<void*>(),
+                          sizes_of(pk),
+                          {.lr = o.lr,
+                           .momentum = o.momentum,
+                           .dampening = o.dampening,
+                           .weight_decay = o.weight_decay,
+                           .nesterov = o.nesterov,
+                           .first_step = o.first_step},
+                          nullptr);
+          const std::string at = what + " step " + std::to_string(step);
+          require_all_close(pk, pc, tol_for(d), at + " param");
+          if (momentum) require_all_close(bk, bc, tol_for(d), at + " buffer");
         }
       }
 }
 
-TEST_CASE("cuda kernels: adam_step_kernel matches ops::adam_step_", "[cuda][kernels][optimizer]") {
+TEST_CASE("cuda kernels: fused_adam_kernel matches ops::fused_adam_",
+          "[cuda][kernels][optimizer]") {
   NoGradGuard no_grad;
-  for (int64_t n : kSizes)
+  for (DType d : kt::kFloatDtypes)
     for (bool mis : {false, true})
       for (bool decoupled : {false, true}) {
-        const double wd = 0.03;
-        const std::string what = detail::str_cat(decoupled ? "adamw" : "adam", " n=", n,
-                                                 mis ? " misaligned" : " aligned");
-        const Tensor p0 = kt::input({n}, DType::f32, mis, -2, 2, 2);
-        Tensor pk = kt::output({n}, DType::f32, mis), mk = kt::output({n}, DType::f32, false),
-               vk = kt::output({n}, DType::f32, mis);
-        pk.copy_(p0);
-        mk.copy_(zeros({n}));
-        vk.copy_(zeros({n}));
-        Tensor pc = p0.clone(), mc = zeros({n}), vc = zeros({n});
+        const std::string what = detail::str_cat(decoupled ? "adamw " : "adam ", dtype_name(d),
+                                                 mis ? " misaligned" : "");
+        const std::vector<Tensor> p0 = inputs(d, mis, -2, 2, 2);
+        std::vector<Tensor> zero;
+        for (int64_t n : kSizes) zero.push_back(zeros({n}, {.dtype = d}));
+        std::vector<Tensor> pk = placed(p0, mis), mk = placed(zero, false), vk = placed(zero, mis);
+        std::vector<Tensor> pc = clones(p0), mc = clones(zero), vc = clones(zero);
         for (int64_t t = 1; t <= 3; ++t) {
-          const Tensor g = kt::input({n}, DType::f32, mis, -1, 1, 20 + static_cast<uint64_t>(t));
+          const std::vector<Tensor> g = inputs(d, mis, -1, 1, 20 + 7 * static_cast<uint64_t>(t));
           const ops::AdamStepOptions o{.lr = 0.01,
                                        .beta1 = 0.9,
                                        .beta2 = 0.99,
                                        .eps = 1e-6,
-                                       .weight_decay = wd,
+                                       .weight_decay = 0.03,
                                        .decoupled = decoupled,
                                        .step = t};
-          ops::adam_step_(pc, g, mc, vc, o);
+          ops::fused_adam_(pc, g, mc, vc, o);
           const ops::AdamStepScalars s = ops::adam_step_scalars(o);
-          cuda::adam_step(pk.data<float>(), g.data<float>(), mk.data<float>(), vk.data<float>(), n,
-                          {.lr = o.lr,
-                           .beta1 = o.beta1,
-                           .beta2 = o.beta2,
-                           .eps = o.eps,
-                           .weight_decay = o.weight_decay,
-                           .decoupled = o.decoupled,
-                           .step_size = s.step_size,
-                           .bias2_sqrt = s.bias2_sqrt},
-                          nullptr);
+          cuda::fused_adam(d, ptrs(pk), cptrs(g), ptrs(mk), ptrs(vk), sizes_of(pk),
+                           {.lr = o.lr,
+                            .beta1 = o.beta1,
+                            .beta2 = o.beta2,
+                            .eps = o.eps,
+                            .weight_decay = o.weight_decay,
+                            .decoupled = o.decoupled,
+                            .step_size = s.step_size,
+                            .bias2_sqrt = s.bias2_sqrt},
+                           nullptr);
           const std::string at = what + " step " + std::to_string(t);
-          kt::require_close(pk, pc, kTol, at + " param");
-          kt::require_close(mk, mc, kTol, at + " exp_avg");
-          kt::require_close(vk, vc, kTol, at + " exp_avg_sq");
+          require_all_close(pk, pc, tol_for(d), at + " param");
+          require_all_close(mk, mc, tol_for(d), at + " exp_avg");
+          require_all_close(vk, vc, tol_for(d), at + " exp_avg_sq");
         }
       }
+}
+
+TEST_CASE("cuda kernels: a list of 1,000 tensors takes several launches and matches the CPU",
+          "[cuda][kernels][optimizer]") {
+  NoGradGuard no_grad;
+  // 1,000 tensors of random sizes 0..200 (more than 36 per launch), every other one misaligned.
+  Generator gen(5);
+  const std::vector<double> u = uniform({1000}, 0, 1, {}, &gen).to_vector<double>();
+  std::vector<Tensor> p0, g;
+  for (size_t i = 0; i < u.size(); ++i) {
+    const int64_t n = i % 10 == 0 ? 0 : i % 10 == 1 ? 1 : static_cast<int64_t>(u[i] * 200);
+    p0.push_back(kt::input({n}, DType::f32, i % 2 == 1, -1, 1, 100 + i));
+    g.push_back(kt::input({n}, DType::f32, i % 3 == 1, -1, 1, 5000 + i));
+  }
+  std::vector<Tensor> pk = clones(p0), pc = clones(p0), bk = clones(p0), bc = clones(p0);
+  const ops::SgdStepOptions o{.lr = 0.1, .momentum = 0.9, .nesterov = true, .first_step = true};
+  ops::fused_sgd_(pc, g, bc, o);
+  cuda::fused_sgd(DType::f32, ptrs(pk), cptrs(g), ptrs(bk), sizes_of(pk),
+                  {.lr = 0.1, .momentum = 0.9, .nesterov = true, .first_step = true}, nullptr);
+  require_all_close(pk, pc, tol_for(DType::f32), "1000 tensors param");
+  require_all_close(bk, bc, tol_for(DType::f32), "1000 tensors buffer");
+  // The sum of squares of the same list (one partial per chunk: one per non-empty tensor).
+  Tensor partials = full({cuda::multi_tensor_chunks(sizes_of(g))}, NAN), out = full({1}, NAN);
+  cuda::sum_of_squares(DType::f32, cptrs(g), sizes_of(g), partials.data<float>(), out.data<float>(),
+                       nullptr);
+  const double want = ops::sum_of_squares(g).item();
+  CHECK(std::abs(out.item() - want) <= 1e-5 * want);
+}
+
+TEST_CASE("cuda kernels: more chunks than one launch holds, a tensor split across launches",
+          "[cuda][kernels][optimizer]") {
+  NoGradGuard no_grad;
+  // Three bf16 tensors of 110 chunks and a tail each: 333 chunks, past the 320 blocks of a launch,
+  // so the third tensor starts in one launch and ends in the next.
+  const int64_t n = 110 * cuda::kMultiTensorChunk + 5;
+  std::vector<Tensor> g;
+  for (uint64_t i = 0; i < 3; ++i) g.push_back(kt::input({n}, DType::bf16, i == 1, -4, 4, 40 + i));
+  REQUIRE(cuda::multi_tensor_chunks(sizes_of(g)) == 333);
+  std::vector<Tensor> gk = clones(g), gc = clones(g);
+  // An inf in the last chunk of the last tensor: seen by the second launch.
+  fill_(gk[2].narrow(0, n - 2, 1), INFINITY);
+  fill_(gc[2].narrow(0, n - 2, 1), INFINITY);
+  Tensor fk = zeros({1}), fc = zeros({1});
+  const Tensor inv = full({1}, 0.5);
+  cuda::non_finite_check_and_unscale(DType::bf16, ptrs(gk), sizes_of(gk), fk.data<float>(),
+                                     inv.data<float>(), nullptr);
+  ops::non_finite_check_and_unscale_(gc, fc, inv);
+  CHECK(fk.item() == 1);
+  CHECK(fc.item() == 1);
+  for (size_t i = 0; i < 3; ++i) kt::require_equal(gk[i], gc[i], "unscaled " + std::to_string(i));
+  Tensor partials = full({333}, NAN), out = full({1}, NAN);
+  cuda::sum_of_squares(DType::bf16, cptrs(g), sizes_of(g), partials.data<float>(),
+                       out.data<float>(), nullptr);
+  const double want = ops::sum_of_squares(g).item();
+  CHECK(std::abs(out.item() - want) <= 1e-5 * want);
+  CHECK_FALSE(std::isnan(partials.to_vector<double>().back()));
+}
+
+TEST_CASE("cuda kernels: unscale_kernel and sum_of_squares_kernel match the CPU",
+          "[cuda][kernels][optimizer][amp]") {
+  NoGradGuard no_grad;
+  for (DType d : kt::kFloatDtypes)
+    for (bool mis : {false, true}) {
+      const std::string what = detail::str_cat(dtype_name(d), mis ? " misaligned" : "");
+      const std::vector<Tensor> g0 = inputs(d, mis, -3, 3, 7);
+      // Finite gradients: unscaled by 1/1024, the flag untouched.
+      std::vector<Tensor> gk = placed(g0, mis), gc = clones(g0);
+      Tensor fk = zeros({1}), fc = zeros({1});
+      const Tensor inv = full({1}, 1.0 / 1024);
+      cuda::non_finite_check_and_unscale(d, ptrs(gk), sizes_of(gk), fk.data<float>(),
+                                         inv.data<float>(), nullptr);
+      ops::non_finite_check_and_unscale_(gc, fc, inv);
+      CHECK(fk.item() == 0);
+      require_all_close(gk, gc, {0, 0}, what + " unscaled");
+      // A NaN in the tail of the 2^16 + 3 tensor, an inf in the 7-element one.
+      std::vector<Tensor> hk = placed(g0, mis);
+      fill_(hk[4].narrow(0, kSizes[4] - 1, 1), NAN);
+      cuda::non_finite_check_and_unscale(d, ptrs(hk), sizes_of(hk), fk.data<float>(),
+                                         inv.data<float>(), nullptr);
+      CHECK(fk.item() == 1);
+      std::vector<Tensor> ik = placed(g0, mis);
+      fill_(ik[2].narrow(0, 3, 1), -INFINITY);
+      Tensor f2 = zeros({1});
+      cuda::non_finite_check_and_unscale(d, ptrs(ik), sizes_of(ik), f2.data<float>(),
+                                         inv.data<float>(), nullptr);
+      CHECK(f2.item() == 1);
+      // The sum of squares, f32 partials against the CPU's f64.
+      Tensor partials = full({cuda::multi_tensor_chunks(sizes_of(g0))}, NAN), out = full({1}, NAN);
+      const std::vector<Tensor> a = placed(g0, mis);
+      cuda::sum_of_squares(d, cptrs(a), sizes_of(a), partials.data<float>(), out.data<float>(),
+                           nullptr);
+      const double want = ops::sum_of_squares(g0).item();
+      INFO(what);
+      CHECK(std::abs(out.item() - want) <= 1e-5 * want);
+    }
+  // No tensors: the sum is 0 (sum_partials_kernel over nothing).
+  Tensor out = full({1}, NAN);
+  cuda::sum_of_squares(DType::f32, {}, {}, nullptr, out.data<float>(), nullptr);
+  CHECK(out.item() == 0);
 }
 
 TEST_CASE("cuda kernels: the optimizer launchers check their arguments",
           "[cuda][kernels][optimizer]") {
   Tensor p = zeros({8}), g = zeros({8});
-  CHECK_THROWS_WITH(
-      cuda::sgd_step(p.data<float>(), g.data<float>(), nullptr, 8, {.momentum = 0.9}, nullptr),
-      Catch::Contains("momentum buffer"));
-  CHECK_THROWS_WITH(cuda::adam_step(p.data<float>(), g.data<float>(), p.data<float>(),
-                                    p.data<float>(), -1, {}, nullptr),
-                    Catch::Contains("n >= 0"));
+  CHECK_THROWS_WITH(cuda::fused_sgd(DType::f32, {p.data_ptr()}, {g.data_ptr()}, {}, {8},
+                                    {.momentum = 0.9}, nullptr),
+                    Catch::Contains("a momentum needs a momentum buffer per tensor (1), got 0"));
+  CHECK_THROWS_WITH(cuda::fused_adam(DType::f32, {p.data_ptr()}, {g.data_ptr()}, {p.data_ptr()},
+                                     {p.data_ptr()}, {-1}, {}, nullptr),
+                    Catch::Contains("tensor 0 has size -1"));
+  CHECK_THROWS_WITH(cuda::fused_adam(DType::f32, {p.data_ptr()}, {}, {}, {}, {8}, {}, nullptr),
+                    Catch::Contains("expected lists of 1 tensors (the sizes'), got one of 0"));
+  CHECK_THROWS_WITH(cuda::non_finite_check_and_unscale(DType::f64, {p.data_ptr()}, {8},
+                                                       p.data<float>(), p.data<float>(), nullptr),
+                    Catch::Contains("cuda::non_finite_check_and_unscale"));
 }
 
-TEST_CASE("cuda ops: sgd_step_ and adam_step_ on cuda tensors, and the optimizers on them",
+TEST_CASE("cuda ops: the optimizer ops on cuda tensors, and the optimizers on them",
           "[ops_cuda][optimizer]") {
   using test::kCuda;
   NoGradGuard no_grad;
@@ -151,7 +311,27 @@ TEST_CASE("cuda ops: sgd_step_ and adam_step_ on cuda tensors, and the optimizer
     CHECK(test::max_diff(pd, pc) <= 1e-6);
     CHECK(test::max_diff(vd, vc) <= 1e-6);
   }
-  // Three steps of each optimizer with device parameters equal the CPU's.
+  {
+    // The unscale of gradients of two dtypes (one list per dtype on cuda), the flag a device
+    // scalar, and the sum of squares on the device.
+    const std::vector<Tensor> gc = {g.clone(), g.to(DType::bf16)};
+    const std::vector<Tensor> gd = {g.to(kCuda), g.to(DType::bf16).to(kCuda)};
+    Tensor fc = zeros({1}), fd = zeros({1}, {.device = kCuda});
+    ops::non_finite_check_and_unscale_(gc, fc, full({1}, 0.25));
+    ops::non_finite_check_and_unscale_(gd, fd, full({1}, 0.25, {.device = kCuda}));
+    CHECK(fd.to(Device::cpu()).item() == 0);
+    CHECK(test::max_diff(gd[0], gc[0]) == 0);
+    CHECK(test::max_diff(gd[1].to(DType::f32), gc[1].to(DType::f32)) == 0);
+    fill_(gd[1].narrow(0, 7, 1), NAN);
+    ops::non_finite_check_and_unscale_(gd, fd, full({1}, 0.25, {.device = kCuda}));
+    CHECK(fd.to(Device::cpu()).item() == 1);
+    const Tensor sd = ops::sum_of_squares({g.to(kCuda), g.to(DType::f16).to(kCuda)});
+    CHECK(sd.device() == kCuda);
+    CHECK(sd.dtype() == DType::f32);
+    const double want = ops::sum_of_squares({g, g.to(DType::f16)}).item();
+    CHECK(std::abs(sd.to(Device::cpu()).item() - want) <= 1e-5 * want);
+  }
+  // Three steps of each optimizer with device parameters equal the CPU's, and clip_grad_norm_.
   for (int which = 0; which < 3; ++which) {
     INFO("optimizer " << which);
     Tensor wc = p0.clone().set_requires_grad(true);
@@ -173,6 +353,9 @@ TEST_CASE("cuda ops: sgd_step_ and adam_step_ on cuda tensors, and the optimizer
       const Tensor gs = test::rand_cpu({33, 5}, 10 + static_cast<uint64_t>(step));
       wc.set_grad(gs);
       wd.set_grad(gs.to(kCuda));
+      const double nc = nn::optim::clip_grad_norm_({wc}, 1.0);
+      const double nd = nn::optim::clip_grad_norm_({wd}, 1.0);
+      CHECK(std::abs(nd - nc) <= 1e-5 * nc);
       oc->step();
       od->step();
     }
@@ -188,12 +371,14 @@ TEST_CASE("cuda ops: the optimizer ops refuse f64 on cuda and mixed devices",
   CHECK_THROWS_WITH(
       ops::sgd_step_(p, zeros({4}, {.dtype = DType::f64, .device = kCuda}), Tensor(), {}),
       Catch::Contains("stoke::sgd_step_") &&
-          Catch::Contains("expected f32 parameters on cuda, got f64"));
+          Catch::Contains("expected f32, f16 or bf16 tensors on cuda, got f64"));
   CHECK_THROWS_WITH(ops::adam_step_(p, p.clone(), p.clone(), p.clone(), {}),
-                    Catch::Contains("expected f32 parameters on cuda, got f64"));
+                    Catch::Contains("expected f32, f16 or bf16 tensors on cuda, got f64"));
   const Tensor pd = zeros({4}, {.device = kCuda});
   CHECK_THROWS_WITH(ops::sgd_step_(pd, zeros({4}), Tensor(), {}),
                     Catch::Contains("stoke::sgd_step_") && Catch::Contains("cpu"));
   CHECK_THROWS_WITH(ops::adam_step_(pd, pd.clone(), zeros({4}), pd.clone(), {}),
                     Catch::Contains("stoke::adam_step_") && Catch::Contains("cpu"));
+  CHECK_THROWS_WITH(ops::non_finite_check_and_unscale_({pd}, zeros({1}), full({1}, 1.0)),
+                    Catch::Contains("grad 0 is on cuda") && Catch::Contains("found_inf on cpu"));
 }
