@@ -83,8 +83,10 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_de
       STOKE_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), name, "parameter ", i,
                   " (group ", g, ") must be a leaf tensor that requires grad");
       STOKE_CHECK(p.is_contiguous(), name, "parameter ", i, " (group ", g, ") must be contiguous");
-      STOKE_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, name, "parameter ", i,
-                  " (group ", g, ") has dtype ", p.dtype(), "; master weights are f32 (or f64)");
+      STOKE_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64 || p.dtype() == DType::f16 ||
+                      p.dtype() == DType::bf16,
+                  name, "parameter ", i, " (group ", g, ") has dtype ", p.dtype(),
+                  "; expected f32, f64, f16 or bf16");
       STOKE_CHECK(p.numel() == 0 || seen.insert(p.data_ptr()).second, name, "parameter ", i,
                   " (group ", g,
                   ") is already in an earlier group: a parameter may be in one only");
@@ -148,29 +150,42 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o)
 
 void SGD::step() {
   NoGradGuard no_grad;
-  const double mom = options_.momentum, damp = options_.dampening;
-  const bool nesterov = options_.nesterov;
-  for (const Group& group : groups_)
-    for (size_t i = group.begin; i < group.end; ++i)
-      update(i, group.lr, group.weight_decay, mom, damp, nesterov);
-}
-
-void SGD::update(size_t i, double lr, double wd, double mom, double damp, bool nesterov) {
-  const Tensor& p = params_[i];
-  if (!p.grad().defined()) return;
-  const Tensor g = contiguous_grad(p);
-  const bool first = !momentum_buffers_[i].defined();
-  // The first step writes the buffer without reading it (torch: buf = clone(d)); it is kept once
-  // the step has succeeded, so that a refused step leaves no half-made state.
-  const Tensor buf = mom != 0 && first ? empty_like(p) : momentum_buffers_[i];
-  ops::sgd_step_(p, g, buf,
-                 {.lr = lr,
-                  .momentum = mom,
-                  .dampening = damp,
-                  .weight_decay = wd,
-                  .nesterov = nesterov,
-                  .first_step = first});
-  momentum_buffers_[i] = buf;
+  const double mom = options_.momentum;
+  for (const Group& group : groups_) {
+    // One fused pass per group and first-step-ness (a buffer's first update writes without
+    // reading it, torch's buf = clone(d)); usually the whole group is one pass. The split is
+    // decided before either pass runs, so that no parameter is updated twice.
+    struct Pass {
+      std::vector<size_t> idx;
+      std::vector<Tensor> ps, gs, bufs;
+    };
+    Pass passes[2];  // [0]: buffers' first step; [1]: the rest (all of them without momentum)
+    for (size_t i = group.begin; i < group.end; ++i) {
+      const Tensor& p = params_[i];
+      if (!p.grad().defined()) continue;
+      const bool first = mom != 0 && !momentum_buffers_[i].defined();
+      Pass& pass = passes[first ? 0 : 1];
+      pass.idx.push_back(i);
+      pass.ps.push_back(p);
+      pass.gs.push_back(contiguous_grad(p));
+      if (mom != 0) pass.bufs.push_back(first ? empty_like(p) : momentum_buffers_[i]);
+    }
+    for (int k = 0; k < 2; ++k) {
+      Pass& pass = passes[k];
+      if (pass.ps.empty()) continue;
+      ops::fused_sgd_(pass.ps, pass.gs, pass.bufs,
+                      {.lr = group.lr,
+                       .momentum = mom,
+                       .dampening = options_.dampening,
+                       .weight_decay = group.weight_decay,
+                       .nesterov = options_.nesterov,
+                       .first_step = k == 0});
+      // The new buffers are kept once their step has succeeded: a refused step leaves no
+      // half-made state.
+      if (mom != 0)
+        for (size_t j = 0; j < pass.idx.size(); ++j) momentum_buffers_[pass.idx[j]] = pass.bufs[j];
+    }
+  }
 }
 
 NamedTensors SGD::state_dict() const {
@@ -207,30 +222,38 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled)
 
 void Adam::step() {
   NoGradGuard no_grad;
-  for (const Group& group : groups_)
-    for (size_t i = group.begin; i < group.end; ++i) update(i, group.lr, group.weight_decay);
-}
-
-void Adam::update(size_t i, double lr, double wd) {
-  const Tensor& p = params_[i];
-  if (!p.grad().defined()) return;
-  const Tensor g = contiguous_grad(p);
-  // The state changes only once the step has succeeded (a refused step leaves none behind).
-  const bool first = !exp_avg_[i].defined();
-  const Tensor m = first ? zeros_like_param(p) : exp_avg_[i];
-  const Tensor v = first ? zeros_like_param(p) : exp_avg_sq_[i];
-  const int64_t step = steps_[i] + 1;
-  ops::adam_step_(p, g, m, v,
-                  {.lr = lr,
-                   .beta1 = options_.beta1,
-                   .beta2 = options_.beta2,
-                   .eps = options_.eps,
-                   .weight_decay = wd,
-                   .decoupled = decoupled_,
-                   .step = step});
-  exp_avg_[i] = m;
-  exp_avg_sq_[i] = v;
-  steps_[i] = step;
+  for (const Group& group : groups_) {
+    // One fused pass per group and step count (the bias corrections'): all of a group's
+    // parameters share one unless some had no gradient on earlier steps.
+    std::map<int64_t, std::vector<size_t>> by_step;
+    for (size_t i = group.begin; i < group.end; ++i)
+      if (params_[i].grad().defined()) by_step[steps_[i] + 1].push_back(i);
+    for (const auto& [step, idx] : by_step) {
+      std::vector<Tensor> ps, gs, ms, vs;
+      for (size_t i : idx) {
+        const Tensor& p = params_[i];
+        ps.push_back(p);
+        gs.push_back(contiguous_grad(p));
+        // The state changes only once the step has succeeded (a refused step leaves none).
+        const bool first = !exp_avg_[i].defined();
+        ms.push_back(first ? zeros_like_param(p) : exp_avg_[i]);
+        vs.push_back(first ? zeros_like_param(p) : exp_avg_sq_[i]);
+      }
+      ops::fused_adam_(ps, gs, ms, vs,
+                       {.lr = group.lr,
+                        .beta1 = options_.beta1,
+                        .beta2 = options_.beta2,
+                        .eps = options_.eps,
+                        .weight_decay = group.weight_decay,
+                        .decoupled = decoupled_,
+                        .step = step});
+      for (size_t k = 0; k < idx.size(); ++k) {
+        exp_avg_[idx[k]] = ms[k];
+        exp_avg_sq_[idx[k]] = vs[k];
+        steps_[idx[k]] = step;
+      }
+    }
+  }
 }
 
 NamedTensors Adam::state_dict() const {
@@ -266,30 +289,20 @@ void Adam::load_state_dict(const NamedTensors& state) {
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
-  double total = 0;
-  // Device gradients: each one's sum of squares stays on its device (in f32), and one read-back
-  // per device gives the total (the norm decides the scale, as torch's .item() does).
-  std::vector<std::pair<Device, std::vector<Tensor>>> device_sums;
+  // One multi-tensor pass per device (ops::sum_of_squares) and one read-back each: the norm
+  // decides the scale, as torch's .item() does.
+  std::vector<std::pair<Device, std::vector<Tensor>>> by_device;
   for (const auto& p : params) {
     if (!p.grad().defined()) continue;
     const Tensor g = contiguous_grad(p);
-    if (!g.device().is_cpu()) {
-      auto it = std::find_if(device_sums.begin(), device_sums.end(),
-                             [&](const auto& d) { return d.first == g.device(); });
-      if (it == device_sums.end()) it = device_sums.insert(device_sums.end(), {g.device(), {}});
-      it->second.push_back(ops::sum(ops::mul(g, g)).to(DType::f32).reshape({1}));
-      continue;
-    }
-    dispatch_float(g.dtype(), "clip_grad_norm_", [&](auto tag) {
-      using T = typename decltype(tag)::type;
-      const T* gp = g.data<T>();
-      double s = 0;
-      for (int64_t j = 0; j < g.numel(); ++j) s += double(gp[j]) * double(gp[j]);
-      total += s;
-    });
+    auto it = std::find_if(by_device.begin(), by_device.end(),
+                           [&](const auto& d) { return d.first == g.device(); });
+    if (it == by_device.end()) it = by_device.insert(by_device.end(), {g.device(), {}});
+    it->second.push_back(g);
   }
-  for (const auto& [device, sums] : device_sums)
-    total += ops::sum(ops::cat(sums, 0)).to(Device::cpu()).to(DType::f64).item();
+  double total = 0;
+  for (const auto& [device, grads] : by_device)
+    total += ops::sum_of_squares(grads).to(Device::cpu()).to(DType::f64).item();
   const double norm = std::sqrt(total);
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1)
@@ -298,6 +311,12 @@ double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {
       Tensor g = contiguous_grad(p);
       if (!g.device().is_cpu()) {
         p.set_grad(ops::mul(g, coef));
+        continue;
+      }
+      if (g.dtype() == DType::f16 || g.dtype() == DType::bf16) {  // storage types on the CPU
+        const Tensor unused_flag = zeros({1});
+        ops::non_finite_check_and_unscale_({g}, unused_flag, full({1}, coef));
+        p.set_grad(g);
         continue;
       }
       dispatch_float(g.dtype(), "clip_grad_norm_", [&](auto tag) {

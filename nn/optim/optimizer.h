@@ -1,7 +1,7 @@
 // Optimizers with PyTorch's exact update rules (torch.optim, single-tensor path), learning-rate
-// schedulers and gradient clipping. The rules themselves are ops (ops::sgd_step_ and
-// ops::adam_step_, ops/optimizer.h), one fused kernel per parameter on every device; the optimizers
-// keep the state, the groups and the step counts.
+// schedulers and gradient clipping. The rules themselves are ops (ops::fused_sgd_ and
+// ops::fused_adam_, ops/optimizer.h): one multi-tensor pass over a parameter group on every
+// device; the optimizers keep the state, the groups and the step counts.
 //
 //   optim::SGD opt(model.parameters(), {.lr = 0.1, .momentum = 0.9, .nesterov = true});
 //   ...; loss.backward(); opt.step(); opt.zero_grad();
@@ -34,8 +34,9 @@ std::vector<ParamGroup> weight_decay_groups(const Module& module, double weight_
 class Optimizer {
  public:
   // `groups` must be non-empty and no parameter may be in two groups; every parameter is a
-  // contiguous f32/f64 leaf that requires grad. Parameters are numbered across the groups in order
-  // (state_dict()'s "state.<i>", as torch numbers them).
+  // contiguous f32/f64/f16/bf16 leaf that requires grad (f16/bf16 ones, with their state, are
+  // updated in f32 and rounded back, as torch does for low-precision parameters). Parameters are
+  // numbered across the groups in order (state_dict()'s "state.<i>", as torch numbers them).
   Optimizer(std::vector<ParamGroup> groups, double lr, double weight_decay, const char* name);
   virtual ~Optimizer() = default;
   // Applies one update to every parameter that has a gradient (no autograd recording).
@@ -90,8 +91,6 @@ class SGD : public Optimizer {
   const SGDOptions& options() const { return options_; }
 
  private:
-  // One parameter's update with its group's rate and decay.
-  void update(size_t i, double lr, double wd, double mom, double damp, bool nesterov);
   SGDOptions options_;
   std::vector<Tensor> momentum_buffers_;  // undefined until the first step with a gradient
 };
@@ -115,7 +114,6 @@ class Adam : public Optimizer {
   const AdamOptions& options() const { return options_; }
 
  private:
-  void update(size_t i, double lr, double wd);  // one parameter, its group's rate and decay
   AdamOptions options_;
   bool decoupled_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_;
