@@ -36,7 +36,9 @@
 #include "autograd/pool.h"
 #include "autograd/softmax.h"
 #include "bench/bench_util.h"
+#include "core/grad_mode.h"
 #include "ops/linalg.h"
+#include "ops/optimizer.h"
 #include "stoke/stoke.h"
 
 #ifndef STOKE_BENCH_SOURCE_DIR
@@ -247,6 +249,48 @@ Measured bench_optimizer(const std::string& name, const Args& a) {
   return m;
 }
 
+// One optimizer step over a list of t f32 parameters of n elements each, the shape of a model's
+// parameter list ("sgd_fused_t200_n5000": SGD with momentum 0.9 through Optimizer::step(), one
+// multi-tensor pass; "sgd_loop_t200_n5000": the same update as ops::sgd_step_ called per tensor,
+// the loop the fused pass replaced; "adam_..." likewise). The torch peer runs foreach=True for
+// "fused" (torch 1.13's fused=True is CUDA-only) and foreach=False for "loop".
+Measured bench_optimizer_list(const std::string& name, const Args& a) {
+  auto p = parse_case(name);
+  const bool sgd = p.count("sgd") > 0, fused = p.count("fused") > 0;
+  std::vector<Tensor> ws, bufs, ms, vs;
+  for (int64_t i = 0; i < p["t"]; ++i) {
+    Tensor w = randn({p["n"]}, leaf_options());
+    w.set_grad(randn({p["n"]}));
+    ws.push_back(w);
+    bufs.push_back(zeros({p["n"]}));
+    ms.push_back(zeros({p["n"]}));
+    vs.push_back(zeros({p["n"]}));
+  }
+  std::unique_ptr<nn::optim::Optimizer> opt;
+  if (sgd)
+    opt = std::make_unique<nn::optim::SGD>(ws, nn::optim::SGDOptions{.lr = 0.01, .momentum = 0.9});
+  else
+    opt = std::make_unique<nn::optim::Adam>(ws, nn::optim::AdamOptions{});
+  opt->step();  // the first step allocates the state (untimed, as torch's)
+  int64_t t = 1;
+  auto loop = [&] {
+    NoGradGuard no_grad;
+    ++t;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      if (sgd)
+        ops::sgd_step_(ws[i], ws[i].grad(), bufs[i], {.lr = 0.01, .momentum = 0.9});
+      else
+        ops::adam_step_(ws[i], ws[i].grad(), ms[i], vs[i], {.step = t});
+    }
+  };
+  Measured m;
+  if (fused)
+    m.fwd_ms = median_ms([&] { opt->step(); }, a.reps, a.warmup);
+  else
+    m.fwd_ms = median_ms(loop, a.reps, a.warmup);
+  return m;
+}
+
 struct OpSpec {
   std::string name;
   std::vector<std::string> cases;  // names exactly as in bench/ops_cpu_torch.py, smallest first
@@ -267,6 +311,10 @@ const std::vector<OpSpec>& op_specs() {
       {"hardswish", {"N64_C32_H28"}, bench_activation<hardswish>},
       {"sgemm", {"n256", "n512", "n1024", "n2048"}, bench_sgemm},
       {"optimizer", {"sgd_n1048576", "adam_n1048576"}, bench_optimizer},
+      {"optimizer_list",
+       {"sgd_fused_t200_n5000", "sgd_loop_t200_n5000", "adam_fused_t200_n5000",
+        "adam_loop_t200_n5000"},
+       bench_optimizer_list},
   };
   return specs;
 }

@@ -11,6 +11,8 @@ sgemm prints {"op": "sgemm", "case": "n1024", "fwd_ms": ..., "gflops": ...} inst
 optimizer {"op": "optimizer", "case": "adam_n1048576", "fwd_ms": ...}: one optimizer.step() over
 one parameter of n elements (torch.optim.SGD with momentum 0.9, torch.optim.Adam; foreach=False,
 the single-tensor rules stoke implements), after a first untimed step that creates the state.
+optimizer_list: one step over t parameters of n elements ("sgd_fused_t200_n5000": foreach=True,
+"..._loop_...": foreach=False), against stoke's multi-tensor step and its per-tensor loop.
 Times are medians over --reps timed repetitions (time.perf_counter), in milliseconds.
 
 fwd_ms     : forward only, under torch.no_grad() (no autograd graph is recorded).
@@ -42,6 +44,8 @@ OPS = {
     "hardswish": ["N64_C32_H28"],
     "sgemm": ["n256", "n512", "n1024", "n2048"],
     "optimizer": ["sgd_n1048576", "adam_n1048576"],
+    "optimizer_list": ["sgd_fused_t200_n5000", "sgd_loop_t200_n5000", "adam_fused_t200_n5000",
+                       "adam_loop_t200_n5000"],
 }
 
 
@@ -179,6 +183,19 @@ def run_case(op, case, reps, warmup):
         else:
             opt = torch.optim.Adam([w], foreach=False)
         opt.step()  # the first step creates the state (untimed)
+        return {"fwd_ms": round(median_ms(opt.step, reps, warmup), 4)}
+    if op == "optimizer_list":
+        ws = []
+        for _ in range(int(p["t"])):
+            w = torch.randn(int(p["n"]), dtype=torch.float32).requires_grad_(True)
+            w.grad = torch.randn(int(p["n"]), dtype=torch.float32)
+            ws.append(w)
+        foreach = "fused" in p  # torch 1.13: fused=True is CUDA-only; foreach is its list path
+        if "sgd" in p:
+            opt = torch.optim.SGD(ws, lr=0.01, momentum=0.9, foreach=foreach)
+        else:
+            opt = torch.optim.Adam(ws, foreach=foreach)
+        opt.step()
         return {"fwd_ms": round(median_ms(opt.step, reps, warmup), 4)}
     raise ValueError("unknown op %r" % op)
 

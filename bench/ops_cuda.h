@@ -176,5 +176,6 @@ void bench_memory(Bench& b);      // "memory":    copy, elementwise, cast, reduc
 void bench_pool(Bench& b);        // "pool":      ours vs cuDNN at ResNet-18/CIFAR activations
 void bench_batch_norm(Bench& b);  // "batchnorm": ours vs cuDNN, the same shapes
 void bench_softmax(Bench& b);     // "softmax":   softmax and cross-entropy (ours)
+void bench_optim(Bench& b);       // "optim":     multi-tensor optimizer kernels vs per tensor
 
 }  // namespace stoke::bench::ops_cuda
