@@ -1,5 +1,7 @@
 #include "dist/communicator.h"
 
+#include "dist/roll_call.h"
+
 #include <utility>
 
 namespace stoke::dist {
@@ -249,6 +251,28 @@ void Communicator::stop_worker() {
     cv_.notify_all();
   }
   if (worker_.joinable() && std::this_thread::get_id() != worker_.get_id()) worker_.join();
+}
+
+std::string describe_roll_call(const std::vector<int64_t>& heard, int64_t seq,
+                               std::chrono::milliseconds grace) {
+  std::string absent, elsewhere;
+  for (size_t r = 0; r < heard.size(); ++r) {
+    const int64_t h = heard[r];
+    if (h == kRollCallNotHeard)
+      absent += ::stoke::detail::str_cat(absent.empty() ? "" : ", ", r);
+    else if (h != seq)
+      elsewhere += ::stoke::detail::str_cat("; rank ", r, " is stuck in ",
+                                            h < 0 ? std::string("a point-to-point call")
+                                                  : ::stoke::detail::str_cat("collective #", h));
+  }
+  const double g = std::chrono::duration<double>(grace).count();
+  if (absent.empty() && elsewhere.empty())
+    return ::stoke::detail::str_cat("; every rank answered from the same call within ", g, " s");
+  if (absent.empty()) return elsewhere;
+  return ::stoke::detail::str_cat("; rank", absent.find(',') == std::string::npos ? " " : "s ",
+                                  absent, " did not arrive (no answer within ", g,
+                                  " s: stopped, dead, or busy outside stoke's collectives)",
+                                  elsewhere);
 }
 
 }  // namespace stoke::dist

@@ -3,6 +3,7 @@
 // stoke's own ring (dist/ring.h) is built on send/recv of any of them.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -62,6 +63,18 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   virtual int local_rank() const { return rank(); }  // this rank's index on its machine
+
+  // Where the other ranks are, asked by a stuck rank's watchdog, also the watchdog of another
+  // communicator bootstrapped from this one (NcclCommunicator::bootstrap): tells every other rank
+  // which collective it is stuck in (seq, or -1 for a point-to-point call) and listens for theirs
+  // for `grace`. Every live rank whose watchdog fires calls it, so a rank not heard from is
+  // stopped, dead or busy elsewhere. Returns "; rank 1 did not arrive (...)" and the like, or ""
+  // where the engine cannot ask (the default). `channel` keeps the roll calls of different
+  // communicators apart (0: this one's own).
+  virtual std::string roll_call(int64_t seq, std::chrono::milliseconds grace, int channel) {
+    (void)seq, (void)grace, (void)channel;
+    return "";
+  }
 
   // Point to point, tags >= 0 (negative tags are stoke's own). Messages between two ranks with the
   // same tag arrive in the order they were sent; recv checks the element count and dtype.

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "dist/reduce_dtype.h"
+#include "dist/roll_call.h"
 
 namespace stoke::dist {
 
@@ -161,6 +162,20 @@ InProcessGroup::Message InProcessGroup::take(int src, int dst, int tag, const st
 
 InProcessCommunicator::~InProcessCommunicator() {
   stop_worker();
+}
+
+std::string InProcessCommunicator::roll_call(int64_t seq, std::chrono::milliseconds grace,
+                                             int channel) {
+  std::unique_lock<std::mutex> lock(group_.mutex_);
+  std::vector<int64_t>& heard = group_.roll_[channel];
+  if (heard.empty()) heard.assign(static_cast<size_t>(group_.size_), kRollCallNotHeard);
+  heard[static_cast<size_t>(rank_)] = seq;
+  group_.roll_cv_.notify_all();
+  group_.roll_cv_.wait_for(lock, grace, [&] {
+    return std::none_of(heard.begin(), heard.end(),
+                        [](int64_t h) { return h == kRollCallNotHeard; });
+  });
+  return describe_roll_call(heard, seq, grace);
 }
 
 void InProcessCommunicator::on_collective_start(int64_t seq) {

@@ -69,6 +69,9 @@ class InProcessGroup {
   int failed_rank_ = -1;
   std::string why_;
   std::vector<int64_t> started_;  // per rank: how many collectives it has started
+  // roll_call(): per channel, what each rank answered (kRollCallNotHeard until it does).
+  std::map<int, std::vector<int64_t>> roll_;
+  std::condition_variable roll_cv_;
   std::vector<std::unique_ptr<InProcessCommunicator>> comms_;
 };
 
@@ -80,6 +83,8 @@ class InProcessCommunicator final : public Communicator {
   ~InProcessCommunicator() override;
   int rank() const override { return rank_; }
   int size() const override { return group_.size(); }
+  // Through the group's shared memory: a rank answers when its own roll_call() runs.
+  std::string roll_call(int64_t seq, std::chrono::milliseconds grace, int channel) override;
 
  protected:
   void do_send(const Tensor& t, int dst, int tag) override;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "dist/reduce_dtype.h"
+#include "dist/roll_call.h"
 
 namespace stoke::dist {
 
@@ -62,7 +63,7 @@ int init_mpi() {
   if (!initialized) {
     // At least SERIALIZED, not FUNNELED: non-blocking calls run MPI on the communicator's worker
     // thread. MULTIPLE where MPI has it (OpenMPI does): then the watchdog can ask the other ranks
-    // where they are while a call is stuck (MpiCommunicator::Watchdog::roll_call).
+    // where they are while a call is stuck (MpiCommunicator::roll_call).
     const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     STOKE_CHECK(rc == MPI_SUCCESS, "MpiCommunicator", "MPI_Init_thread failed (error ", rc, ")");
     std::atexit(finalize_at_exit);  // stoke initialized MPI, so stoke finalizes it
@@ -163,11 +164,9 @@ int64_t pieces(int64_t n, int64_t max) {
 // outside stoke's collectives; a rank heard from in another collective issued a different order.
 class MpiCommunicator::Watchdog {
  public:
-  // roll: a duplicate of the communicator for the roll call, or MPI_COMM_NULL (no MULTIPLE).
-  Watchdog(MPI_Comm comm, MPI_Comm roll, int rank, int size, std::chrono::milliseconds timeout)
-      : comm_(comm), roll_(roll), rank_(rank), size_(size), timeout_(timeout), thread_([this] {
-          loop();
-        }) {}
+  // owner: asked for the roll call (MpiCommunicator::roll_call).
+  Watchdog(MpiCommunicator& owner, MPI_Comm comm, int rank, std::chrono::milliseconds timeout)
+      : owner_(owner), comm_(comm), rank_(rank), timeout_(timeout), thread_([this] { loop(); }) {}
   ~Watchdog() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -213,7 +212,7 @@ class MpiCommunicator::Watchdog {
       const std::string label = label_;
       const int64_t seq = seq_;
       lock.unlock();  // the roll call takes a while; the stuck call may end meanwhile
-      const std::string where = roll_call(seq);
+      const std::string where = owner_.roll_call(seq, roll_call_grace(timeout_), 0);
       const std::string message =
           detail::str_cat("stoke::dist: ", label, " on rank ", rank_, " has waited ",
                           std::chrono::duration<double>(timeout_).count(), " s (timeout)", where,
@@ -225,62 +224,9 @@ class MpiCommunicator::Watchdog {
     }
   }
 
-  // Where the other ranks are: "; rank 2 did not arrive (...)" and the like, or "" without a
-  // roll communicator.
-  std::string roll_call(int64_t seq) const {
-    if (roll_ == MPI_COMM_NULL || size_ < 2) return "";
-    for (int r = 0; r < size_; ++r) {
-      if (r == rank_) continue;
-      MPI_Request request;  // freed at once: the send completes on its own (eager, 8 bytes)
-      if (MPI_Isend(&seq, 1, MPI_INT64_T, r, 0, roll_, &request) == MPI_SUCCESS)
-        MPI_Request_free(&request);
-    }
-    const auto grace = std::clamp<std::chrono::milliseconds>(
-        timeout_ / 4, std::chrono::milliseconds(1000), std::chrono::milliseconds(10000));
-    const auto deadline = std::chrono::steady_clock::now() + grace;
-    std::vector<int64_t> heard(static_cast<size_t>(size_), kNotHeard);
-    heard[static_cast<size_t>(rank_)] = seq;
-    int missing = size_ - 1;
-    while (missing > 0 && std::chrono::steady_clock::now() < deadline) {
-      int flag = 0;
-      MPI_Status status;
-      if (MPI_Iprobe(MPI_ANY_SOURCE, 0, roll_, &flag, &status) != MPI_SUCCESS) return "";
-      if (!flag) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        continue;
-      }
-      int64_t theirs = 0;
-      if (MPI_Recv(&theirs, 1, MPI_INT64_T, status.MPI_SOURCE, 0, roll_, MPI_STATUS_IGNORE) !=
-          MPI_SUCCESS)
-        return "";
-      int64_t& slot = heard[static_cast<size_t>(status.MPI_SOURCE)];
-      if (slot == kNotHeard) --missing;
-      slot = theirs;
-    }
-    std::string absent, elsewhere;
-    for (int r = 0; r < size_; ++r) {
-      const int64_t h = heard[static_cast<size_t>(r)];
-      if (h == kNotHeard)
-        absent += detail::str_cat(absent.empty() ? "" : ", ", r);
-      else if (h != seq)
-        elsewhere += detail::str_cat(
-            "; rank ", r, " is stuck in ",
-            h < 0 ? std::string("a point-to-point call") : detail::str_cat("collective #", h));
-    }
-    const double g = std::chrono::duration<double>(grace).count();
-    if (absent.empty() && elsewhere.empty())
-      return detail::str_cat("; every rank answered from the same call within ", g, " s");
-    std::string out = elsewhere;
-    if (!absent.empty())
-      out = detail::str_cat("; rank", absent.find(',') == std::string::npos ? " " : "s ", absent,
-                            " did not arrive (no answer within ", g,
-                            " s: stopped, dead, or busy outside stoke's collectives)", out);
-    return out;
-  }
-
-  static constexpr int64_t kNotHeard = std::numeric_limits<int64_t>::min();
-  const MPI_Comm comm_, roll_;
-  const int rank_, size_;
+  MpiCommunicator& owner_;
+  const MPI_Comm comm_;
+  const int rank_;
   const std::chrono::milliseconds timeout_;
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -291,6 +237,42 @@ class MpiCommunicator::Watchdog {
   std::chrono::steady_clock::time_point since_;
   std::thread thread_;  // last: starts once the members above exist
 };
+
+// --- the roll call -------------------------------------------------------------------------------
+
+// Sends this rank's seq to every other rank on roll_ (tag = channel), then collects theirs until
+// all answered or the grace period ends. Runs on a watchdog's thread while another thread may be
+// inside MPI: needs MPI_THREAD_MULTIPLE (roll_ exists only then).
+std::string MpiCommunicator::roll_call(int64_t seq, std::chrono::milliseconds grace, int channel) {
+  if (roll_ == MPI_COMM_NULL || size_ < 2) return "";
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) continue;
+    MPI_Request request;  // freed at once: the send completes on its own (eager, 8 bytes)
+    if (MPI_Isend(&seq, 1, MPI_INT64_T, r, channel, roll_, &request) == MPI_SUCCESS)
+      MPI_Request_free(&request);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  std::vector<int64_t> heard(static_cast<size_t>(size_), kRollCallNotHeard);
+  heard[static_cast<size_t>(rank_)] = seq;
+  int missing = size_ - 1;
+  while (missing > 0 && std::chrono::steady_clock::now() < deadline) {
+    int flag = 0;
+    MPI_Status status;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, channel, roll_, &flag, &status) != MPI_SUCCESS) return "";
+    if (!flag) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      continue;
+    }
+    int64_t theirs = 0;
+    if (MPI_Recv(&theirs, 1, MPI_INT64_T, status.MPI_SOURCE, channel, roll_, MPI_STATUS_IGNORE) !=
+        MPI_SUCCESS)
+      return "";
+    int64_t& slot = heard[static_cast<size_t>(status.MPI_SOURCE)];
+    if (slot == kRollCallNotHeard) --missing;
+    slot = theirs;
+  }
+  return describe_roll_call(heard, seq, grace);
+}
 
 // Around each do_* method: checks the tensors are on the cpu, takes the process's MPI lock where
 // MPI needs it and arms the watchdog.
@@ -363,10 +345,11 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, MpiOptions options) : options_(o
   int flag = 0;  // MPI_TAG_UB is attached to MPI_COMM_WORLD
   if (MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag)
     tag_ub_ = *static_cast<int*>(ub);
-  if (options.timeout.count() > 0) {
-    if (thread_level_ == MPI_THREAD_MULTIPLE) check(MPI_Comm_dup(comm_, &roll_), "MPI_Comm_dup");
-    watchdog_ = std::make_unique<Watchdog>(comm_, roll_, rank_, size_, options.timeout);
-  }
+  // The roll call's own communicator, also for the watchdogs of communicators bootstrapped from
+  // this one (NcclCommunicator), whatever this one's timeout.
+  if (thread_level_ == MPI_THREAD_MULTIPLE) check(MPI_Comm_dup(comm_, &roll_), "MPI_Comm_dup");
+  if (options.timeout.count() > 0)
+    watchdog_ = std::make_unique<Watchdog>(*this, comm_, rank_, options.timeout);
 }
 
 MpiCommunicator::~MpiCommunicator() {

@@ -63,6 +63,8 @@ class MpiCommunicator final : public Communicator {
   MPI_Comm comm() const { return comm_; }
   // The thread level MPI provides (MPI_THREAD_SERIALIZED or MPI_THREAD_MULTIPLE).
   int thread_level() const { return thread_level_; }
+  // With MPI_THREAD_MULTIPLE, over a duplicate communicator of its own; else "".
+  std::string roll_call(int64_t seq, std::chrono::milliseconds grace, int channel) override;
 
  protected:
   void do_send(const Tensor& t, int dst, int tag) override;
@@ -94,7 +96,7 @@ class MpiCommunicator final : public Communicator {
 
   MpiOptions options_;
   MPI_Comm comm_ = MPI_COMM_NULL;
-  MPI_Comm roll_ = MPI_COMM_NULL;  // the watchdog's roll call (with MPI_THREAD_MULTIPLE)
+  MPI_Comm roll_ = MPI_COMM_NULL;  // roll_call()'s (with MPI_THREAD_MULTIPLE)
   int rank_ = 0, size_ = 1, local_rank_ = 0;
   int thread_level_ = 0;
   bool serialize_ = true;  // below MPI_THREAD_MULTIPLE: one MPI call at a time in the process

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "cuda/runtime/stream.h"
+#include "dist/roll_call.h"
 #include "ops/creation.h"
 
 namespace stoke::dist {
@@ -72,6 +73,12 @@ NcclCommunicator::NcclCommunicator(const ncclUniqueId& id, int rank, int size, i
 
 std::unique_ptr<NcclCommunicator> NcclCommunicator::bootstrap(Communicator& bootstrap, int device,
                                                               NcclOptions options) {
+  if (!options.roll_call) {
+    const std::chrono::milliseconds grace = roll_call_grace(options.timeout);
+    options.roll_call = [&bootstrap, grace](int64_t seq) {
+      return bootstrap.roll_call(seq, grace, /*channel=*/1);
+    };
+  }
   ncclUniqueId id{};
   if (bootstrap.rank() == 0) id = make_unique_id();
   Tensor bytes = empty({static_cast<int64_t>(sizeof id)}, {.dtype = DType::u8});
@@ -122,7 +129,9 @@ void NcclCommunicator::run(const std::vector<const Tensor*>& tensors, F&& enqueu
   {
     std::lock_guard<std::mutex> lock(mutex_);
     id = next_id_++;
-    pending_.push_back({id, nullptr, op_label(), std::chrono::steady_clock::now()});
+    pending_.push_back({id, nullptr, op_label(),
+                        op_label().find('#') != std::string::npos ? seq_ : -1,
+                        std::chrono::steady_clock::now()});
   }
   // A call that fails leaves the watchdog's list (else it would time out and abort later).
   auto forget = [&] {
@@ -167,6 +176,8 @@ void NcclCommunicator::watchdog_loop() {
   while (!stop_) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::string reason;
+    int64_t stuck_seq = -1;
+    bool timed_out = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       const auto now = std::chrono::steady_clock::now();
@@ -183,6 +194,8 @@ void NcclCommunicator::watchdog_loop() {
           const auto s = std::chrono::duration<double>(now - p.queued).count();
           reason = ::stoke::detail::str_cat(p.label, " on rank ", rank_, " has not finished after ",
                                             s, " s (timeout)");
+          stuck_seq = p.seq;
+          timed_out = true;
         }
         pending_[kept++] = p;
       }
@@ -192,14 +205,19 @@ void NcclCommunicator::watchdog_loop() {
           async != ncclSuccess && async != ncclInProgress)
         reason = ::stoke::detail::str_cat("an asynchronous NCCL error on rank ", rank_, ": ",
                                           ncclGetErrorString(async));
-      if (!reason.empty()) abort_reason_ = reason;
     }
-    if (!reason.empty()) {
-      std::fprintf(stderr, "stoke::dist: %s; aborting the NCCL communicator\n", reason.c_str());
-      aborted_ = true;
-      ncclCommAbort(comm_);  // wakes this rank's calls blocked in NCCL
-      return;
+    if (reason.empty()) continue;
+    // Where the others are (outside the lock: it listens for up to a few seconds, while the
+    // stuck operation's rank goes on queueing or failing).
+    if (timed_out && options_.roll_call) reason += options_.roll_call(stuck_seq);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      abort_reason_ = reason;
     }
+    std::fprintf(stderr, "stoke::dist: %s; aborting the NCCL communicator\n", reason.c_str());
+    aborted_ = true;
+    ncclCommAbort(comm_);  // wakes this rank's calls blocked in NCCL
+    return;
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -28,6 +29,11 @@ struct NcclOptions {
   // asynchronous NCCL error, aborts the communicator (ncclCommAbort): the stalled calls return and
   // every later call throws, naming the operation, its sequence number and the rank. Zero: off.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Asked on a timeout where the other ranks are (Communicator::roll_call, with the collective's
+  // sequence number, -1 for a point-to-point call); its answer ends the message ("; rank 1 did not
+  // arrive (...)"). NCCL cannot tell, so bootstrap() asks the communicator the id came over.
+  // Empty: the message names this rank only.
+  std::function<std::string(int64_t seq)> roll_call = {};
 };
 
 class NcclCommunicator final : public Communicator {
@@ -40,6 +46,8 @@ class NcclCommunicator final : public Communicator {
                    NcclOptions options = {});
   // Rank 0 of `bootstrap` (e.g. an MpiCommunicator) makes the id and broadcasts it; each rank
   // takes the GPU `device`, or its local rank on the machine when device < 0.
+  // Unless options.roll_call is set, a timeout asks `bootstrap` for its roll call (channel 1), so
+  // `bootstrap` must outlive the returned communicator.
   static std::unique_ptr<NcclCommunicator> bootstrap(Communicator& bootstrap, int device = -1,
                                                      NcclOptions options = {});
   ~NcclCommunicator() override;
@@ -64,6 +72,7 @@ class NcclCommunicator final : public Communicator {
   void do_allgather(const Tensor& input, Tensor& output) override;
   void do_broadcast(Tensor& t, int root) override;
   void do_barrier() override;
+  void on_collective_start(int64_t seq) override { seq_ = seq; }
 
  private:
   // Queues enqueue() (NCCL calls on stream_) between the two events, after checking that every
@@ -84,8 +93,10 @@ class NcclCommunicator final : public Communicator {
     uint64_t id;
     cudaEvent_t done;  // null while the call is still inside NCCL
     std::string label;
+    int64_t seq;  // the collective, or -1 (a point-to-point call)
     std::chrono::steady_clock::time_point queued;
   };
+  int64_t seq_ = -1;          // the collective being issued (on_collective_start)
   uint64_t next_id_ = 0;      // under mutex_
   mutable std::mutex mutex_;  // check_alive() reads abort_reason_ under it
   std::vector<Pending> pending_;

@@ -4,9 +4,11 @@
 // on the whole batch, and the watchdog that aborts a communicator whose peer never arrives.
 #include <catch2/catch.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -355,6 +357,34 @@ TEST_CASE("dist: nccl (emu): a peer that never arrives trips the watchdog, namin
   for (auto& t : threads) t.join();
   CHECK_THAT(errors[0], Catch::Contains("allreduce #0") && Catch::Contains("timeout"));
   CHECK_FALSE(errors[1].empty());  // its peer aborted: it fails too, never hangs
+}
+
+TEST_CASE("dist: nccl (emu): bootstrapped, the watchdog names the rank that never arrived",
+          "[nccl_dist]") {
+  // NCCL cannot tell where the other ranks are; the communicator the id came over can (its roll
+  // call, here the in-process group's): rank 0 times out in allreduce #0, rank 1 never calls it.
+  std::atomic<bool> failed{false};
+  std::string error;
+  run_ranks(2, [&](Communicator& boot) {
+    const int r = boot.rank();
+    cuda::set_device(r);
+    auto comm = NcclCommunicator::bootstrap(boot, r, {.timeout = std::chrono::milliseconds(200)});
+    if (r == 0) {
+      Tensor t = ones({4}, {.device = Device::cuda(0)});
+      try {
+        comm->allreduce(t);
+        comm->barrier();  // the host waits here for the stream (allreduce only queues)
+      } catch (const std::exception& e) {
+        error = e.what();
+      }
+      failed = true;
+    } else {
+      for (int i = 0; i < 1000 && !failed; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  CHECK_THAT(error, Catch::Contains("allreduce #0 on rank 0") && Catch::Contains("timeout") &&
+                        Catch::Contains("rank 1 did not arrive"));
 }
 
 TEST_CASE("dist: nccl (emu): a failed call leaves the communicator alive past the timeout",
