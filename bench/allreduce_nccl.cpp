@@ -15,6 +15,7 @@
 #include "cuda/runtime/device.h"
 #include "cuda/runtime/stream.h"
 #include "dist/cuda/nccl.h"
+#include "dist/launch.h"
 #include "stoke/stoke.h"  // links the CUDA backend's registration (allocator, copies, kernels)
 #if defined(STOKE_HAS_MPI)
 #include "dist/mpi.h"
@@ -35,12 +36,6 @@ std::function<void()> stream_sync(int device) {
   };
 }
 
-bool under_mpirun() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE"})
-    if (const char* v = std::getenv(var); v && std::atoi(v) >= 1) return true;
-  return false;
-}
-
 }  // namespace
 
 int run_allreduce_bench_nccl(const AllreduceArgs& a) {
@@ -52,7 +47,7 @@ int run_allreduce_bench_nccl(const AllreduceArgs& a) {
                  "reduces f64 on the CPU only)\n";
     return 2;
   }
-  if (under_mpirun()) {
+  if (dist::launcher_world_size() >= 1) {  // even -np 1: one process per GPU
 #if defined(STOKE_HAS_MPI)
     std::unique_ptr<dist::MpiCommunicator> mpi;
     try {

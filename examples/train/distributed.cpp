@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "dist/host_staged.h"
+#include "dist/launch.h"
 #include "stoke/stoke.h"
 #if defined(STOKE_HAS_MPI)
 #include "dist/mpi.h"
@@ -53,17 +54,9 @@ void Distributed::abort_job(int code) const {
   std::_Exit(code);
 }
 
-bool launched_as_mpi_job() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS"}) {
-    const char* v = std::getenv(var);
-    if (v && std::atoi(v) > 1) return true;
-  }
-  return false;
-}
-
 Distributed join_job(const Flags& f) {
   Distributed d;
-  if (!launched_as_mpi_job()) return d;
+  if (dist::launcher_world_size() <= 1) return d;  // one process: no communicator
 #if defined(STOKE_HAS_MPI)
   const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(f.dist_timeout * 1000));
   auto comm = std::make_unique<dist::MpiCommunicator>(dist::MpiOptions{.timeout = timeout});

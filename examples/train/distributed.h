@@ -34,9 +34,6 @@ struct Distributed {
   void abort_job(int code) const;
 };
 
-// Whether an MPI launcher (mpirun, srun with PMI/PMIx) started this process as one of several.
-bool launched_as_mpi_job();
-
 // Joins the job the launcher started (a dist::MpiCommunicator with --dist-timeout), or a single
 // process. An error when launched as a job by a build without MPI.
 Distributed join_job(const Flags& f);
