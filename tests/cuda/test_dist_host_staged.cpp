@@ -14,31 +14,13 @@
 #include "dist/ring.h"
 #include "stoke/stoke.h"
 
+#include "dist_ranks.h"
+
 using namespace stoke;
 using namespace stoke::dist;
+using stoke::test::run_staged;
 
 namespace {
-
-// fn(comm) on n rank threads of one in-process group, each wrapped for device tensors.
-void run_staged(int n, const std::function<void(HostStagedCommunicator&)>& fn) {
-  InProcessGroup group(n);
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        cuda::set_device(r % 2);
-        HostStagedCommunicator comm(group.communicator(r));
-        fn(comm);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-        group.abort(r, "failed");
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
 
 std::vector<double> host(const Tensor& t) {
   return t.to(Device::cpu()).to(DType::f64).to_vector<double>();

@@ -20,31 +20,16 @@
 #include "dist/ring.h"
 #include "stoke/stoke.h"
 
+#include "dist_ranks.h"
+
 using namespace stoke;
 using namespace stoke::dist;
+using stoke::test::run_nccl;
+using stoke::test::run_staged;
 
 namespace {
 
 // fn(comm) on n rank threads (rank r on device r % 2) of one clique; rethrows the first error.
-void run_nccl(int n, const std::function<void(NcclCommunicator&)>& fn, NcclOptions options = {}) {
-  const ncclUniqueId id = NcclCommunicator::make_unique_id();
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < n; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        cuda::set_device(r % 2);
-        NcclCommunicator comm(id, r, n, r % 2, options);
-        fn(comm);
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
 // Rank r's element i: multiples of 1/4 below 8, exact in every float type, so sums are exact.
 double value(int r, int64_t i) {
   return 0.5 * (r + 1) + 0.25 * static_cast<double>(i % 7);
@@ -215,27 +200,10 @@ enum class Engine { nccl, staged };
 
 // fn(comm, device) on 2 rank threads, rank r on emulated device r.
 void run_two(Engine engine, const std::function<void(Communicator&, Device)>& fn) {
-  if (engine == Engine::nccl) {
+  if (engine == Engine::nccl)
     run_nccl(2, [&](NcclCommunicator& c) { fn(c, Device::cuda(c.device())); });
-    return;
-  }
-  InProcessGroup group(2);
-  std::vector<std::exception_ptr> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        cuda::set_device(r);
-        HostStagedCommunicator c(group.communicator(r));
-        fn(c, Device::cuda(r));
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-        group.abort(r, "failed");
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  else
+    run_staged(2, [&](HostStagedCommunicator& c) { fn(c, Device::cuda(c.rank())); });
 }
 
 struct DdpRun {
@@ -339,22 +307,19 @@ TEST_CASE("dist: nccl (emu): DDP of LeNet-5 on cuda tensors with no_sync, 2 rank
 TEST_CASE("dist: nccl (emu): a peer that never arrives trips the watchdog, naming the collective",
           "[nccl_dist]") {
   std::vector<std::string> errors(2);
-  const ncclUniqueId id = NcclCommunicator::make_unique_id();
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      cuda::set_device(r);
-      NcclCommunicator comm(id, r, 2, r, {.timeout = std::chrono::milliseconds(200)});
-      Tensor t = ones({4}, {.device = Device::cuda(r)});
-      try {
-        if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
-        comm.allreduce(t);  // rank 0 waits alone past its timeout
-        if (r == 0) comm.allreduce(t);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
+  run_nccl(2,
+           [&](NcclCommunicator& comm) {
+             const int r = comm.rank();
+             Tensor t = ones({4}, {.device = Device::cuda(r)});
+             try {
+               if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(600));
+               comm.allreduce(t);  // rank 0 waits alone past its timeout
+               if (r == 0) comm.allreduce(t);
+             } catch (const std::exception& e) {
+               errors[static_cast<size_t>(r)] = e.what();
+             }
+           },
+           {.timeout = std::chrono::milliseconds(200)});
   CHECK_THAT(errors[0], Catch::Contains("allreduce #0") && Catch::Contains("timeout"));
   CHECK_FALSE(errors[1].empty());  // its peer aborted: it fails too, never hangs
 }
