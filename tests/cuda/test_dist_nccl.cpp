@@ -278,7 +278,7 @@ DdpRun lenet_run(const Tensor& x, const Tensor& y, int ranks, int steps, int acc
 // emulator at a tenth of the speed (CI's tsan stage checks DDP's threads on the MLP).
 #if !defined(__SANITIZE_THREAD__)
 TEST_CASE("dist: nccl (emu): DDP of LeNet-5 on cuda tensors with no_sync, 2 ranks x 4 equals 1 x 8",
-          "[nccl_dist]") {
+          "[nccl_dist][lenet]") {
   constexpr int kSteps = 2;
   Generator data_gen(7);
   const Tensor x = randn({8, 1, 28, 28}, {}, &data_gen);
