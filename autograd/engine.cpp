@@ -1,11 +1,13 @@
 #include "autograd/engine.h"
 
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "autograd/function.h"
 #include "autograd/node.h"
 #include "core/grad_mode.h"
+#include "core/profiler.h"
 #include "core/strided.h"
 #include "ops/creation.h"
 
@@ -89,7 +91,11 @@ std::vector<Tensor> run(const std::vector<Tensor>& roots, const std::vector<Tens
       skip = dynamic_cast<AccumulateGrad*>(node.get()) != nullptr;
     }
     std::vector<Tensor> input_grads;
-    if (!skip) input_grads = node->apply(std::move(grads));
+    if (!skip) {
+      std::optional<profiler::Range> range;  // the node's name is built only while profiling
+      if (profiler::enabled()) range.emplace(node->name(), profiler::Category::backward);
+      input_grads = node->apply(std::move(grads));
+    }
     executed.push_back(node);
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];

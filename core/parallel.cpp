@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/profiler.h"
 
 namespace stoke {
 namespace {
@@ -62,6 +63,7 @@ class ThreadPool {
   }
 
   void worker_loop(int index, uint64_t seen) {
+    profiler::set_thread_name(::stoke::detail::str_cat("pool worker ", index));
     std::unique_lock<std::mutex> lock(mutex_);
     for (;;) {
       wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
@@ -70,7 +72,10 @@ class ThreadPool {
       if (index >= tasks_) continue;
       const auto* task = task_;
       lock.unlock();
-      run_one(*task, index);
+      {
+        const profiler::Range range("parallel_for", profiler::Category::pool);
+        run_one(*task, index);
+      }
       lock.lock();
       if (--pending_ == 0) done_.notify_one();
     }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/profiler.h"
 
 namespace stoke::data {
 
@@ -113,6 +114,7 @@ void DataLoader::join_workers() {
 }
 
 void DataLoader::worker_loop(int64_t w) {
+  profiler::set_thread_name(::stoke::detail::str_cat("loader worker ", w));
   Scratch scratch;
   const int64_t nb = batches_.num_batches(), n_workers = options_.workers;
   Worker& me = workers_[static_cast<size_t>(w)];
@@ -123,7 +125,10 @@ void DataLoader::worker_loop(int64_t w) {
           lock, [&] { return stop_ || static_cast<int64_t>(me.queue.size()) < options_.prefetch; });
       if (stop_) return;
     }
-    Item item = build(b, scratch);
+    Item item = [&] {
+      const profiler::Range range("load batch", profiler::Category::data);
+      return build(b, scratch);
+    }();
     const bool failed = item.error != nullptr;
     {
       std::lock_guard lock(mu_);

@@ -1,8 +1,9 @@
 #include "dist/communicator.h"
 
-#include "dist/roll_call.h"
-
 #include <utility>
+
+#include "core/profiler.h"
+#include "dist/roll_call.h"
 
 namespace stoke::dist {
 
@@ -20,6 +21,7 @@ const char* reduce_op_name(ReduceOp op) {
 
 void Work::wait() const {
   STOKE_CHECK(state_, "Work::wait", "this Work handle holds no work");
+  const profiler::Range range("comm wait", profiler::Category::comm);
   std::unique_lock<std::mutex> lock(state_->mutex);
   state_->cv.wait(lock, [&] { return state_->done; });
   if (state_->error) std::rethrow_exception(state_->error);

@@ -3,6 +3,7 @@
 // is a batch of one, as torch accepts it.
 #include "ops/conv2d.h"
 
+#include "core/profiler.h"
 #include "ops/backend.h"
 #include "ops/check.h"
 
@@ -64,12 +65,23 @@ std::array<int64_t, 2> conv2d_output_size(const std::array<int64_t, 2>& input_si
   return out;
 }
 
+namespace {
+// Multiply-adds x 2 of one convolution (for the profiler's GFLOP/s): each output element takes
+// the weight's C/groups x KH x KW taps.
+template <class Out>
+double conv_flops(const Tensor& input, const Tensor& weight, const Out& out) {
+  return 2.0 * static_cast<double>(input.size(0)) * static_cast<double>(out[0]) *
+         static_cast<double>(out[1]) * static_cast<double>(weight.numel());
+}
+}  // namespace
+
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options) {
   // One sample (C, H, W), as torch accepts it: a batch of one, then the batch dim dropped.
   if (input.defined() && input.dim() == 3)
     return conv2d(input.detach().unsqueeze(0), weight, bias, options).squeeze(0);
-  check_conv("conv2d", input, weight, bias, options);
+  const auto out = check_conv("conv2d", input, weight, bias, options);
+  if (profiler::enabled()) profiler::next_range_flops(conv_flops(input, weight, out));
   return dispatch("conv2d", {&input, &weight, &bias}).conv2d(input, weight, bias, options);
 }
 
@@ -90,6 +102,9 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& input, const T
   check_same_dtype("conv2d_backward", grad_out, "grad_out", input, "input");
   check_shape("conv2d_backward", grad_out, "grad_out",
               {input.size(0), weight.size(0), out[0], out[1]});
+  if (profiler::enabled())
+    profiler::next_range_flops(conv_flops(input, weight, out) *
+                               (int{need_input} + int{need_weight}));
   return dispatch("conv2d_backward", {&grad_out, &input, &weight})
       .conv2d_backward(grad_out, input, weight, options, need_input, need_weight, need_bias);
 }

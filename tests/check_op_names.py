@@ -18,7 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # Shared infrastructure: not an op, or used by several families.
 SHARED = {
-    "ops": {"backend", "backend_methods", "check", "math_mode"},
+    "ops": {"backend", "backend_methods", "check", "math_mode", "profiled_backend"},
     "ops/cpu": {"backend", "gemm", "row_kernels"},  # gemm: linalg and conv2d; rows: softmax, loss
     "ops/cuda": {"backend", "glue_util"},
     "cuda/kernels": {"sgemm", "gemm_tile"},  # the GEMM of linalg (emu) and of conv2d's backward

@@ -4,6 +4,7 @@
 
 #include "core/allocator.h"
 #include "core/error.h"
+#include "core/profiler.h"
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/deferred_checks.h"
 #include "cuda/runtime/device.h"
@@ -52,6 +53,7 @@ void check_operand(const Tensor& t, const char* which) {
 void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind) {
   if (nbytes == 0) return;
   STOKE_NVTX_RANGE("stoke::cuda::copy_bytes");
+  const profiler::Range profiler_range("copy_bytes", profiler::Category::copy);
   // On the current stream, then waited for: cudaMemcpy would run on the legacy default stream,
   // which does not wait for the current stream's kernels (it is created non-blocking), so a
   // read-back could see the data before they wrote it.
@@ -66,6 +68,7 @@ void copy_bytes_async(void* dst, const void* src, size_t nbytes, CopyKind kind,
                       cudaStream_t stream) {
   if (nbytes == 0) return;
   STOKE_NVTX_RANGE("stoke::cuda::copy_bytes_async");
+  const profiler::Range profiler_range("copy_bytes_async", profiler::Category::copy);
   STOKE_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, to_cuda_kind(kind), stream));
 }
 
@@ -73,6 +76,7 @@ void copy_peer_async(void* dst, int dst_device, const void* src, int src_device,
                      cudaStream_t stream) {
   if (nbytes == 0) return;
   STOKE_NVTX_RANGE("stoke::cuda::copy_peer_async");
+  const profiler::Range profiler_range("copy_peer_async", profiler::Category::copy);
 #ifdef STOKE_CUDA_EMU
   (void)dst_device;
   (void)src_device;
@@ -101,6 +105,7 @@ void copy_tensor(const Tensor& dst, const Tensor& src, bool non_blocking) {
     return;
   }
   STOKE_NVTX_RANGE("stoke::cuda::copy_tensor");
+  const profiler::Range profiler_range("copy_tensor", profiler::Category::copy);
   // The device whose current stream runs the copy.
   const int device = s.is_cuda() ? s.index : d.index;
   DeviceGuard guard(device);

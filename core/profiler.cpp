@@ -1,0 +1,382 @@
+#include "core/profiler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <unordered_set>
+
+#include "core/error.h"
+
+namespace stoke::profiler {
+
+std::atomic<bool> detail::g_enabled{false};
+
+namespace {
+
+// One thread's events. Its own thread appends under the mutex (uncontended unless a reader is
+// copying), so events() and the trace can run while the training goes on.
+struct ThreadBuffer {
+  std::mutex mutex;
+  std::vector<Event> events;
+  std::vector<size_t> open;  // indices of the ranges open now, innermost last
+  std::string name;
+  int tid = 0;
+};
+
+struct Registry {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<ThreadBuffer>> buffers;  // kept after their threads end
+  std::unordered_set<std::string> interned;            // node-based: c_str() stays put
+  std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
+};
+Registry& registry() {
+  static Registry* r = new Registry;  // lives until exit: threads may record during shutdown
+  return *r;
+}
+
+thread_local std::shared_ptr<ThreadBuffer> t_buffer;
+thread_local std::string t_name;
+thread_local double t_next_flops = 0;
+
+ThreadBuffer& buffer() {
+  if (!t_buffer) {
+    auto b = std::make_shared<ThreadBuffer>();
+    b->events.reserve(4096);
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    b->tid = static_cast<int>(r.buffers.size());
+    b->name = t_name.empty() ? (b->tid == 0 ? "main" : "thread " + std::to_string(b->tid)) : t_name;
+    r.buffers.push_back(b);
+    t_buffer = std::move(b);
+  }
+  return *t_buffer;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              registry().epoch)
+      .count();
+}
+
+std::vector<std::shared_ptr<ThreadBuffer>> all_buffers() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.buffers;
+}
+
+// Walks one thread's events (pre-order, properly nested) keeping the stack of enclosing closed
+// ranges: visit(event, parent or nullptr). Open ranges are skipped.
+template <class F>
+void walk(const std::vector<Event>& events, F&& visit) {
+  std::vector<const Event*> stack;
+  for (const Event& e : events) {
+    if (e.end_ns < 0) continue;
+    while (!stack.empty() && stack.back()->end_ns <= e.begin_ns && stack.back()->end_ns < e.end_ns)
+      stack.pop_back();
+    visit(e, stack.empty() ? nullptr : stack.back());
+    stack.push_back(&e);
+  }
+}
+
+std::string json_escape(const char* s) {
+  std::string out;
+  for (; *s; ++s) {
+    const unsigned char c = static_cast<unsigned char>(*s);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* category_name(Category c) {
+  switch (c) {
+    case Category::op:
+      return "op";
+    case Category::backward:
+      return "backward";
+    case Category::phase:
+      return "phase";
+    case Category::step:
+      return "step";
+    case Category::copy:
+      return "copy";
+    case Category::comm:
+      return "comm";
+    case Category::data:
+      return "data";
+    case Category::pool:
+      return "pool";
+    case Category::user:
+      return "user";
+  }
+  return "?";
+}
+
+void detail::begin(const char* name, Category category) {
+  ThreadBuffer& b = buffer();
+  const double flops = t_next_flops;
+  t_next_flops = 0;
+  const int64_t t = now_ns();
+  std::lock_guard<std::mutex> lock(b.mutex);
+  b.open.push_back(b.events.size());
+  b.events.push_back({name, category, t, -1, flops, static_cast<int>(b.open.size()) - 1, b.tid});
+}
+
+void detail::begin_interned(const std::string& name, Category category) {
+  const char* stable;
+  {
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mutex);
+    stable = r.interned.insert(name).first->c_str();
+  }
+  begin(stable, category);
+}
+
+void detail::end() {
+  const int64_t t = now_ns();
+  ThreadBuffer& b = buffer();
+  std::lock_guard<std::mutex> lock(b.mutex);
+  if (b.open.empty()) return;  // opened before a start() that cleared it
+  b.events[b.open.back()].end_ns = t;
+  b.open.pop_back();
+}
+
+void detail::set_next_flops(double flops) {
+  t_next_flops = flops;
+}
+
+void set_thread_name(const std::string& name) {
+  t_name = name;
+  if (t_buffer) {
+    std::lock_guard<std::mutex> lock(t_buffer->mutex);
+    t_buffer->name = name;
+  }
+}
+
+void start() {
+  detail::g_enabled.store(false);
+  Registry& r = registry();
+  {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    for (auto& b : r.buffers) {
+      std::lock_guard<std::mutex> block(b->mutex);
+      b->events.clear();
+      b->open.clear();
+    }
+    r.epoch = std::chrono::steady_clock::now();
+  }
+  detail::g_enabled.store(true);
+}
+
+void stop() {
+  detail::g_enabled.store(false);
+}
+
+std::vector<Event> events() {
+  std::vector<Event> out;
+  for (auto& b : all_buffers()) {
+    std::lock_guard<std::mutex> lock(b->mutex);
+    out.insert(out.end(), b->events.begin(), b->events.end());
+  }
+  return out;
+}
+
+std::vector<std::string> thread_names() {
+  std::vector<std::string> out;
+  for (auto& b : all_buffers()) {
+    std::lock_guard<std::mutex> lock(b->mutex);
+    out.push_back(b->name);
+  }
+  return out;
+}
+
+namespace {
+
+// Each thread's events, copied under its lock, and its name.
+struct ThreadEvents {
+  int tid;
+  std::string name;
+  std::vector<Event> events;
+};
+std::vector<ThreadEvents> snapshot() {
+  std::vector<ThreadEvents> out;
+  for (auto& b : all_buffers()) {
+    std::lock_guard<std::mutex> lock(b->mutex);
+    if (!b->events.empty()) out.push_back({b->tid, b->name, b->events});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string chrome_trace_json() {
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  bool first = true;
+  auto emit = [&](const std::string& e) {
+    if (!first) out += ",\n";
+    first = false;
+    out += e;
+  };
+  char ts[64];
+  for (const ThreadEvents& t : snapshot()) {
+    emit(
+        ::stoke::detail::str_cat("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":", t.tid,
+                                 ",\"args\":{\"name\":\"", json_escape(t.name.c_str()), "\"}}"));
+    std::vector<const Event*> stack;
+    auto close = [&](const Event* e) {
+      std::snprintf(ts, sizeof ts, "%.3f", static_cast<double>(e->end_ns) / 1e3);
+      emit(
+          ::stoke::detail::str_cat("{\"ph\":\"E\",\"pid\":1,\"tid\":", t.tid, ",\"ts\":", ts, "}"));
+    };
+    for (const Event& e : t.events) {
+      if (e.end_ns < 0) continue;
+      while (!stack.empty() && stack.back()->end_ns <= e.begin_ns &&
+             stack.back()->end_ns < e.end_ns) {
+        close(stack.back());
+        stack.pop_back();
+      }
+      std::snprintf(ts, sizeof ts, "%.3f", static_cast<double>(e.begin_ns) / 1e3);
+      std::string args;
+      if (e.flops > 0) args = ::stoke::detail::str_cat(",\"args\":{\"flops\":", e.flops, "}");
+      emit(::stoke::detail::str_cat("{\"ph\":\"B\",\"pid\":1,\"tid\":", t.tid, ",\"ts\":", ts,
+                                    ",\"name\":\"", json_escape(e.name), "\",\"cat\":\"",
+                                    category_name(e.category), "\"", args, "}"));
+      stack.push_back(&e);
+    }
+    while (!stack.empty()) {
+      close(stack.back());
+      stack.pop_back();
+    }
+  }
+  out += "]}\n";
+  return out;
+}
+
+void write_chrome_trace(const std::string& path) {
+  const std::string json = chrome_trace_json();
+  std::ofstream f(path, std::ios::binary);
+  STOKE_CHECK(f.good(), "profiler", "cannot open ", path, " for writing");
+  f.write(json.data(), static_cast<std::streamsize>(json.size()));
+  f.close();
+  STOKE_CHECK(!f.fail(), "profiler", "cannot write ", path);
+}
+
+std::vector<OpStat> op_stats() {
+  std::map<std::string, OpStat> by_name;
+  for (const ThreadEvents& t : snapshot()) {
+    std::map<const Event*, double> child_ms;
+    walk(t.events, [&](const Event& e, const Event* parent) {
+      if (parent) child_ms[parent] += static_cast<double>(e.end_ns - e.begin_ns) / 1e6;
+    });
+    walk(t.events, [&](const Event& e, const Event*) {
+      OpStat& s = by_name[e.name];
+      s.name = e.name;
+      s.category = e.category;
+      const double ms = static_cast<double>(e.end_ns - e.begin_ns) / 1e6;
+      s.calls += 1;
+      s.total_ms += ms;
+      const auto c = child_ms.find(&e);
+      s.self_ms += ms - (c == child_ms.end() ? 0.0 : c->second);
+      s.flops += e.flops;
+    });
+  }
+  std::vector<OpStat> out;
+  for (auto& [name, s] : by_name) out.push_back(s);
+  std::sort(out.begin(), out.end(),
+            [](const OpStat& a, const OpStat& b) { return a.self_ms > b.self_ms; });
+  return out;
+}
+
+StepBreakdown step_breakdown() {
+  StepBreakdown out;
+  for (const ThreadEvents& t : snapshot()) {
+    walk(t.events, [&](const Event& e, const Event* parent) {
+      const double ms = static_cast<double>(e.end_ns - e.begin_ns) / 1e6;
+      if (e.category == Category::step) {
+        out.steps += 1;
+        out.step_ms += ms;
+      } else if (e.category == Category::phase && parent && parent->category == Category::step) {
+        auto it = std::find_if(out.phases.begin(), out.phases.end(),
+                               [&](const auto& p) { return p.first == e.name; });
+        if (it == out.phases.end())
+          out.phases.emplace_back(e.name, ms);
+        else
+          it->second += ms;
+      }
+    });
+  }
+  double in_phases = 0;
+  for (const auto& p : out.phases) in_phases += p.second;
+  out.other_ms = std::max(0.0, out.step_ms - in_phases);
+  return out;
+}
+
+std::string summary(int top, double peak_gflops) {
+  const StepBreakdown steps = step_breakdown();
+  const std::vector<OpStat> stats = op_stats();
+  double wall_ms = steps.step_ms;
+  if (steps.steps == 0) {
+    int64_t lo = INT64_MAX, hi = 0;
+    for (const Event& e : events())
+      if (e.end_ns >= 0) lo = std::min(lo, e.begin_ns), hi = std::max(hi, e.end_ns);
+    wall_ms = hi > lo ? static_cast<double>(hi - lo) / 1e6 : 0;
+  }
+  std::string out;
+  char line[256];
+  if (steps.steps > 0) {
+    const double n = static_cast<double>(steps.steps);
+    std::snprintf(line, sizeof line, "profile: %lld steps, %.1f ms (%.2f ms per step)\n",
+                  static_cast<long long>(steps.steps), steps.step_ms, steps.step_ms / n);
+    out += line;
+    out += "  step breakdown          ms/step    % of step\n";
+    auto row = [&](const std::string& name, double ms) {
+      std::snprintf(line, sizeof line, "  %-22s %8.3f %11.1f\n", name.c_str(), ms / n,
+                    steps.step_ms > 0 ? 100.0 * ms / steps.step_ms : 0.0);
+      out += line;
+    };
+    for (const auto& [name, ms] : steps.phases) row(name, ms);
+    row("(other)", steps.other_ms);
+  } else {
+    std::snprintf(line, sizeof line, "profile: %.1f ms, no steps recorded\n", wall_ms);
+    out += line;
+  }
+  std::snprintf(line, sizeof line, "  %-36s %-9s %8s %10s %10s %7s %9s%s\n", "name (by self time)",
+                "category", "calls", "total ms", "self ms", "% wall", "GFLOP/s",
+                peak_gflops > 0 ? "  % peak" : "");
+  out += line;
+  int shown = 0;
+  for (const OpStat& s : stats) {
+    if (shown++ >= top) break;
+    std::string gflops = "-", peak;
+    if (s.flops > 0 && s.total_ms > 0) {
+      const double g = s.flops / (s.total_ms * 1e6);
+      gflops = ::stoke::detail::str_cat(static_cast<int64_t>(g + 0.5));
+      if (peak_gflops > 0) {
+        std::snprintf(line, sizeof line, "  %6.1f", 100.0 * g / peak_gflops);
+        peak = line;
+      }
+    }
+    std::snprintf(line, sizeof line, "  %-36.36s %-9s %8lld %10.3f %10.3f %7.1f %9s%s\n",
+                  s.name.c_str(), category_name(s.category), static_cast<long long>(s.calls),
+                  s.total_ms, s.self_ms, wall_ms > 0 ? 100.0 * s.self_ms / wall_ms : 0.0,
+                  gflops.c_str(), peak.c_str());
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace stoke::profiler

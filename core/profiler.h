@@ -1,0 +1,133 @@
+// stoke's step profiler: RAII ranges recorded into per-thread buffers, written as a Chrome trace
+// (chrome://tracing, ui.perfetto.dev: one track per thread) and summarized as a table (per op and
+// autograd node: calls, total and self time, % of the profiled steps, GFLOP/s where the op said
+// how many FLOPs it did; per step: data wait / H2D / forward / backward / comm / optimizer).
+//
+//   stoke::profiler::start();
+//   { stoke::profiler::Range r("my block"); ... }
+//   stoke::profiler::stop();
+//   stoke::profiler::write_chrome_trace("trace.json");
+//   std::cout << stoke::profiler::summary();
+//
+// What records itself: every op's backend call (ops::dispatch), every autograd node's backward,
+// host<->device copies, communication waits (dist::Work::wait), the thread pool's and the data
+// loader's threads; stoke-train adds the step phases (--profile). Off, a Range costs one relaxed
+// atomic load and a branch. Ranges opened before start() are not recorded; ranges still open at
+// stop() are recorded when they close.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace stoke::profiler {
+
+// What a range is; the summary groups by it and the trace colours by it.
+enum class Category : uint8_t {
+  op,        // an ops:: backend call (forward kernels, also those run by a backward)
+  backward,  // an autograd node's backward
+  phase,     // a part of a training step: data wait, h2d, forward, backward, comm, optimizer
+  step,      // one training step (the phases' parent)
+  copy,      // host <-> device copies
+  comm,      // waiting for communication
+  data,      // the data loader's work
+  pool,      // a thread-pool task
+  user,      // anything else
+};
+const char* category_name(Category c);
+
+namespace detail {
+extern std::atomic<bool> g_enabled;
+void begin(const char* name, Category category);
+void begin_interned(const std::string& name, Category category);
+void end();
+void set_next_flops(double flops);
+}  // namespace detail
+
+// Whether ranges are being recorded.
+inline bool enabled() {
+  return detail::g_enabled.load(std::memory_order_relaxed);
+}
+
+// Records [construction, destruction) on this thread's track while the profiler is on. `name`
+// must outlive the profile (a string literal); the std::string overload copies it (only when on).
+class Range {
+ public:
+  explicit Range(const char* name, Category category = Category::user) : active_(enabled()) {
+    if (active_) detail::begin(name, category);
+  }
+  Range(const std::string& name, Category category) : active_(enabled()) {
+    if (active_) detail::begin_interned(name, category);
+  }
+  ~Range() {
+    if (active_) detail::end();
+  }
+  Range(const Range&) = delete;
+  Range& operator=(const Range&) = delete;
+
+ private:
+  bool active_;
+};
+
+// The next range opened on this thread did `flops` floating-point operations (an op's entry point
+// says so before its backend call; the summary turns it into GFLOP/s).
+inline void next_range_flops(double flops) {
+  if (enabled()) detail::set_next_flops(flops);
+}
+
+// The name of this thread's track ("training", "loader worker 2", "pool worker 1"). Cheap when
+// the profiler is off: kept for when this thread first records.
+void set_thread_name(const std::string& name);
+
+// Clears what an earlier profile recorded and starts recording.
+void start();
+// Stops recording (what was recorded stays until the next start()).
+void stop();
+
+// One recorded range. Times in nanoseconds since start().
+struct Event {
+  const char* name;
+  Category category;
+  int64_t begin_ns, end_ns;  // end_ns < 0: still open
+  double flops;              // 0: not said
+  int depth;                 // nesting depth on its thread, 0 outermost
+  int tid;                   // the thread's track
+};
+// Every recorded range, each thread's in the order opened. Safe while other threads record.
+std::vector<Event> events();
+// Track id -> thread name (index = tid).
+std::vector<std::string> thread_names();
+
+// The Chrome trace event format (a JSON object with "traceEvents": B/E pairs per range, balanced
+// per thread, and thread-name metadata); ranges still open are left out.
+std::string chrome_trace_json();
+// Writes chrome_trace_json() to path; throws naming the path if it cannot.
+void write_chrome_trace(const std::string& path);
+
+// Per-name totals over the closed ranges of every thread.
+struct OpStat {
+  std::string name;
+  Category category;
+  int64_t calls = 0;
+  double total_ms = 0, self_ms = 0;  // self: minus the time in ranges nested directly inside
+  double flops = 0;                  // summed over the calls that said
+};
+std::vector<OpStat> op_stats();
+
+// Per step (the Category::step ranges of one thread): wall time and the time of each phase
+// directly inside it, in the order the phases first appear.
+struct StepBreakdown {
+  int64_t steps = 0;
+  double step_ms = 0;                                  // summed over the steps
+  std::vector<std::pair<std::string, double>> phases;  // name, ms summed over the steps
+  double other_ms = 0;                                 // step time in no phase
+};
+StepBreakdown step_breakdown();
+
+// The summary table: the step breakdown (when steps were recorded), then the `top` names by self
+// time with calls, total, self, % of the profiled wall time (the steps', or first to last event),
+// and GFLOP/s against peak_gflops (0: no % of peak column).
+std::string summary(int top = 25, double peak_gflops = 0);
+
+}  // namespace stoke::profiler
