@@ -104,6 +104,10 @@ std::string usage() {
   --limit-train N  --limit-test N   use the first N images only
   --device cpu|cuda|cuda:I  --allow-cpu-fallback   --no-progress
   --tf32                  let f32 matmul/conv on CUDA use TF32 tensor cores (~1e-3 rel. error)
+  --profile FILE          record optimizer steps A..B-1 (--profile-steps A:B, default 10:30, or
+                          fewer if the run is shorter) as a Chrome trace in FILE (open it in
+                          ui.perfetto.dev or chrome://tracing) and print the summary: the step
+                          breakdown and the ops and backward nodes by self time, with GFLOP/s
 Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard):
   --allreduce native|ring the gradient allreduce: the engine's own, or stoke's ring (default native)
   --dist-backend auto|nccl|mpi  with --device cuda: NCCL (GPU memory to GPU memory), or MPI
@@ -153,6 +157,17 @@ Flags parse_flags(int argc, char** argv) {
       {"--allreduce", [&](auto&, auto& v) { f.allreduce = v; }},
       {"--dist-backend", [&](auto&, auto& v) { f.dist_backend = v; }},
       {"--dist-timeout", [&](auto& k, auto& v) { f.dist_timeout = to_double(k, v); }},
+      {"--profile", [&](auto&, auto& v) { f.profile = v; }},
+      {"--profile-steps",
+       [&](auto& k, auto& v) {
+         const auto colon = v.find(':');
+         STOKE_CHECK(colon != std::string::npos, "stoke-train", k,
+                     " expects A:B (optimizer steps A to B-1), got '", v, "'");
+         f.profile_begin = to_int(k, v.substr(0, colon), 0, INT64_MAX);
+         f.profile_end = to_int(k, v.substr(colon + 1), 1, INT64_MAX);
+         STOKE_CHECK(f.profile_begin < f.profile_end, "stoke-train", k, " expects A < B, got '", v,
+                     "'");
+       }},
   };
   const std::map<std::string, std::function<void(bool)>> switches = {
       {"--nesterov", [&](bool on) { f.nesterov = on; }},

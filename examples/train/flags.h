@@ -52,6 +52,10 @@ struct Flags {
   std::string allreduce = "native";   // native | ring
   std::string dist_backend = "auto";  // for cuda tensors: auto | nccl | mpi (host-staged)
   double dist_timeout = 300;          // seconds
+  // --profile FILE: a Chrome trace of optimizer steps [profile_begin, profile_end) (rank 0) and a
+  // summary table on stdout (profile.h).
+  std::string profile;
+  int64_t profile_begin = 10, profile_end = 30;
 };
 
 // Parses argv; prints usage and exits on --help; throws stoke::Error naming a bad flag or value.

@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <string>
 
+#include "core/profiler.h"
 #include "stoke/stoke.h"
 
 namespace stoke::train {
@@ -73,6 +75,7 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
       last_path_(in_checkpoint_dir(f_, "last.safetensors")),
       best_path_(in_checkpoint_dir(f_, "best.safetensors")),
       kill_at_step_(kill_at_step_from_env(dist_.rank)),
+      profiler_(f_, dist_.root(), device_),
       last_finite_loss_(std::numeric_limits<double>::quiet_NaN()) {
   print_model_line(f_, *model_, device_);
 }
@@ -112,6 +115,7 @@ RunTotals Trainer::fit() {
     totals.images += e.images;
     stop = end_epoch(e);
   }
+  profiler_.finish();
   totals.best_acc = pos_.best_acc;
   totals.seconds = seconds_since(start);
   return totals;
@@ -126,11 +130,20 @@ Trainer::EpochStats Trainer::train_epoch() {
   ProgressBar bar("epoch " + std::to_string(pos_.epoch + 1) + "/" + std::to_string(f_.epochs), nb,
                   f_.progress);
   for (; pos_.batch < nb; ++pos_.batch) {
-    auto batch = data_.train->next();
-    STOKE_CHECK(batch.has_value(), "stoke-train", "the loader ended after ", pos_.batch, " of ", nb,
-                " batches");
-    e.data_wait += batch->wait_seconds;
-    train_batch(*batch, nb, e);
+    profiler_.before_batch(pos_.global_step);
+    {
+      const profiler::Range step("step", profiler::Category::step);
+      std::optional<data::Batch> batch;
+      {
+        const profiler::Range phase("data wait", profiler::Category::phase);
+        batch = data_.train->next();
+      }
+      STOKE_CHECK(batch.has_value(), "stoke-train", "the loader ended after ", pos_.batch, " of ",
+                  nb, " batches");
+      e.data_wait += batch->wait_seconds;
+      train_batch(*batch, nb, e);
+    }
+    profiler_.after_batch(pos_.global_step);
     const double seconds = seconds_since(e.start);
     bar.update(pos_.batch + 1, per_second(static_cast<double>(e.images), seconds),
                progress_text(e));
@@ -141,19 +154,26 @@ Trainer::EpochStats Trainer::train_epoch() {
 }
 
 void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochStats& e) {
-  const DeviceBatch b = to_device(batch, device_);
+  const DeviceBatch b = [&] {
+    const profiler::Range phase("h2d", profiler::Category::phase);
+    return to_device(batch, device_);
+  }();
   const int64_t group_begin = pos_.batch / f_.accum * f_.accum;
   const int64_t group_size = std::min(f_.accum, num_batches - group_begin);
   const bool sync = pos_.batch + 1 == group_begin + group_size;
+  std::optional<profiler::Range> phase(std::in_place, "forward", profiler::Category::phase);
   Tensor logits = forward(b.images, sync);
   Tensor loss = cross_entropy(logits, b.labels, {.label_smoothing = f_.label_smoothing});
-  const double loss_value = loss.item();
+  const double loss_value = loss.item();  // waits for the device: the forward's time is real
+  phase.reset();
   check_finite_loss(loss_value);
   last_finite_loss_ = loss_value;
   // Each micro-batch's mean loss is scaled so that k micro-batches of b give the gradient of
   // one batch of k*b (when the micro-batches have equal size).
   if (group_size > 1) loss = loss * (1.0 / static_cast<double>(group_size));
+  phase.emplace("backward", profiler::Category::phase);
   loss.backward();
+  phase.emplace("metrics", profiler::Category::phase);
   {
     NoGradGuard no_grad;
     // B predictions come back to the host (the loss value already synchronized the step).
@@ -163,23 +183,29 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
   pos_.epoch_loss_sum += loss_value * static_cast<double>(n);
   pos_.epoch_seen += n;
   e.images += n;
+  phase.reset();
   if (sync) optimizer_step(loss_value, batch.wait_seconds);
 }
 
 void Trainer::optimizer_step(double loss_value, double data_wait_s) {
-  if (f_.clip_grad > 0) nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
-  opt_->step();
-  opt_->zero_grad();
-  if (sched_) sched_->step();
+  {
+    const profiler::Range phase("optimizer", profiler::Category::phase);
+    if (f_.clip_grad > 0) nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
+    opt_->step();
+    opt_->zero_grad();
+    if (sched_) sched_->step();
+  }
   const int64_t step = ++pos_.global_step;
   if (f_.log_every > 0 && step % f_.log_every == 0)
     log_step(metrics_, pos_.epoch + 1, step, loss_value, opt_->lr(), data_wait_s);
   if (f_.checkpoint_every > 0 && step % f_.checkpoint_every == 0 && !last_path_.empty()) {
+    const profiler::Range phase("checkpoint", profiler::Category::phase);
     Position next = pos_;  // a resume starts at the batch after this one
     ++next.batch;
     save_position(next);
   }
   if (f_.eval_every > 0 && step % f_.eval_every == 0) {
+    const profiler::Range phase("eval", profiler::Category::phase);
     const EvalResult r = evaluate_finite();
     log_eval(metrics_, step, r.loss, r.acc);
   }

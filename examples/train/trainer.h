@@ -13,6 +13,7 @@
 #include "evaluate.h"
 #include "flags.h"
 #include "metrics_records.h"
+#include "profile.h"
 #include "progress.h"
 #include "run_dir.h"
 #include "setup.h"
@@ -73,6 +74,7 @@ class Trainer {
   std::unique_ptr<nn::optim::LRScheduler> sched_;
   const std::string last_path_, best_path_;  // empty without --checkpoint
   const int64_t kill_at_step_;               // the crash-and-resume tests' hook; 0 = off
+  StepProfiler profiler_;                    // --profile
   Position pos_;
   // For the divergence message: the last finite training loss and the last checkpoint written
   // (or resumed from) by this run.

@@ -12,8 +12,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "../../examples/train/progress.h"  // header-only: the RSS reading's rule
 #include "nn/checkpoint/safetensors.h"
@@ -514,4 +517,55 @@ TEST_CASE("stoke-train: the epoch's RSS peak is never below its current RSS", "[
   const auto rs = records(m);
   REQUIRE(rs.size() == 1);
   CHECK(rs[0]["rss_mib"].get<double>() <= rs[0]["peak_rss_mib"].get<double>());
+}
+
+TEST_CASE("stoke-train --profile: a Chrome trace of the chosen steps and a summary that adds up",
+          "[nn][train][profiler]") {
+  const fs::path trace = fs::temp_directory_path() / ("stoke-profile-" + std::to_string(getpid()));
+  const Run r = run_train(
+      "--model lenet5 --epochs 1 --limit-train 1280 --limit-test 128 --batch 64 --threads 2 "
+      "--workers 1 --no-progress --profile-steps 3:13 --profile " +
+      trace.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("profile: wrote " + trace.string()) &&
+                           Catch::Contains("profile: 10 steps") &&
+                           Catch::Contains("step breakdown") && Catch::Contains("conv2d") &&
+                           Catch::Contains("Conv2dBackward") && Catch::Contains("% peak"));
+  // The phases cover the step: what is in none of them is under 5 % of the step time.
+  const auto other = r.output.find("(other)");
+  REQUIRE(other != std::string::npos);
+  double other_ms = -1, other_pct = -1;
+  REQUIRE(std::sscanf(r.output.c_str() + other, "(other) %lf %lf", &other_ms, &other_pct) == 2);
+  CHECK(other_pct < 5.0);
+
+  std::ifstream in(trace);
+  const nlohmann::json json = nlohmann::json::parse(in);
+  std::map<int, std::vector<std::string>> open;
+  std::map<std::string, int> begun;
+  std::set<std::string> tracks;
+  for (const auto& e : json["traceEvents"]) {
+    const int tid = e["tid"];
+    if (e["ph"] == "M") {
+      tracks.insert(e["args"]["name"].get<std::string>());
+    } else if (e["ph"] == "B") {
+      open[tid].push_back(e["name"]);
+      ++begun[e["name"].get<std::string>()];
+    } else {
+      REQUIRE_FALSE(open[tid].empty());
+      open[tid].pop_back();
+    }
+  }
+  for (const auto& [tid, stack] : open) CHECK(stack.empty());
+  CHECK(begun["step"] == 10);
+  for (const char* phase : {"data wait", "h2d", "forward", "backward", "optimizer"})
+    CHECK(begun[phase] == 10);
+  CHECK(tracks.count("training") == 1);
+  CHECK(tracks.count("loader worker 0") == 1);
+  fs::remove(trace);
+
+  CHECK_THAT(run_train("--profile-steps 5 --profile x.json").output,
+             Catch::Contains("--profile-steps expects A:B"));
+  CHECK_THAT(run_train("--profile-steps 5:3 --profile x.json").output,
+             Catch::Contains("--profile-steps expects A < B"));
 }
