@@ -39,6 +39,21 @@ void log_eval(MetricsLog& metrics, int64_t step, double test_loss, double test_a
   write(metrics, r);
 }
 
+void log_profile(MetricsLog& metrics, int64_t step, int64_t steps, double step_ms,
+                 const std::vector<std::pair<std::string, double>>& phase_ms, double other_ms) {
+  if (!metrics.is_open()) return;
+  Record r;
+  r["type"] = "profile";
+  r["step"] = step;
+  r["steps"] = steps;
+  r["step_ms"] = step_ms;
+  Record phases = Record::object();
+  for (const auto& [name, ms] : phase_ms) phases[name] = ms;
+  phases["(other)"] = other_ms;
+  r["phase_ms"] = phases;
+  write(metrics, r);
+}
+
 void log_epoch(MetricsLog& metrics, const EpochRecord& e) {
   if (!metrics.is_open()) return;
   Record r;

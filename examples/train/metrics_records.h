@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "run_dir.h"
 
@@ -26,5 +29,10 @@ struct EpochRecord {
 
 // {"type":"epoch",...}: at the end of each epoch.
 void log_epoch(MetricsLog& metrics, const EpochRecord& r);
+
+// {"type":"profile",...}: stoke-train --profile's step breakdown (ms per step of each phase) at the
+// step where the profile ended, for stoke-report's stacked bar.
+void log_profile(MetricsLog& metrics, int64_t step, int64_t steps, double step_ms,
+                 const std::vector<std::pair<std::string, double>>& phase_ms, double other_ms);
 
 }  // namespace stoke::train

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "core/profiler.h"
+#include "metrics_records.h"
 #include "stoke/stoke.h"
 
 namespace stoke::train {
@@ -28,12 +29,13 @@ double measured_matmul_gflops(Device device) {
 
 }  // namespace
 
-StepProfiler::StepProfiler(const Flags& f, bool root, Device device)
+StepProfiler::StepProfiler(const Flags& f, bool root, Device device, MetricsLog& metrics)
     : path_(f.profile),
       begin_(f.profile_begin),
       end_(f.profile_end),
       enabled_(root && !f.profile.empty()),
-      device_(device) {}
+      device_(device),
+      metrics_(metrics) {}
 
 void StepProfiler::before_batch(int64_t global_step) {
   if (!enabled_ || recording_ || done_ || global_step < begin_) return;
@@ -43,14 +45,14 @@ void StepProfiler::before_batch(int64_t global_step) {
 }
 
 void StepProfiler::after_batch(int64_t global_step) {
-  if (recording_ && global_step >= end_) report();
+  if (recording_ && global_step >= end_) report(global_step);
 }
 
-void StepProfiler::finish() {
-  if (recording_) report();
+void StepProfiler::finish(int64_t global_step) {
+  if (recording_) report(global_step);
 }
 
-void StepProfiler::report() {
+void StepProfiler::report(int64_t global_step) {
   profiler::stop();
   recording_ = false;
   done_ = true;
@@ -62,6 +64,13 @@ void StepProfiler::report() {
   std::printf("  (%% peak: against %.0f GFLOP/s, the best 1024^3 f32 matmul measured on %s now)\n",
               peak, device_.str().c_str());
   std::fflush(stdout);
+  const profiler::StepBreakdown b = profiler::step_breakdown();
+  if (b.steps > 0) {
+    const double n = static_cast<double>(b.steps);
+    std::vector<std::pair<std::string, double>> per_step;
+    for (const auto& [name, ms] : b.phases) per_step.emplace_back(name, ms / n);
+    log_profile(metrics_, global_step, b.steps, b.step_ms / n, per_step, b.other_ms / n);
+  }
 }
 
 }  // namespace stoke::train

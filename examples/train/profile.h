@@ -9,24 +9,26 @@
 
 #include "core/device.h"
 #include "flags.h"
+#include "run_dir.h"
 
 namespace stoke::train {
 
 class StepProfiler {
  public:
-  StepProfiler(const Flags& f, bool root, Device device);
+  StepProfiler(const Flags& f, bool root, Device device, MetricsLog& metrics);
   // Around each batch, with the number of optimizer steps done so far.
   void before_batch(int64_t global_step);
   void after_batch(int64_t global_step);
   // At the end of the run: a profile still recording (a run shorter than B) is reported now.
-  void finish();
+  void finish(int64_t global_step);
 
  private:
-  void report();
+  void report(int64_t global_step);
   const std::string path_;
   const int64_t begin_, end_;
   const bool enabled_;
   const Device device_;
+  MetricsLog& metrics_;
   bool recording_ = false, done_ = false;
 };
 

@@ -75,7 +75,7 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
       last_path_(in_checkpoint_dir(f_, "last.safetensors")),
       best_path_(in_checkpoint_dir(f_, "best.safetensors")),
       kill_at_step_(kill_at_step_from_env(dist_.rank)),
-      profiler_(f_, dist_.root(), device_),
+      profiler_(f_, dist_.root(), device_, metrics_),
       last_finite_loss_(std::numeric_limits<double>::quiet_NaN()) {
   print_model_line(f_, *model_, device_);
 }
@@ -115,7 +115,7 @@ RunTotals Trainer::fit() {
     totals.images += e.images;
     stop = end_epoch(e);
   }
-  profiler_.finish();
+  profiler_.finish(pos_.global_step);
   totals.best_acc = pos_.best_acc;
   totals.seconds = seconds_since(start);
   return totals;
