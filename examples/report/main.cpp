@@ -56,7 +56,7 @@ std::string num(double v) {
 // per point when a series has few points) and a legend.
 std::string line_chart(const std::string& title, const std::string& x_label,
                        const std::vector<Series>& series) {
-  const double w = 560, h = 260, left = 60, right = 130, top = 30, bottom = 40;
+  const double w = 560, h = 260, left = 60, right = 170, top = 30, bottom = 40;
   double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
   for (const Series& s : series)
     for (const auto& [x, y] : s.points) {
@@ -187,9 +187,9 @@ int main(int argc, char** argv) {
   for (std::string line; std::getline(in, line);) {
     ++line_no;
     if (line.empty()) continue;
-    nlohmann::json r;
+    nlohmann::ordered_json r;  // keeps the phases in the order stoke-train wrote them
     try {
-      r = nlohmann::json::parse(line);
+      r = nlohmann::ordered_json::parse(line);
     } catch (const std::exception& e) {
       std::cerr << "stoke-report: " << metrics_path << ":" << line_no << ": not JSON (" << e.what()
                 << ")\n";
