@@ -74,6 +74,85 @@ class ResNet(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
 
 
+class VGG(nn.Module):
+    """stoke's VGG (nn/models/vgg_mobilenet.cpp): conv-BN-ReLU per entry, a 2x2 max pool per -1
+    while the map is at least 2 wide, global average pool, one linear layer."""
+
+    def __init__(self, config, in_channels=1, num_classes=10, input_size=28):
+        super().__init__()
+        layers, inp, size = [], in_channels, input_size
+        for c in config:
+            if c < 0:
+                if size >= 2:
+                    layers.append(nn.MaxPool2d(2))
+                    size //= 2
+                continue
+            layers += [nn.Conv2d(inp, c, 3, padding=1), nn.BatchNorm2d(c), nn.ReLU()]
+            inp = c
+        self.features = nn.Sequential(*layers)
+        self.classifier = nn.Linear(inp, num_classes)
+
+    def forward(self, x):
+        return self.classifier(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
+
+
+class InvertedResidual(nn.Module):
+    def __init__(self, inp, out, expansion, stride):
+        super().__init__()
+        planes = expansion * inp
+        self.stride = stride
+        self.conv1 = nn.Conv2d(inp, planes, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, groups=planes, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.conv3 = nn.Conv2d(planes, out, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(out)
+        self.shortcut = None
+        if stride == 1 and inp != out:
+            self.shortcut = nn.Sequential(nn.Conv2d(inp, out, 1, bias=False), nn.BatchNorm2d(out))
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = F.relu(self.bn2(self.conv2(h)))
+        h = self.bn3(self.conv3(h))
+        if self.stride != 1:
+            return h
+        return h + (self.shortcut(x) if self.shortcut is not None else x)
+
+
+class MobileNetV2(nn.Module):
+    """stoke's MobileNetV2 (kuangliu's CIFAR variant, nn/models/vgg_mobilenet.cpp)."""
+
+    CONFIG = [(1, 16, 1, 1), (6, 24, 2, 1), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1),
+              (6, 160, 3, 2), (6, 320, 1, 1)]
+
+    def __init__(self, in_channels=1, num_classes=10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 32, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(32)
+        blocks, inp = [], 32
+        for expansion, out, n, stride in self.CONFIG:
+            for b in range(n):
+                blocks.append(InvertedResidual(inp, out, expansion, stride if b == 0 else 1))
+                inp = out
+        self.layers = nn.Sequential(*blocks)
+        self.conv2 = nn.Conv2d(320, 1280, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(1280)
+        self.linear = nn.Linear(1280, num_classes)
+
+    def forward(self, x):
+        h = F.relu(self.bn1(self.conv1(x)))
+        h = self.layers(h)
+        h = F.relu(self.bn2(self.conv2(h)))
+        return self.linear(F.adaptive_avg_pool2d(h, 1).flatten(1))
+
+
+VGG_CONFIGS = {
+    "vgg11": [64, -1, 128, -1, 256, 256, -1, 512, 512, -1, 512, 512, -1],
+    "vgg16": [64, 64, -1, 128, 128, -1, 256, 256, 256, -1, 512, 512, 512, -1, 512, 512, 512, -1],
+}
+
+
 def make_model(name, in_channels=1, num_classes=10, input_size=28):
     if name == "lenet5":
         return LeNet5(in_channels, num_classes, input_size)
@@ -86,6 +165,10 @@ def make_model(name, in_channels=1, num_classes=10, input_size=28):
         return ResNet([n, n, n], [16, 32, 64], in_channels, num_classes, norm)
     if base == "resnet18":
         return ResNet([2, 2, 2, 2], [64, 128, 256, 512], in_channels, num_classes, norm)
+    if name in VGG_CONFIGS:
+        return VGG(VGG_CONFIGS[name], in_channels, num_classes, input_size)
+    if name == "mobilenetv2":
+        return MobileNetV2(in_channels, num_classes)
     raise ValueError("no torch twin for model %r" % name)
 
 
