@@ -14,6 +14,9 @@
 namespace stoke::profiler {
 
 std::atomic<bool> detail::g_enabled{false};
+namespace {
+std::atomic<DeviceTimer*> g_active_timer{nullptr};  // set by start() with device_times
+}  // namespace
 
 namespace {
 
@@ -27,11 +30,25 @@ struct ThreadBuffer {
   int tid = 0;
 };
 
+// An op's device range: the marks, then (once resolved) its device times.
+struct DeviceRange {
+  const char* name;
+  int64_t begin_mark, end_mark;
+  double flops;
+  bool resolved = false;
+  int64_t begin_ns = -1, end_ns = -1;
+  int device = 0;
+};
+
 struct Registry {
   std::mutex mutex;
+  DeviceTimer* timer = nullptr;                        // under mutex
+  std::vector<DeviceRange> device_ranges;              // under mutex
   std::vector<std::shared_ptr<ThreadBuffer>> buffers;  // kept after their threads end
   std::unordered_set<std::string> interned;            // node-based: c_str() stays put
-  std::chrono::steady_clock::time_point epoch = std::chrono::steady_clock::now();
+  // start()'s time on the steady clock, in ns: atomic, as a range opened before a start() may
+  // close (and read it) while start() sets it.
+  std::atomic<int64_t> epoch_ns{0};
 };
 Registry& registry() {
   static Registry* r = new Registry;  // lives until exit: threads may record during shutdown
@@ -56,10 +73,14 @@ ThreadBuffer& buffer() {
   return *t_buffer;
 }
 
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
-                                                              registry().epoch)
+int64_t steady_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
       .count();
+}
+
+int64_t clock_ns() {
+  return steady_ns() - registry().epoch_ns.load(std::memory_order_relaxed);
 }
 
 std::vector<std::shared_ptr<ThreadBuffer>> all_buffers() {
@@ -122,6 +143,8 @@ const char* category_name(Category c) {
       return "pool";
     case Category::user:
       return "user";
+    case Category::device:
+      return "device";
   }
   return "?";
 }
@@ -130,24 +153,49 @@ void detail::begin(const char* name, Category category) {
   ThreadBuffer& b = buffer();
   const double flops = t_next_flops;
   t_next_flops = 0;
-  const int64_t t = now_ns();
+  const int64_t t = clock_ns();
   std::lock_guard<std::mutex> lock(b.mutex);
   b.open.push_back(b.events.size());
   b.events.push_back({name, category, t, -1, flops, static_cast<int>(b.open.size()) - 1, b.tid});
 }
 
+const char* detail::intern(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.interned.insert(name).first->c_str();
+}
+
 void detail::begin_interned(const std::string& name, Category category) {
-  const char* stable;
-  {
-    Registry& r = registry();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    stable = r.interned.insert(name).first->c_str();
-  }
-  begin(stable, category);
+  begin(intern(name), category);
+}
+
+double detail::peek_next_flops() {
+  return t_next_flops;
+}
+
+int64_t detail::now_ns() {
+  return clock_ns();
+}
+
+DeviceTimer* detail::device_timer() {
+  return enabled() ? g_active_timer.load(std::memory_order_relaxed) : nullptr;
+}
+
+void detail::add_device_range(const char* name, int64_t begin_mark, int64_t end_mark,
+                              double flops) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.device_ranges.push_back({name, begin_mark, end_mark, flops});
+}
+
+void set_device_timer(DeviceTimer* timer) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.timer = timer;
 }
 
 void detail::end() {
-  const int64_t t = now_ns();
+  const int64_t t = clock_ns();
   ThreadBuffer& b = buffer();
   std::lock_guard<std::mutex> lock(b.mutex);
   if (b.open.empty()) return;  // opened before a start() that cleared it
@@ -167,32 +215,27 @@ void set_thread_name(const std::string& name) {
   }
 }
 
-void start() {
+void start(StartOptions options) {
   detail::g_enabled.store(false);
+  g_active_timer.store(nullptr);
   Registry& r = registry();
   {
     std::lock_guard<std::mutex> lock(r.mutex);
+    r.device_ranges.clear();
+    if (r.timer) r.timer->reset();
+    if (options.device_times) g_active_timer.store(r.timer);
     for (auto& b : r.buffers) {
       std::lock_guard<std::mutex> block(b->mutex);
       b->events.clear();
       b->open.clear();
     }
-    r.epoch = std::chrono::steady_clock::now();
+    r.epoch_ns.store(steady_ns());
   }
   detail::g_enabled.store(true);
 }
 
 void stop() {
   detail::g_enabled.store(false);
-}
-
-std::vector<Event> events() {
-  std::vector<Event> out;
-  for (auto& b : all_buffers()) {
-    std::lock_guard<std::mutex> lock(b->mutex);
-    out.insert(out.end(), b->events.begin(), b->events.end());
-  }
-  return out;
 }
 
 std::vector<std::string> thread_names() {
@@ -212,16 +255,59 @@ struct ThreadEvents {
   std::string name;
   std::vector<Event> events;
 };
+// The device ranges, resolved (this waits for their events), one track per device after the
+// threads': tid 1000 + device index.
+void append_device_tracks(std::vector<ThreadEvents>& out) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  std::map<int, std::vector<Event>> by_device;
+  for (DeviceRange& d : r.device_ranges) {
+    if (!d.resolved && r.timer) {
+      d.begin_ns = r.timer->time_ns(d.begin_mark);
+      d.end_ns = r.timer->time_ns(d.end_mark);
+      d.device = r.timer->device(d.begin_mark);
+      d.resolved = true;
+    }
+    if (d.begin_ns < 0 || d.end_ns < d.begin_ns) continue;
+    by_device[d.device].push_back(
+        {d.name, Category::device, d.begin_ns, d.end_ns, d.flops, 0, 1000 + d.device});
+  }
+  for (auto& [device, events] : by_device) {
+    // Pre-order: by start, the enclosing (longer) range first.
+    std::sort(events.begin(), events.end(), [](const Event& a, const Event& b) {
+      return a.begin_ns != b.begin_ns ? a.begin_ns < b.begin_ns : a.end_ns > b.end_ns;
+    });
+    // One track must nest. Ops from two host threads (or streams) on one device can overlap in
+    // part; such a range is cut at its enclosing range's end, so that B/E stay balanced and self
+    // times never go negative.
+    std::vector<Event*> stack;
+    for (Event& e : events) {
+      while (!stack.empty() && stack.back()->end_ns <= e.begin_ns) stack.pop_back();
+      if (!stack.empty()) e.end_ns = std::min(e.end_ns, stack.back()->end_ns);
+      e.depth = static_cast<int>(stack.size());
+      stack.push_back(&e);
+    }
+    out.push_back({1000 + device, "cuda:" + std::to_string(device) + " (device)", events});
+  }
+}
+
 std::vector<ThreadEvents> snapshot() {
   std::vector<ThreadEvents> out;
   for (auto& b : all_buffers()) {
     std::lock_guard<std::mutex> lock(b->mutex);
     if (!b->events.empty()) out.push_back({b->tid, b->name, b->events});
   }
+  append_device_tracks(out);
   return out;
 }
 
 }  // namespace
+
+std::vector<Event> events() {
+  std::vector<Event> out;
+  for (const ThreadEvents& t : snapshot()) out.insert(out.end(), t.events.begin(), t.events.end());
+  return out;
+}
 
 std::string chrome_trace_json() {
   std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
@@ -276,14 +362,14 @@ void write_chrome_trace(const std::string& path) {
 }
 
 std::vector<OpStat> op_stats() {
-  std::map<std::string, OpStat> by_name;
+  std::map<std::pair<std::string, Category>, OpStat> by_name;  // host and device rows apart
   for (const ThreadEvents& t : snapshot()) {
     std::map<const Event*, double> child_ms;
     walk(t.events, [&](const Event& e, const Event* parent) {
       if (parent) child_ms[parent] += static_cast<double>(e.end_ns - e.begin_ns) / 1e6;
     });
     walk(t.events, [&](const Event& e, const Event*) {
-      OpStat& s = by_name[e.name];
+      OpStat& s = by_name[{e.name, e.category}];
       s.name = e.name;
       s.category = e.category;
       const double ms = static_cast<double>(e.end_ns - e.begin_ns) / 1e6;
@@ -295,7 +381,7 @@ std::vector<OpStat> op_stats() {
     });
   }
   std::vector<OpStat> out;
-  for (auto& [name, s] : by_name) out.push_back(s);
+  for (auto& [key, s] : by_name) out.push_back(s);
   std::sort(out.begin(), out.end(),
             [](const OpStat& a, const OpStat& b) { return a.self_ms > b.self_ms; });
   return out;

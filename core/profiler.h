@@ -34,11 +34,35 @@ enum class Category : uint8_t {
   data,      // the data loader's work
   pool,      // a thread-pool task
   user,      // anything else
+  device,    // an op's time on a device (CUDA events), on the device's own track
 };
 const char* category_name(Category c);
 
+// A device's event clock, registered by the CUDA runtime (cuda/runtime/profiler_timer.cpp):
+// mark() records a timing event on the calling thread's current stream and returns its id;
+// time_ns() waits for a mark and returns when the device reached it, in the profiler's host clock
+// (ns since start()), or -1; device() is the mark's device index. reset() forgets every mark.
+class DeviceTimer {
+ public:
+  virtual ~DeviceTimer() = default;
+  virtual int64_t mark() = 0;
+  virtual int64_t time_ns(int64_t mark) = 0;
+  virtual int device(int64_t mark) = 0;
+  virtual void reset() = 0;
+};
+void set_device_timer(DeviceTimer* timer);
+
 namespace detail {
 extern std::atomic<bool> g_enabled;
+// The registered device timer while a profile with device_times runs, else null.
+DeviceTimer* device_timer();
+// An op's device time between two marks, shown on the device's track (name as begin()'s).
+void add_device_range(const char* name, int64_t begin_mark, int64_t end_mark, double flops);
+// The FLOPs the next range on this thread will carry (next_range_flops), without taking them.
+double peek_next_flops();
+// The profiler's clock: ns since start().
+int64_t now_ns();
+const char* intern(const std::string& name);
 void begin(const char* name, Category category);
 void begin_interned(const std::string& name, Category category);
 void end();
@@ -81,7 +105,13 @@ inline void next_range_flops(double flops) {
 void set_thread_name(const std::string& name);
 
 // Clears what an earlier profile recorded and starts recording.
-void start();
+struct StartOptions {
+  // Also time every op on cuda tensors on the device, with a CUDA event before and after it (a few
+  // microseconds of host time per op, so off by default): the device's own track in the trace
+  // and `device` rows in the summary, whose GFLOP/s are against the device time.
+  bool device_times = false;
+};
+void start(StartOptions options = {});
 // Stops recording (what was recorded stays until the next start()).
 void stop();
 

@@ -13,35 +13,44 @@ namespace stoke::ops {
 namespace {
 
 // A profiler range named after the method, with the op for the methods that take one first
-// ("binary add", "unary exp": built and interned per call) and the method's literal otherwise.
+// ("binary add", "unary exp": built and interned per call) and the method's literal otherwise;
+// on a device, with StartOptions::device_times, also the op's device time between two marks.
 class OpRange {
  public:
   template <class Tuple>
-  OpRange(const char* method, const Tuple& args) : active_(profiler::enabled()) {
+  OpRange(const char* method, const Tuple& args, Device::Type type) : active_(profiler::enabled()) {
     if (!active_) return;
+    name_ = method;
     if constexpr (std::tuple_size_v < Tuple >> 0) {
       using First = std::decay_t<std::tuple_element_t<0, Tuple>>;
-      if constexpr (std::is_same_v<First, BinaryOp>) {
-        profiler::detail::begin_interned(
-            ::stoke::detail::str_cat(method, " ", binary_op_name(std::get<0>(args))), kCategory);
-        return;
-      } else if constexpr (std::is_same_v<First, UnaryOp>) {
-        profiler::detail::begin_interned(
-            ::stoke::detail::str_cat(method, " ", unary_op_name(std::get<0>(args))), kCategory);
-        return;
-      }
+      if constexpr (std::is_same_v<First, BinaryOp>)
+        name_ = profiler::detail::intern(
+            ::stoke::detail::str_cat(method, " ", binary_op_name(std::get<0>(args))));
+      else if constexpr (std::is_same_v<First, UnaryOp>)
+        name_ = profiler::detail::intern(
+            ::stoke::detail::str_cat(method, " ", unary_op_name(std::get<0>(args))));
     }
-    profiler::detail::begin(method, kCategory);
+    if (type != Device::Type::cpu) timer_ = profiler::detail::device_timer();
+    if (timer_) {
+      flops_ = profiler::detail::peek_next_flops();
+      begin_mark_ = timer_->mark();
+    }
+    profiler::detail::begin(name_, profiler::Category::op);
   }
   ~OpRange() {
-    if (active_) profiler::detail::end();
+    if (!active_) return;
+    profiler::detail::end();
+    if (timer_) profiler::detail::add_device_range(name_, begin_mark_, timer_->mark(), flops_);
   }
   OpRange(const OpRange&) = delete;
   OpRange& operator=(const OpRange&) = delete;
 
  private:
-  static constexpr profiler::Category kCategory = profiler::Category::op;
   bool active_;
+  const char* name_ = nullptr;
+  profiler::DeviceTimer* timer_ = nullptr;
+  int64_t begin_mark_ = 0;
+  double flops_ = 0;
 };
 
 }  // namespace
@@ -57,10 +66,10 @@ struct ProfiledBackend final : Backend {
   Device::Type type() const override { return k.type(); }
   void use_device(const char* op, Device device) const override { k.use_device(op, device); }
 
-#define STOKE_PROFILED_FORWARD(ret, name, params, args, family) \
-  ret name params override {                                    \
-    const OpRange range(#name, std::forward_as_tuple args);     \
-    return k.name args;                                         \
+#define STOKE_PROFILED_FORWARD(ret, name, params, args, family)       \
+  ret name params override {                                          \
+    const OpRange range(#name, std::forward_as_tuple args, k.type()); \
+    return k.name args;                                               \
   }
   STOKE_BACKEND_METHODS(STOKE_PROFILED_FORWARD)
 #undef STOKE_PROFILED_FORWARD

@@ -48,7 +48,8 @@ bool to_bool(const std::string& flag, const std::string& v, bool has_value) {
   return false;
 }
 
-// `value` of a flag that names one of `known` ("unknown optimizer 'x' (known: sgd, adam, adamw)").
+// `value` of a flag that names one of `known` ("unknown optimizer 'x' (known: sgd, adam, adamw,
+// ...)").
 void check_known(const char* what, const std::string& value,
                  const std::vector<std::string>& known) {
   if (std::find(known.begin(), known.end(), value) != known.end()) return;
@@ -82,7 +83,8 @@ std::string usage() {
   --prefetch N (2)        batches each loader thread prepares ahead
   --recipe fast           a tuned speedrun recipe (sets model, schedule, smoothing, augmentation)
   --epochs N (2)  --batch N (128)  --lr X (0.05)  --seed N (0)  --threads N
-  --optimizer sgd|adam|adamw (sgd)  --momentum X (0.9)  --nesterov
+  --optimizer sgd|adam|adamw|rmsprop|adagrad (sgd; rmsprop and adagrad with torch's
+                          defaults)  --momentum X (0.9, sgd)  --nesterov
   --weight-decay X (0; adamw: 1e-2, as torch.optim.AdamW)
   --no-decay-norm-bias    no weight decay on biases and norm weights (1-dim parameters)
   --schedule none|step|multistep|cosine|onecycle  --step-size EPOCHS  --milestones E1,E2
@@ -108,6 +110,10 @@ std::string usage() {
                           fewer if the run is shorter) as a Chrome trace in FILE (open it in
                           ui.perfetto.dev or chrome://tracing) and print the summary: the step
                           breakdown and the ops and backward nodes by self time, with GFLOP/s
+                          against this device's measured 1024^3 matmul
+  --profile-device        with --profile and --device cuda: also each op's time on the GPU (CUDA
+                          events around it, a track per device in the trace, `device` rows in
+                          the summary); costs a few microseconds of host time per op
 Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard):
   --allreduce native|ring the gradient allreduce: the engine's own, or stoke's ring (default native)
   --dist-backend auto|nccl|mpi  with --device cuda: NCCL (GPU memory to GPU memory), or MPI
@@ -173,6 +179,7 @@ Flags parse_flags(int argc, char** argv) {
       {"--nesterov", [&](bool on) { f.nesterov = on; }},
       {"--no-decay-norm-bias", [&](bool on) { f.no_decay_norm_bias = on; }},
       {"--augment", [&](bool on) { f.augment = on; }},
+      {"--profile-device", [&](bool on) { f.profile_device = on; }},
       {"--resume", [&](bool on) { f.resume = on; }},
       {"--overwrite", [&](bool on) { f.overwrite = on; }},
       {"--allow-cpu-fallback", [&](bool on) { f.allow_cpu_fallback = on; }},
@@ -210,7 +217,7 @@ Flags parse_flags(int argc, char** argv) {
     to_int("--milestones", item, 1, 1 << 20);
   // The names are checked here, before anything is loaded (they used to fail after the data).
   check_known("model", f.model, nn::models::model_names());
-  check_known("optimizer", f.optimizer, {"sgd", "adam", "adamw"});
+  check_known("optimizer", f.optimizer, {"sgd", "adam", "adamw", "rmsprop", "adagrad"});
   check_known("schedule", f.schedule, {"none", "step", "multistep", "cosine", "onecycle"});
   check_known("allreduce", f.allreduce, {"native", "ring"});
   check_known("dist backend", f.dist_backend, {"auto", "nccl", "mpi"});
@@ -225,6 +232,10 @@ Flags parse_flags(int argc, char** argv) {
   STOKE_CHECK(f.workers >= 0 && f.prefetch >= 1, "stoke-train",
               "--workers must be >= 0 and --prefetch >= 1, got ", f.workers, " and ", f.prefetch);
   STOKE_CHECK(!f.resume || !f.checkpoint.empty(), "stoke-train", "--resume needs --checkpoint DIR");
+  STOKE_CHECK(!f.profile_device || !f.profile.empty(), "stoke-train",
+              "--profile-device needs --profile FILE");
+  STOKE_CHECK(!f.profile_device || f.device != "cpu", "stoke-train",
+              "--profile-device times ops on the GPU: it needs --device cuda");
   STOKE_CHECK(!f.resume || !f.overwrite, "stoke-train",
               "--resume and --overwrite exclude each other: --resume continues the run in DIR, "
               "--overwrite starts a new one over it");

@@ -56,6 +56,7 @@ struct Flags {
   // summary table on stdout (profile.h).
   std::string profile;
   int64_t profile_begin = 10, profile_end = 30;
+  bool profile_device = false;  // --profile-device: CUDA-event device times (StartOptions)
 };
 
 // Parses argv; prints usage and exits on --help; throws stoke::Error naming a bad flag or value.

@@ -34,13 +34,14 @@ StepProfiler::StepProfiler(const Flags& f, bool root, Device device, MetricsLog&
       begin_(f.profile_begin),
       end_(f.profile_end),
       enabled_(root && !f.profile.empty()),
+      device_times_(f.profile_device),
       device_(device),
       metrics_(metrics) {}
 
 void StepProfiler::before_batch(int64_t global_step) {
   if (!enabled_ || recording_ || done_ || global_step < begin_) return;
   profiler::set_thread_name("training");
-  profiler::start();
+  profiler::start({.device_times = device_times_});
   recording_ = true;
 }
 

@@ -27,6 +27,7 @@ class StepProfiler {
   const std::string path_;
   const int64_t begin_, end_;
   const bool enabled_;
+  const bool device_times_;
   const Device device_;
   MetricsLog& metrics_;
   bool recording_ = false, done_ = false;

@@ -7,6 +7,7 @@
 #include "cuda/runtime/copy.h"
 #include "cuda/runtime/device.h"
 #include "cuda/runtime/pinned.h"
+#include "cuda/runtime/profiler_timer.h"
 #include "cuda/runtime/stream.h"
 #include "ops/check.h"
 #include "ops/creation.h"
@@ -85,6 +86,7 @@ bool register_cuda_backend() {
   static cuda_glue::CudaCopier copier;
   static cuda_glue::CudaBackend kernels;
   cuda::register_cuda_allocator();
+  cuda::register_profiler_timer();
   register_device_copier(Device::Type::cuda, &copier);
   register_backend(Device::Type::cuda, &kernels);
   return true;

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
@@ -100,6 +101,36 @@ TEST_CASE("stoke-train --device cuda trains LeNet-5 in emu to the CPU's losses",
   REQUIRE(got_test.size() == 1);
   CHECK(std::abs(got_test[0] - want_test[0]) <= 1e-4 * std::max(1.0, std::abs(want_test[0])));
   fs::remove_all(dir);
+}
+
+TEST_CASE("stoke-train --profile --profile-device in emu: the GPU's own track and device rows",
+          "[train_cuda_cli][profiler]") {
+#if defined(__SANITIZE_THREAD__)
+  WARN("skipped under ThreadSanitizer");
+  return;
+#endif
+  const fs::path data = "/usr/share/datasets/fashion-mnist";
+  if (!fs::exists(data)) {
+    WARN("no Fashion-MNIST at " << data << " (scripts/install-deps.sh installs it): skipped");
+    return;
+  }
+  const fs::path trace =
+      fs::temp_directory_path() / ("stoke-profile-emu-" + std::to_string(getpid()) + ".json");
+  const Run r = run(std::string(STOKE_TRAIN_EMU_EXE) +
+                    " --model lenet5 --epochs 1 --limit-train 32 --limit-test 8 --batch 8 "
+                    "--no-progress --workers 1 --device cuda --profile-steps 1:3 "
+                    "--profile-device --profile " +
+                    trace.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.output.find("profile: 2 steps") != std::string::npos);
+  // Summary rows whose category is `device`: the convolutions' time on the (emulated) GPU.
+  CHECK(std::regex_search(r.output, std::regex(R"(\n  conv2d\S*\s+device\s+[0-9]+)")));
+  std::ifstream in(trace);
+  const std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  CHECK(json.find("\"cuda:0 (device)\"") != std::string::npos);
+  CHECK(json.find("\"cat\":\"device\"") != std::string::npos);
+  fs::remove(trace);
 }
 
 #endif
