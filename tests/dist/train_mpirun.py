@@ -71,11 +71,19 @@ def equivalence(tmp):
         got = records(metrics, "epoch")
         require(len(got) == 2, f"{metrics} holds one record per epoch (rank 0 alone writes)")
         # The same samples per step, so only float rounding differs (batch 64 vs 128 sums in
-        # another order), and training amplifies it: 6.6e-5 in the train loss after 32 steps in
-        # the -O1 x86-64-v3 sanitizer build. Gradients summed instead of averaged (an lr twice as
-        # large) move the losses by ~1e-1, unsynchronized replicas by more.
+        # another order), and training amplifies it. After epoch 1 (16 steps) the losses agree to
+        # ~1e-7 everywhere seen; epoch 2 of this short, unstable run (test accuracy falls from 44%
+        # to 29%) amplifies the rounding by 10^4 or more where OpenBLAS's GEMM rounds batch 64
+        # and 128 differently: train loss 1.3e-3 apart on a Sapphire Rapids (OpenBLAS's
+        # Cooperlake kernels, small-matrix path), 1.5e-8 with its Haswell kernels on the same
+        # machine, 6.6e-5 in the -O1 sanitizer build elsewhere. Gradients summed instead of
+        # averaged (an lr twice as large) move the losses by ~1e-1 from epoch 1 on, unsynchronized
+        # replicas by more: the tight epoch-1 bounds catch those.
         for r, want in zip(got, ref):
-            for key, tol in (("train_loss", 1e-3), ("test_loss", 2e-3), ("test_acc", 0.5)):
+            bounds = ((("train_loss", 1e-4), ("test_loss", 1e-4), ("test_acc", 0.2))
+                      if r["epoch"] == 1 else
+                      (("train_loss", 1e-2), ("test_loss", 1e-2), ("test_acc", 1.0)))
+            for key, tol in bounds:
                 diff = abs(r[key] - want[key])
                 worst[key] = max(worst.get(key, 0.0), diff)
                 close(r[key], want[key], tol, f"{algo} epoch {r['epoch']} {key}")
