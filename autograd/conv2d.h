@@ -11,4 +11,9 @@ namespace stoke {
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
               const Conv2dOptions& options = {});
 
+// The transposed convolution (see ops::conv_transpose2d; weight (C_in, C_out/groups, kh, kw));
+// gradients flow to input, weight and bias.
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias = Tensor(),
+                        const ConvTranspose2dOptions& options = {});
+
 }  // namespace stoke

@@ -1,6 +1,10 @@
 #include "autograd/reduce.h"
 
+#include <cmath>
+
+#include "autograd/elementwise.h"
 #include "autograd/function.h"
+#include "ops/creation.h"
 #include "ops/elementwise.h"
 
 namespace stoke {
@@ -36,6 +40,32 @@ Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction
         [xd = x.detach(), dims, correction, keepdim](const GradList& g, const NeedList&) {
           return GradList{ops::var_backward(g[0], xd, dims, correction, keepdim)};
         });
+  return y;
+}
+
+Tensor std(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  return sqrt(var(x, dims, correction, keepdim));
+}
+
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  const char* op = "logsumexp";
+  STOKE_CHECK(is_floating(x.dtype()), op, "expected a floating tensor, got ", x.dtype());
+  std::vector<int64_t> reduce_dims = dims;
+  if (reduce_dims.empty())
+    for (int64_t d = 0; d < x.dim(); ++d) reduce_dims.push_back(d);
+  const Shape kept = ops::reduced_shape(x.shape(), reduce_dims, true, op);
+  // The shift: the maximum over the reduced dims, a constant (its gradient would cancel), and 0
+  // where it is infinite (a row of -inf stays -inf; +inf stays +inf) or the reduction is empty.
+  Tensor m;
+  if (x.numel() == 0 || x.dim() == 0) {
+    m = zeros(kept, {.dtype = x.dtype(), .device = x.device()});
+  } else {
+    m = x.detach();
+    for (int64_t d : reduce_dims) m = ops::max(m, d, true);
+    m = ops::where(ops::eq(ops::abs(m), INFINITY), zeros_like(m), m);
+  }
+  Tensor y = log(sum(exp(x - m), reduce_dims, true)) + m;
+  if (!keepdim) y = y.reshape(ops::reduced_shape(x.shape(), reduce_dims, false, op));
   return y;
 }
 

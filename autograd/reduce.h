@@ -17,6 +17,12 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim
 // Variance over `dims` with divisor N - correction (1: unbiased, 0: biased).
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1,
            bool keepdim = false);
+// Standard deviation over `dims`: sqrt(var) with divisor N - correction (torch.std).
+Tensor std(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1,
+           bool keepdim = false);
+// log(sum(exp(x))) over `dims` (empty: all) without overflow: the maximum is subtracted first
+// (torch.logsumexp); rows of -inf give -inf, an empty reduction -inf. Floating inputs.
+Tensor logsumexp(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
 // Maximum / minimum along `dim`; the gradient goes to the first extremal element.
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
@@ -30,5 +36,13 @@ using ops::ValuesIndices;
 // Values (differentiable) and indices of the maximum / minimum along `dim`.
 ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
+// The k largest (or smallest) entries along `dim`, in order, and their indices (torch.topk with
+// sorted=True); ties keep index order. Values are differentiable (a gather). Composed of k
+// argmax passes, so it suits small k (top-5 of logits), on every device.
+struct TopkOptions {
+  int64_t dim = -1;
+  bool largest = true;
+};
+ValuesIndices topk(const Tensor& x, int64_t k, const TopkOptions& options = {});
 
 }  // namespace stoke

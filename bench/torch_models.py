@@ -169,7 +169,31 @@ def make_model(name, in_channels=1, num_classes=10, input_size=28):
         return VGG(VGG_CONFIGS[name], in_channels, num_classes, input_size)
     if name == "mobilenetv2":
         return MobileNetV2(in_channels, num_classes)
+    if name in ("efficientnet_b0", "convnext_tiny", "convnext_nano"):
+        return torchvision_model(name, in_channels, num_classes)
     raise ValueError("no torch twin for model %r" % name)
+
+
+def torchvision_model(name, in_channels, num_classes):
+    """torchvision's own EfficientNet-B0 and ConvNeXt (Debian's python3-torchvision), with the
+    stem convolution rebuilt for `in_channels` (and, for convnext_nano, 2x2: 28x28 inputs); the
+    names do not change, so a stoke checkpoint loads with strict=True."""
+    import torchvision  # only these models need it
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    if name == "efficientnet_b0":
+        m = torchvision.models.efficientnet_b0(num_classes=num_classes)
+        m.features[0][0] = nn.Conv2d(in_channels, 32, 3, 2, 1, bias=False)
+        return m
+    if name == "convnext_tiny":
+        m = torchvision.models.convnext_tiny(num_classes=num_classes)
+        m.features[0][0] = nn.Conv2d(in_channels, 96, 4, 4)
+        return m
+    dims, depths = [32, 64, 128, 256], [2, 2, 6, 2]
+    setting = [CNBlockConfig(d, dims[i + 1] if i + 1 < len(dims) else None, n)
+               for i, (d, n) in enumerate(zip(dims, depths))]
+    m = ConvNeXt(setting, num_classes=num_classes)
+    m.features[0][0] = nn.Conv2d(in_channels, 32, 2, 2)
+    return m
 
 
 def read_idx(path):

@@ -58,6 +58,34 @@ Tensor Conv2d::forward(const Tensor& x) {
   return conv2d(x, weight, bias, conv);
 }
 
+ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels,
+                                 std::array<int64_t, 2> kernel_size,
+                                 ConvTranspose2dLayerOptions options)
+    : conv{.stride = options.stride,
+           .padding = options.padding,
+           .output_padding = options.output_padding,
+           .groups = options.groups,
+           .dilation = options.dilation} {
+  STOKE_CHECK(
+      options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
+      "ConvTranspose2d", "in_channels ", in_channels, " and out_channels ", out_channels,
+      " must be divisible by groups ", options.groups);
+  weight = register_parameter(
+      "weight", empty({in_channels, out_channels / options.groups, kernel_size[0], kernel_size[1]},
+                      {.dtype = options.dtype}));
+  // torch's _ConvNd.reset_parameters: fan_in is dim 1 x the kernel, here out_channels / groups.
+  init::kaiming_uniform_(weight, std::sqrt(5.0), options.generator);
+  if (options.bias) {
+    bias = register_parameter("bias", empty({out_channels}, {.dtype = options.dtype}));
+    const double bound = 1.0 / std::sqrt(static_cast<double>(init::fan_in(weight)));
+    init::uniform_(bias, -bound, bound, options.generator);
+  }
+}
+
+Tensor ConvTranspose2d::forward(const Tensor& x) {
+  return conv_transpose2d(x, weight, bias, conv);
+}
+
 BatchNorm::BatchNorm(int64_t num_features, BatchNormLayerOptions options) : options(options) {
   if (options.affine) {
     weight = register_parameter("weight", ones({num_features}, {.dtype = options.dtype}));

@@ -51,6 +51,31 @@ class Conv2d : public Module {
   ops::Conv2dOptions conv;
 };
 
+struct ConvTranspose2dLayerOptions {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> output_padding{0, 0};
+  int64_t groups = 1;
+  bool bias = true;
+  std::array<int64_t, 2> dilation{1, 1};
+  DType dtype = DType::f32;
+  Generator* generator = nullptr;
+};
+
+// torch.nn.ConvTranspose2d: weight (in, out/groups, kh, kw), bias (out), torch's initialization.
+class ConvTranspose2d : public Module {
+ public:
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size,
+                  ConvTranspose2dLayerOptions options = {});
+  ConvTranspose2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+                  ConvTranspose2dLayerOptions options = {})
+      : ConvTranspose2d(in_channels, out_channels, {kernel_size, kernel_size}, options) {}
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "ConvTranspose2d"; }
+  Tensor weight, bias;
+  ops::ConvTranspose2dOptions conv;
+};
+
 struct BatchNormLayerOptions {
   double eps = 1e-5;
   double momentum = 0.1;

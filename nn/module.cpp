@@ -165,4 +165,10 @@ std::string Module::str() const {
   return os.str();
 }
 
+void for_each_module(Module& root, const std::function<void(Module&)>& f) {
+  f(root);
+  for (const auto& [name, child] : root.named_children())
+    if (child) for_each_module(*child, f);
+}
+
 }  // namespace stoke::nn

@@ -2,6 +2,7 @@
 // those of the equivalent torch.nn model ("layer1.0.conv1.weight", "bn1.running_mean").
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -69,6 +70,10 @@ class Module {
 };
 
 using ModulePtr = std::shared_ptr<Module>;
+
+// Calls f on `root` and then on every module below it, depth first in registration order (as
+// torch's Module.modules()), e.g. to initialize every Conv2d of a model.
+void for_each_module(Module& root, const std::function<void(Module&)>& f);
 
 // Replaces the data of `t` in place (storage, shape, strides, dtype) with that of `src`, keeping
 // its autograd identity, so every handle to `t` sees the new data (PyTorch's `t.data = src`).

@@ -6,6 +6,8 @@
 #include "core/profiler.h"
 #include "ops/backend.h"
 #include "ops/check.h"
+#include "ops/creation.h"
+#include "ops/elementwise.h"
 
 namespace stoke::ops {
 namespace {
@@ -125,6 +127,53 @@ Tensor conv2d_backward_bias(const Tensor& grad_out) {
   check_dim("conv2d_backward_bias", grad_out, "grad_out", 4,
             "(N, K, OH, OW) (or 3 dims (K, OH, OW) for one sample)");
   return dispatch("conv2d_backward_bias", {&grad_out}).conv2d_backward_bias(grad_out);
+}
+
+Conv2dOptions conv_transpose2d_as_conv(const ConvTranspose2dOptions& o) {
+  return {.stride = o.stride, .padding = o.padding, .dilation = o.dilation, .groups = o.groups};
+}
+
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                        const ConvTranspose2dOptions& options) {
+  const char* op = "conv_transpose2d";
+  STOKE_CHECK(input.defined() && weight.defined(), op, "expected defined input and weight");
+  if (input.dim() == 3)  // one sample (C_in, H, W), as torch accepts it
+    return conv_transpose2d(input.detach().unsqueeze(0), weight, bias, options).squeeze(0);
+  STOKE_CHECK(input.dim() == 4, op, "expected input (N, C_in, H, W) or (C_in, H, W), got shape ",
+              input.shape());
+  STOKE_CHECK(weight.dim() == 4, op, "expected weight (C_in, C_out/groups, kh, kw), got shape ",
+              weight.shape());
+  const ConvTranspose2dOptions& o = options;
+  STOKE_CHECK(o.groups > 0 && input.size(1) % o.groups == 0, op, "input channels ", input.size(1),
+              " must be divisible by groups ", o.groups);
+  STOKE_CHECK(weight.size(0) == input.size(1), op, "weight of shape ", weight.shape(), " expects ",
+              weight.size(0), " input channels (its dim 0), got input of shape ", input.shape());
+  std::array<int64_t, 2> out{};
+  for (int i = 0; i < 2; ++i) {
+    STOKE_CHECK(
+        o.stride[i] > 0 && o.dilation[i] > 0 && o.padding[i] >= 0 && o.output_padding[i] >= 0, op,
+        "expected positive stride and dilation, non-negative padding and "
+        "output_padding");
+    // torch also takes output_padding < dilation at stride 1; stoke computes the transposed
+    // convolution as a convolution's input gradient, which needs it below the stride.
+    STOKE_CHECK(o.output_padding[i] < o.stride[i], op, "output_padding (", o.output_padding[0],
+                ", ", o.output_padding[1], ") must be smaller than the stride (", o.stride[0], ", ",
+                o.stride[1], ")");
+    out[i] = (input.size(2 + i) - 1) * o.stride[i] - 2 * o.padding[i] +
+             o.dilation[i] * (weight.size(2 + i) - 1) + o.output_padding[i] + 1;
+    STOKE_CHECK(out[i] > 0, op, "the output would be empty: input ", input.shape(), ", weight ",
+                weight.shape(), ", padding (", o.padding[0], ", ", o.padding[1], ")");
+  }
+  const int64_t out_channels = weight.size(1) * o.groups;
+  if (bias.defined())
+    STOKE_CHECK(bias.dim() == 1 && bias.size(0) == out_channels, op, "expected bias (",
+                out_channels, "), got shape ", bias.shape());
+  // The input gradient of conv2d(y, weight) at grad_out = input: y only lends its shape.
+  const Tensor like = empty({input.size(0), out_channels, out[0], out[1]},
+                            {.dtype = input.dtype(), .device = input.device()});
+  Tensor y = conv2d_backward_input(input, like, weight, conv_transpose2d_as_conv(o));
+  if (bias.defined()) y = add(y, bias.reshape({1, out_channels, 1, 1}));
+  return y;
 }
 
 }  // namespace stoke::ops

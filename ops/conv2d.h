@@ -20,11 +20,24 @@ struct Conv2dOptions {
   int64_t groups = 1;
 };
 
+// conv_transpose2d(x, w, b, {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 1}}):
+// torch's ConvTranspose2d. output_padding adds rows / columns at the bottom / right of the output
+// (to pick among the sizes a strided convolution maps to the same input size); it must be
+// smaller than the stride.
+struct ConvTranspose2dOptions {
+  std::array<int64_t, 2> stride{1, 1};
+  std::array<int64_t, 2> padding{0, 0};
+  std::array<int64_t, 2> output_padding{0, 0};
+  int64_t groups = 1;
+  std::array<int64_t, 2> dilation{1, 1};
+};
+
 }  // namespace stoke
 
 namespace stoke::ops {
 
 using stoke::Conv2dOptions;
+using stoke::ConvTranspose2dOptions;
 
 // Output spatial size (OH, OW) of a convolution of an (H, W) input with a (kh, kw) kernel; throws
 // naming all parameters when it would be empty.
@@ -53,5 +66,15 @@ Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& input, const 
 Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
                               const Conv2dOptions& options);
 Tensor conv2d_backward_bias(const Tensor& grad_out);
+
+// The transposed convolution (the gradient of conv2d w.r.t. its input, as a layer): input
+// (N, C_in, H, W), weight (C_in, C_out/groups, kh, kw) (torch's layout), bias (C_out) or undefined
+// -> (N, C_out, OH, OW), OH = (H - 1) stride - 2 padding + dilation (kh - 1) + output_padding + 1;
+// one sample (C_in, H, W) gives (C_out, OH, OW). It runs conv2d_backward's input-gradient kernels
+// (on the GPU cuDNN's), so it has no kernel of its own.
+Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
+                        const ConvTranspose2dOptions& options = {});
+// The conv2d options of the convolution a transposed convolution is the input gradient of.
+Conv2dOptions conv_transpose2d_as_conv(const ConvTranspose2dOptions& options);
 
 }  // namespace stoke::ops

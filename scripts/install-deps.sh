@@ -32,8 +32,9 @@ packages=(build-essential cmake catch2 libopenblas-dev zlib1g-dev nlohmann-json3
 if [[ $with_torch == 1 ]]; then
   # python3-pil: the loader benchmark's torch peer decodes PNGs with it (a recommendation of
   # python3-torch that --no-install-recommends skips). tests/peers/check_peer_imports.py checks
-  # that every module a peer script imports is here.
-  packages+=(python3-torch python3-pil)
+  # that every module a peer script imports is here. python3-torchvision: the interop twins of
+  # EfficientNet-B0 and ConvNeXt are torchvision's own models (bench/torch_models.py).
+  packages+=(python3-torch python3-pil python3-torchvision)
 fi
 
 # Only the packages not yet installed ("install ok installed" is dpkg's status for a complete one).

@@ -10,6 +10,7 @@
 #include "autograd/gradcheck.h"
 #include "autograd/group_norm.h"
 #include "autograd/index.h"
+#include "autograd/index_resize.h"
 #include "autograd/linalg.h"
 #include "autograd/loss.h"
 #include "autograd/pool.h"

@@ -158,7 +158,14 @@ std::unique_ptr<nn::optim::Optimizer> make_optimizer(const Flags& f, const nn::M
     return std::make_unique<Adam>(std::move(groups), AdamOptions{.lr = f.lr, .weight_decay = wd});
   if (f.optimizer == "adamw")
     return std::make_unique<AdamW>(std::move(groups), AdamWOptions{.lr = f.lr, .weight_decay = wd});
-  STOKE_FAIL("stoke-train", "unknown optimizer '", f.optimizer, "' (known: sgd, adam, adamw)");
+  if (f.optimizer == "rmsprop")
+    return std::make_unique<RMSprop>(std::move(groups),
+                                     RMSpropOptions{.lr = f.lr, .weight_decay = wd});
+  if (f.optimizer == "adagrad")
+    return std::make_unique<Adagrad>(std::move(groups),
+                                     AdagradOptions{.lr = f.lr, .weight_decay = wd});
+  STOKE_FAIL("stoke-train", "unknown optimizer '", f.optimizer,
+             "' (known: sgd, adam, adamw, rmsprop, adagrad)");
 }
 
 std::unique_ptr<nn::optim::LRScheduler> make_scheduler(const Flags& f, nn::optim::Optimizer& opt,

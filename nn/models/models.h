@@ -14,8 +14,10 @@ namespace stoke::nn::models {
 struct ModelOptions {
   int64_t in_channels = 1;
   int64_t num_classes = 10;
-  int64_t input_size = 28;         // height = width of the input images
-  Generator* generator = nullptr;  // for initialization; the default generator if null
+  int64_t input_size = 28;  // height = width of the input images
+  // For initialization only (it need not outlive the constructor); the default generator if
+  // null. Noise while training (dropout, drop path) draws from the default generator.
+  Generator* generator = nullptr;
 };
 
 // LeNet-5 with ReLU and max-pooling: conv1 (5x5, 6; padded by 2 for 28x28 inputs), conv2 (5x5,
@@ -104,8 +106,48 @@ class MobileNetV2 : public Module {
   std::shared_ptr<Linear> linear;
 };
 
+// EfficientNet-B0 (Tan & Le 2019), torchvision's efficientnet_b0: its module tree and names
+// (features.0 stem, features.1-7 MBConv stages with squeeze-excitation and SiLU, features.8 head,
+// classifier.1), its initialization, stochastic depth growing linearly to `stochastic_depth` over
+// the blocks, dropout before the classifier. Strides total 32: 28x28 inputs end at 1x1.
+struct EfficientNetOptions {
+  double dropout = 0.2;
+  double stochastic_depth = 0.2;
+};
+class EfficientNet : public Module {
+ public:
+  explicit EfficientNet(ModelOptions options = {}, EfficientNetOptions efficientnet = {});
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "EfficientNet"; }
+  std::shared_ptr<Sequential> features, classifier;
+};
+
+// ConvNeXt (Liu et al. 2022), torchvision's module tree and names: features.0 the patchify stem
+// (conv + LayerNorm2d), then stages of CNBlocks (depthwise 7x7 conv, LayerNorm over channels,
+// Linear 4x, GELU, Linear, layer scale, stochastic depth) with LayerNorm2d + 2x2 stride-2
+// downsampling between them, classifier (LayerNorm2d, Flatten, Linear).
+//   convnext_tiny: torchvision's convnext_tiny (96/192/384/768, 3/3/9/3 blocks, 4x4 stem): inputs
+//   of at least 32x32 (the features shrink 32-fold);
+//   convnext_nano: a narrow ConvNeXt for 28x28 images (32/64/128/256, 2/2/6/2 blocks, 2x2 stem,
+//   so 28x28 ends at 1x1), the same modules and names.
+struct ConvNeXtOptions {
+  std::vector<int64_t> dims = {96, 192, 384, 768};
+  std::vector<int64_t> depths = {3, 3, 9, 3};
+  int64_t stem_patch = 4;         // the stem's kernel size and stride
+  double stochastic_depth = 0.1;  // the last block's drop-path probability (linear from 0)
+  double layer_scale = 1e-6;      // the initial layer scale of every block
+};
+class ConvNeXt : public Module {
+ public:
+  explicit ConvNeXt(ModelOptions options = {}, ConvNeXtOptions convnext = {});
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "ConvNeXt"; }
+  std::shared_ptr<Sequential> features, classifier;
+};
+
 // Builds a model by name: lenet5, resnet8, resnet20, resnet56, resnet18, resnet8_gn, resnet20_gn,
-// resnet18_gn, resnet9, vgg11, vgg16, mobilenetv2. Unknown names are an error listing the known
+// resnet18_gn, resnet9, vgg11, vgg16, mobilenetv2, efficientnet_b0, convnext_tiny, convnext_nano.
+// Unknown names are an error listing the known
 // ones.
 std::shared_ptr<Module> make_model(const std::string& name, ModelOptions options = {});
 std::vector<std::string> model_names();

@@ -117,8 +117,9 @@ Tensor MobileNetV2::forward(const Tensor& x) {
 }
 
 std::vector<std::string> model_names() {
-  return {"lenet5",      "resnet8",     "resnet20", "resnet56", "resnet18", "resnet8_gn",
-          "resnet20_gn", "resnet18_gn", "resnet9",  "vgg11",    "vgg16",    "mobilenetv2"};
+  return {"lenet5",     "resnet8",     "resnet20",        "resnet56",      "resnet18",
+          "resnet8_gn", "resnet20_gn", "resnet18_gn",     "resnet9",       "vgg11",
+          "vgg16",      "mobilenetv2", "efficientnet_b0", "convnext_tiny", "convnext_nano"};
 }
 
 std::shared_ptr<Module> make_model(const std::string& name, ModelOptions o) {
@@ -154,6 +155,11 @@ std::shared_ptr<Module> make_model(const std::string& name, ModelOptions o) {
                                                       512, 512, 512, -1, 512, 512, 512, -1},
                                  o);
   if (name == "mobilenetv2") return std::make_shared<MobileNetV2>(o);
+  if (name == "efficientnet_b0") return std::make_shared<EfficientNet>(o);
+  if (name == "convnext_tiny") return std::make_shared<ConvNeXt>(o);
+  if (name == "convnext_nano")
+    return std::make_shared<ConvNeXt>(
+        o, ConvNeXtOptions{.dims = {32, 64, 128, 256}, .depths = {2, 2, 6, 2}, .stem_patch = 2});
   std::string known;
   for (const auto& n : model_names()) known += (known.empty() ? "" : ", ") + n;
   STOKE_FAIL("make_model", "unknown model '", name, "'; known models: ", known);

@@ -1,5 +1,7 @@
 #include "nn/optim/optimizer.h"
 
+#include "nn/optim/optimizer_state.h"
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -14,7 +16,7 @@
 
 namespace stoke::nn::optim {
 
-namespace {
+namespace detail {
 
 Tensor contiguous_grad(const Tensor& p) {
   Tensor g = p.grad();
@@ -54,7 +56,9 @@ void check_no_leftovers(const std::map<std::string, Tensor>& m, const char* op) 
   STOKE_FAIL(op, "unexpected optimizer state ", keys);
 }
 
-}  // namespace
+}  // namespace detail
+
+using namespace detail;
 
 std::vector<ParamGroup> weight_decay_groups(const Module& module, double weight_decay) {
   std::vector<ParamGroup> groups(2);

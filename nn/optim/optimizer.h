@@ -148,6 +148,61 @@ class AdamW : public Adam {
   }
 };
 
+// RMSprop (torch.optim.RMSprop, Hinton's lecture 6e): a running mean of squared gradients
+// divides each step; centered subtracts the squared running mean of the gradients (a variance),
+// momentum keeps a buffer of the divided steps. State: square_avg, momentum_buffer, grad_avg.
+struct RMSpropOptions {
+  double lr = 1e-2;
+  double alpha = 0.99;  // the running mean's decay
+  double eps = 1e-8;
+  double weight_decay = 0;  // L2, added to the gradient
+  double momentum = 0;
+  bool centered = false;
+};
+
+// Adagrad (torch.optim.Adagrad, Duchi et al. 2011): each step divided by the root of the sum of
+// all squared gradients so far; the rate decays as lr / (1 + (step - 1) lr_decay). State: sum,
+// step.
+struct AdagradOptions {
+  double lr = 1e-2;
+  double lr_decay = 0;
+  double weight_decay = 0;  // L2, added to the gradient
+  double initial_accumulator_value = 0;
+  double eps = 1e-10;
+};
+
+// Both run torch's single-tensor update op for op on each parameter (ops:: in-place ops on any
+// device), so they match torch.optim to rounding; f32 and f64 parameters.
+class RMSprop : public Optimizer {
+ public:
+  RMSprop(std::vector<Tensor> params, RMSpropOptions options);
+  RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options);
+  void step() override;
+  NamedTensors state_dict() const override;
+  void load_state_dict(const NamedTensors& state) override;
+  const RMSpropOptions& options() const { return options_; }
+
+ private:
+  RMSpropOptions options_;
+  std::vector<Tensor> square_avg_, momentum_buffer_, grad_avg_;
+  std::vector<int64_t> steps_;
+};
+
+class Adagrad : public Optimizer {
+ public:
+  Adagrad(std::vector<Tensor> params, AdagradOptions options);
+  Adagrad(std::vector<ParamGroup> groups, AdagradOptions options);
+  void step() override;
+  NamedTensors state_dict() const override;
+  void load_state_dict(const NamedTensors& state) override;
+  const AdagradOptions& options() const { return options_; }
+
+ private:
+  AdagradOptions options_;
+  std::vector<Tensor> sum_;
+  std::vector<int64_t> steps_;
+};
+
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before
 // clipping (torch.nn.utils.clip_grad_norm_).
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);

@@ -98,3 +98,79 @@ TEST_CASE("conv2d grad: PyTorch fixtures through backward()", "[autograd][conv][
     }
   }
 }
+
+TEST_CASE("conv_transpose2d: PyTorch fixtures in f32 and f64, forward and every gradient",
+          "[autograd][conv][fixture]") {
+  const auto cases = testing::load_fixture(testing::fixture_path("conv_transpose2d.txt"));
+  REQUIRE(cases.size() == 5);
+  for (const auto& c : cases) {
+    const auto s = c.attr_ints("stride"), p = c.attr_ints("padding"),
+               op = c.attr_ints("output_padding"), d = c.attr_ints("dilation");
+    const ConvTranspose2dOptions o{.stride = {s[0], s[1]},
+                                   .padding = {p[0], p[1]},
+                                   .output_padding = {op[0], op[1]},
+                                   .groups = c.attr_int("groups"),
+                                   .dilation = {d[0], d[1]}};
+    for (const DType dtype : {DType::f32, DType::f64}) {
+      INFO("case " << c.name << " in " << dtype);
+      auto t = [&](const char* name) {
+        const auto& f = c.tensor(name);
+        return from_vector(f.as_f32(), Shape(f.shape)).to(dtype);
+      };
+      const bool has_bias = c.has_tensor("bias");
+      Tensor x = t("input").set_requires_grad(true), w = t("weight").set_requires_grad(true);
+      Tensor b = has_bias ? t("bias").set_requires_grad(true) : Tensor();
+      Tensor y = conv_transpose2d(x, w, b, o);
+      y.backward(t("grad_output"));
+      std::vector<std::pair<Tensor, const char*>> checks = {
+          {y, "output"}, {x.grad(), "grad_input"}, {w.grad(), "grad_weight"}};
+      if (has_bias) checks.push_back({b.grad(), "grad_bias"});
+      for (const auto& [got, name] : checks) {
+        INFO(name);
+        REQUIRE(got.defined());
+        REQUIRE(got.shape() == t(name).shape());
+        const auto gv = got.to(DType::f64).to_vector<double>();
+        const auto ev = t(name).to(DType::f64).to_vector<double>();
+        int bad = 0;
+        for (size_t i = 0; i < gv.size(); ++i)
+          bad += std::abs(gv[i] - ev[i]) > 1e-5 + 1e-5 * std::abs(ev[i]);
+        CHECK(bad == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("conv_transpose2d: gradcheck, the layer, and errors that name the problem",
+          "[autograd][conv]") {
+  auto check = [](const Shape& x, const Shape& w, bool bias, const ConvTranspose2dOptions& o) {
+    INFO("x " << x << " w " << w << " bias " << bias);
+    std::vector<Tensor> in = {leaf64(x), leaf64(w)};
+    if (bias) in.push_back(leaf64({w[1] * o.groups}));
+    const auto r = autograd::gradcheck(
+        [&](const std::vector<Tensor>& t) {
+          return conv_transpose2d(t[0], t[1], t.size() > 2 ? t[2] : Tensor(), o);
+        },
+        in);
+    INFO(r.worst);
+    REQUIRE(r.ok);
+  };
+  check({2, 3, 3, 4}, {3, 2, 3, 3}, true, {});
+  check({1, 4, 3, 3}, {4, 1, 3, 2}, true,
+        {.stride = {2, 3}, .padding = {1, 0}, .output_padding = {1, 2}, .groups = 2});
+  check({2, 2, 3, 3}, {2, 2, 2, 2}, false, {.stride = {2, 2}, .dilation = {2, 1}});
+
+  // The layer: torch's weight layout (in, out/groups, kh, kw) and names.
+  nn::ConvTranspose2d up(8, 4, 2, {.stride = {2, 2}});
+  CHECK(up.weight.shape() == Shape{8, 4, 2, 2});
+  CHECK(up.bias.shape() == Shape{4});
+  CHECK(up(randn({3, 8, 7, 7})).shape() == Shape{3, 4, 14, 14});
+  CHECK(up(randn({8, 7, 7})).shape() == Shape{4, 14, 14});  // one sample
+
+  CHECK_THROWS_WITH(ops::conv_transpose2d(randn({1, 3, 4, 4}), randn({2, 2, 3, 3}), Tensor()),
+                    Catch::Contains("conv_transpose2d") && Catch::Contains("input channels"));
+  CHECK_THROWS_WITH(ops::conv_transpose2d(randn({1, 2, 4, 4}), randn({2, 2, 3, 3}), Tensor(),
+                                          {.stride = {2, 2}, .output_padding = {2, 0}}),
+                    Catch::Contains("output_padding (2, 0) must be smaller than the stride"));
+  CHECK_THROWS_WITH(ops::conv_transpose2d(randn({1, 2, 4, 4}), randn({2, 2, 3, 3}), randn({3})),
+                    Catch::Contains("expected bias (2)"));
+}

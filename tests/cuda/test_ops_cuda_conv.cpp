@@ -132,6 +132,36 @@ TEST_CASE("cuda ops: autograd through conv2d on cuda gives the CPU's gradients",
   }
 }
 
+TEST_CASE("cuda ops: conv_transpose2d forward and its gradients match the CPU", "[ops_cuda_conv]") {
+  struct Case {
+    Shape x, w;
+    ConvTranspose2dOptions o;
+  };
+  for (const Case& c :
+       {Case{{2, 4, 5, 5},
+             {4, 3, 3, 3},
+             {.stride = {2, 2}, .padding = {1, 1}, .output_padding = {1, 1}}},
+        Case{{1, 4, 4, 3}, {4, 2, 2, 3}, {.stride = {2, 1}, .groups = 2, .dilation = {1, 2}}}}) {
+    INFO("x " << c.x << " w " << c.w);
+    const Tensor x0 = rand_cpu(c.x, 61), w0 = rand_cpu(c.w, 62);
+    const Tensor b0 = rand_cpu({c.w[1] * c.o.groups}, 63);
+    auto run = [&](Device dev) {
+      Tensor x = x0.to(dev).detach(), w = w0.to(dev).detach(), b = b0.to(dev).detach();
+      for (Tensor* t : {&x, &w, &b}) t->set_requires_grad(true);
+      Tensor y = conv_transpose2d(x, w, b, c.o);
+      stoke::sum(stoke::mul(y, y)).backward();
+      return std::vector<Tensor>{y, x.grad(), w.grad(), b.grad()};
+    };
+    const auto want = run(Device::cpu());
+    const auto got = run(kCuda);
+    for (size_t i = 0; i < want.size(); ++i) {
+      INFO("output " << i);
+      CHECK(got[i].device() == kCuda);
+      CHECK(max_diff(got[i], want[i]) < 1e-3);
+    }
+  }
+}
+
 TEST_CASE("cuda ops: conv2d refuses bad input with the CPU's messages", "[ops_cuda_conv]") {
   const Tensor x = rand_cpu({1, 4, 5, 5}, 1), w = rand_cpu({2, 3, 3, 3}, 2);
   for (Device dev : {Device::cpu(), kCuda}) {

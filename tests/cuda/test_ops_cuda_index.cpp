@@ -3,6 +3,8 @@
 // mse losses, out-of-range indices reported with the CPU's message at the next synchronization.
 #include <catch2/catch.hpp>
 
+#include <functional>
+
 #include "cuda/runtime/deferred_checks.h"
 #include "cuda/runtime/stream.h"
 #include "ops_cuda_util.h"
@@ -157,4 +159,45 @@ TEST_CASE("cuda ops: autograd through max, gather, index_select and the losses m
     return x.grad();
   };
   CHECK(max_diff(run(kCuda), run(Device::cpu())) < 1e-5);
+}
+
+TEST_CASE("cuda ops: pad and interpolate through autograd match the CPU", "[ops_cuda]") {
+  const Tensor x0 = rand_cpu({2, 3, 5, 4}, 71);
+  const std::vector<std::pair<const char*, std::function<Tensor(const Tensor&)>>> fns = {
+      {"reflect",
+       [](const Tensor& t) {
+         return pad(t, {2, 1, 3, 2}, {.mode = PadMode::reflect});
+       }},
+      {"replicate",
+       [](const Tensor& t) {
+         return pad(t, {1, 3}, {.mode = PadMode::replicate});
+       }},
+      {"constant",
+       [](const Tensor& t) {
+         return pad(t, {-1, 2, 1, 1}, {.value = 0.5});
+       }},
+      {"nearest",
+       [](const Tensor& t) {
+         return interpolate(t, {.size = {9, 7}});
+       }},
+      {"bilinear",
+       [](const Tensor& t) {
+         return interpolate(t, {.scale_factor = {2, 1.5}, .mode = InterpolateMode::bilinear});
+       }},
+  };
+  for (const auto& [name, f] : fns) {
+    INFO(name);
+    auto run = [&](Device dev) {
+      Tensor x = x0.to(dev).detach();
+      x.set_requires_grad(true);
+      const Tensor y = f(x);
+      stoke::sum(stoke::mul(y, y)).backward();
+      return std::vector<Tensor>{y, x.grad()};
+    };
+    const auto want = run(Device::cpu());
+    const auto got = run(kCuda);
+    CHECK(got[0].device() == kCuda);
+    CHECK(max_diff(got[0], want[0]) < 1e-5);
+    CHECK(max_diff(got[1], want[1]) < 1e-4);
+  }
 }

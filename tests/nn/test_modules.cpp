@@ -37,6 +37,16 @@ TEST_CASE("models: parameter counts match the published ones", "[nn][models]") {
   const int64_t r56 = models::make_model("resnet56", cifar)->num_parameters();
   CHECK(r56 > 850000);  // the paper's 0.85M
   CHECK(r56 < 860000);
+  // torchvision's efficientnet_b0 and convnext_tiny with 10 classes, and the narrow ConvNeXt
+  // built as torchvision.models.convnext.ConvNeXt with a 2x2 stem (bench/torch_models.py).
+  CHECK(models::make_model("efficientnet_b0", cifar)->num_parameters() == 4020358);
+  CHECK(models::make_model("efficientnet_b0")->num_parameters() == 4019782);  // 1 channel
+  CHECK(models::make_model("convnext_tiny", cifar)->num_parameters() == 27827818);
+  CHECK(models::make_model("convnext_nano", cifar)->num_parameters() == 2178794);
+  CHECK(models::make_model("convnext_nano")->num_parameters() == 2178538);
+  CHECK_THROWS_WITH(
+      models::make_model("convnext_tiny"),
+      Catch::Contains("28x28 inputs shrink to nothing") && Catch::Contains("at least 32 pixels"));
   CHECK_THROWS_WITH(models::make_model("resnet7"),
                     Catch::Contains("unknown model 'resnet7'") && Catch::Contains("lenet5"));
 }
@@ -44,8 +54,9 @@ TEST_CASE("models: parameter counts match the published ones", "[nn][models]") {
 TEST_CASE("models: every model runs forward and backward on 28x28 and 32x32 inputs",
           "[nn][models]") {
   for (const auto& name : models::model_names()) {
-    if (name == "resnet56" || name == "vgg16" || name == "resnet18" || name == "resnet18_gn")
-      continue;  // slow; same code
+    if (name == "resnet56" || name == "vgg16" || name == "resnet18" || name == "resnet18_gn" ||
+        name == "convnext_tiny")
+      continue;  // slow; same code (convnext_tiny is convnext_nano's, wider and deeper)
     for (auto [c, size] : {std::pair<int64_t, int64_t>{1, 28}, {3, 32}}) {
       INFO(name << " " << c << "x" << size);
       auto m = models::make_model(name, {.in_channels = c, .num_classes = 7, .input_size = size});
@@ -59,6 +70,36 @@ TEST_CASE("models: every model runs forward and backward on 28x28 and 32x32 inpu
       }
     }
   }
+}
+
+TEST_CASE("models: EfficientNet-B0 and ConvNeXt keep torchvision's state_dict keys",
+          "[nn][models]") {
+  const auto b0 = keys(models::make_model("efficientnet_b0")->state_dict());
+  CHECK(b0.size() == 360);  // as torchvision's efficientnet_b0
+  CHECK(b0.front() == "features.0.0.weight");
+  CHECK(has(b0, "features.0.1.num_batches_tracked"));
+  CHECK(has(b0, "features.1.0.block.0.0.weight"));  // expand ratio 1: depthwise first
+  CHECK(has(b0, "features.1.0.block.1.fc1.weight"));
+  CHECK(has(b0, "features.1.0.block.2.1.running_var"));
+  CHECK(has(b0, "features.2.0.block.3.0.weight"));  // expand, depthwise, SE, project
+  CHECK(has(b0, "features.6.3.block.2.fc2.bias"));
+  CHECK(has(b0, "features.8.1.weight"));
+  CHECK(b0.back() == "classifier.1.bias");
+  const auto cn = keys(models::make_model("convnext_nano")->state_dict());
+  CHECK(cn.size() == 128);
+  CHECK(cn.front() == "features.0.0.weight");
+  CHECK(has(cn, "features.0.1.bias"));  // the stem's LayerNorm2d
+  CHECK(has(cn, "features.1.0.layer_scale"));
+  CHECK(has(cn, "features.1.1.block.0.weight"));  // depthwise 7x7
+  CHECK(has(cn, "features.1.1.block.2.weight"));  // LayerNorm
+  CHECK(has(cn, "features.5.5.block.5.bias"));
+  CHECK(has(cn, "features.6.1.weight"));  // the last downsampling conv
+  CHECK(cn.back() == "classifier.2.bias");
+  auto tiny = models::make_model("convnext_tiny", {.in_channels = 3, .input_size = 32});
+  CHECK(tiny->state_dict().size() == 182);
+  for (const auto& [n, p] : tiny->named_parameters())
+    if (n == "features.1.0.layer_scale")
+      CHECK(p.to(DType::f64).contiguous().data<double>()[0] == Approx(1e-6));
 }
 
 TEST_CASE("modules: state_dict keys follow PyTorch's names", "[nn][modules]") {
@@ -174,4 +215,23 @@ TEST_CASE("modules: BatchNorm1d and BatchNorm2d carry torch's names", "[nn]") {
   CHECK(nn::BatchNorm2d(4).name() == "BatchNorm2d");
   nn::BatchNorm1d bn(3);
   CHECK(bn.forward(randn({5, 3})).shape() == Shape{5, 3});
+}
+
+TEST_CASE("models: the initialization generator need not outlive the model", "[nn][models]") {
+  // stoke-train builds its model with a Generator on the stack; dropout and drop path at
+  // training time draw from the default generator, never from that one.
+  for (const char* name : {"efficientnet_b0", "convnext_nano"}) {
+    INFO(name);
+    auto make = [&] {
+      Generator init(7);
+      return models::make_model(name, {.generator = &init});
+    };
+    auto m = make();
+    std::vector<char> scribble(1 << 16, 0x5a);  // reuse the stack the generator lived on
+    (void)scribble;
+    m->train();
+    manual_seed(3);
+    const Tensor a = (*m)(randn({2, 1, 28, 28}, {}, nullptr));
+    CHECK(a.shape() == Shape{2, 10});
+  }
 }

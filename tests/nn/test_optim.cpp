@@ -31,6 +31,22 @@ std::unique_ptr<optim::Optimizer> make(const FixtureCase& c, std::vector<Tensor>
                                                           .dampening = get("dampening", 0),
                                                           .weight_decay = get("weight_decay", 0),
                                                           .nesterov = get("nesterov", 0) != 0});
+  if (kind == "rmsprop")
+    return std::make_unique<optim::RMSprop>(
+        params, optim::RMSpropOptions{.lr = get("lr", 1e-2),
+                                      .alpha = get("alpha", 0.99),
+                                      .eps = get("eps", 1e-8),
+                                      .weight_decay = get("weight_decay", 0),
+                                      .momentum = get("momentum", 0),
+                                      .centered = get("centered", 0) != 0});
+  if (kind == "adagrad")
+    return std::make_unique<optim::Adagrad>(
+        params,
+        optim::AdagradOptions{.lr = get("lr", 1e-2),
+                              .lr_decay = get("lr_decay", 0),
+                              .weight_decay = get("weight_decay", 0),
+                              .initial_accumulator_value = get("initial_accumulator_value", 0),
+                              .eps = get("eps", 1e-10)});
   const optim::AdamOptions o{.lr = get("lr", 1e-3),
                              .beta1 = get("beta1", 0.9),
                              .beta2 = get("beta2", 0.999),
@@ -48,7 +64,7 @@ std::unique_ptr<optim::Optimizer> make(const FixtureCase& c, std::vector<Tensor>
 
 TEST_CASE("optimizers: three steps match torch.optim", "[nn][optim]") {
   const auto cases = stoke::testing::load_fixture(stoke::testing::fixture_path("optim.txt"));
-  REQUIRE(cases.size() >= 7);
+  REQUIRE(cases.size() == 11);  // SGD x4, Adam x2, AdamW, RMSprop x2, Adagrad x2
   for (const auto& c : cases) {
     INFO(c.name);
     Tensor p = to_tensor(c.tensor("p0")).set_requires_grad(true);
@@ -78,7 +94,7 @@ TEST_CASE("optimizers: AdamW's default weight decay is torch.optim.AdamW's 1e-2"
 }
 
 TEST_CASE("optimizers: state_dict round trip resumes exactly", "[nn][optim]") {
-  for (const char* kind : {"sgd", "adam"}) {
+  for (const char* kind : {"sgd", "adam", "rmsprop", "adagrad"}) {
     INFO(kind);
     Generator g(3);
     Tensor p1 = randn({10}, {}, &g).set_requires_grad(true);
@@ -87,6 +103,13 @@ TEST_CASE("optimizers: state_dict round trip resumes exactly", "[nn][optim]") {
       if (std::string(kind) == "sgd")
         return std::make_unique<optim::SGD>(std::vector<Tensor>{p},
                                             optim::SGDOptions{.lr = 0.1, .momentum = 0.9});
+      if (std::string(kind) == "rmsprop")
+        return std::make_unique<optim::RMSprop>(
+            std::vector<Tensor>{p},
+            optim::RMSpropOptions{.lr = 0.01, .momentum = 0.5, .centered = true});
+      if (std::string(kind) == "adagrad")
+        return std::make_unique<optim::Adagrad>(std::vector<Tensor>{p},
+                                                optim::AdagradOptions{.lr = 0.1, .lr_decay = 0.1});
       return std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions{.lr = 0.1});
     };
     auto a = make_opt(p1), b = make_opt(p2);
@@ -114,6 +137,12 @@ TEST_CASE("optimizers: state_dict round trip resumes exactly", "[nn][optim]") {
                     Catch::Contains("expected f32 [3], got f32 [4]"));
   CHECK_THROWS_WITH(sgd.load_state_dict({{"state.7.momentum_buffer", zeros({3})}}),
                     Catch::Contains("unexpected optimizer state 'state.7.momentum_buffer'"));
+  optim::RMSprop rms({p}, {.momentum = 0.9});
+  CHECK_THROWS_WITH(rms.load_state_dict({{"state.0.step", zeros({}, {.dtype = DType::i64})},
+                                         {"state.0.square_avg", zeros({3})}}),
+                    Catch::Contains("missing optimizer state 'state.0.momentum_buffer'"));
+  CHECK_THROWS_WITH(optim::Adagrad({zeros({2}, {.dtype = DType::f16, .requires_grad = true})}, {}),
+                    Catch::Contains("Adagrad") && Catch::Contains("f32 and f64 parameters"));
 }
 
 TEST_CASE("schedulers: closed forms match PyTorch's", "[nn][optim]") {

@@ -485,7 +485,8 @@ TEST_CASE("stoke-train: model, optimizer, schedule and device names are checked 
     const char* says;
   };
   for (const Bad& b : {
-           Bad{"--optimizer sgdd", "unknown optimizer 'sgdd' (known: sgd, adam, adamw)"},
+           Bad{"--optimizer sgdd",
+               "unknown optimizer 'sgdd' (known: sgd, adam, adamw, rmsprop, adagrad)"},
            Bad{"--schedule cos",
                "unknown schedule 'cos' (known: none, step, multistep, cosine, onecycle)"},
            Bad{"--model lenet", "unknown model 'lenet' (known: lenet5, "},
@@ -568,4 +569,8 @@ TEST_CASE("stoke-train --profile: a Chrome trace of the chosen steps and a summa
              Catch::Contains("--profile-steps expects A:B"));
   CHECK_THAT(run_train("--profile-steps 5:3 --profile x.json").output,
              Catch::Contains("--profile-steps expects A < B"));
+  CHECK_THAT(run_train("--profile-device").output,
+             Catch::Contains("--profile-device needs --profile FILE"));
+  CHECK_THAT(run_train("--profile-device --profile x.json").output,
+             Catch::Contains("--profile-device times ops on the GPU: it needs --device cuda"));
 }
