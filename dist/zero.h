@@ -74,6 +74,7 @@ struct ZeroMemoryReport {
   int64_t owned_parameters = 0;       // of those, parameters' (not padding): what it steps
   int64_t buckets = 0;
   int64_t largest_bucket_bytes = 0;  // padded
+  int64_t storages = 0;              // allocations the byte counts come from
   int64_t total() const {
     return parameter_bytes + gradient_bytes + optimizer_state_bytes + communication_bytes;
   }

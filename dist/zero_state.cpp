@@ -183,6 +183,7 @@ ZeroMemoryReport ZeroOptimizer::memory_report() const {
   auto count = [&](int64_t& field, const Tensor& t) {
     if (!t.defined() || !seen.insert(t.storage().get()).second) return;
     field += static_cast<int64_t>(t.storage()->nbytes());
+    ++r.storages;
   };
   for (const Flat& flat : s.flats) {
     count(r.parameter_bytes, flat.params);

@@ -321,3 +321,65 @@ TEST_CASE("dist: zero: refuses stage 3, and ranks whose models differ", "[zero]"
                               }),
                     Catch::Contains("the parameters differ across ranks"));
 }
+
+namespace {
+
+// 100 -> 200 -> 10: 22,210 parameters, every buffer of them under the CPU allocator's 256 KiB
+// caching threshold, where it rounds each block up to 64 bytes only.
+struct Wide : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  Wide() {
+    Generator gen(3);
+    a = register_module(
+        "a", std::make_shared<nn::Linear>(100, 200, nn::LinearOptions{.generator = &gen}));
+    b = register_module(
+        "b", std::make_shared<nn::Linear>(200, 10, nn::LinearOptions{.generator = &gen}));
+  }
+  Tensor forward(const Tensor& x) override { return b->forward(relu(a->forward(x))); }
+};
+
+}  // namespace
+
+TEST_CASE("dist: zero: memory_report's bytes are what the allocator holds (N = 1, 2, 4)",
+          "[zero]") {
+  for (int ranks : {1, 2, 4})
+    for (int stage : {1, 2}) {
+      INFO("N = " << ranks << ", stage " << stage);
+      std::vector<int64_t> totals(static_cast<size_t>(ranks)), storages(static_cast<size_t>(ranks));
+      int64_t before = 0, after = 0;
+      run_ranks(ranks, [&](Communicator& c) {
+        c.barrier();
+        if (c.rank() == 0) before = static_cast<int64_t>(cpu_allocator().stats().allocated_bytes);
+        c.barrier();
+        auto model = std::make_shared<Wide>();
+        ZeroOptimizer z(model->parameters(), c,
+                        [](std::vector<nn::optim::ParamGroup> g) {
+                          return make_optimizer(Opt::adamw, std::move(g));
+                        },
+                        {.stage = stage, .bucket_cap_mb = 0.02});
+        for (int s = 0; s < 2; ++s) {
+          Generator gen(7 + static_cast<uint64_t>(s));
+          const Tensor x = randn({4, 100}, {}, &gen);
+          const Tensor y = randint(0, 10, {4}, {.dtype = DType::i64}, &gen);
+          cross_entropy(model->forward(x), y).backward();
+          z.step();
+          z.zero_grad();
+        }
+        // Every rank holds its optimizer and nothing else of stoke's (the batches, activations
+        // and the model's original parameter storages are gone) while rank 0 reads the count.
+        c.barrier();
+        if (c.rank() == 0) after = static_cast<int64_t>(cpu_allocator().stats().allocated_bytes);
+        c.barrier();
+        totals[static_cast<size_t>(c.rank())] = z.memory_report().total();
+        storages[static_cast<size_t>(c.rank())] = z.memory_report().storages;
+      });
+      int64_t sum = 0, blocks = 0;
+      for (int r = 0; r < ranks; ++r) {
+        sum += totals[static_cast<size_t>(r)];
+        blocks += storages[static_cast<size_t>(r)];
+      }
+      // The allocator rounds each block up to a multiple of 64 bytes.
+      CHECK(after - before >= sum);
+      CHECK(after - before <= sum + 64 * blocks);
+    }
+}
