@@ -33,6 +33,7 @@
 #include "dist/ddp.h"
 #include "dist/in_process.h"
 #include "dist/ring.h"
+#include "dist/zero.h"
 #if defined(STOKE_HAS_MPI)
 #include "dist/mpi.h"  // in builds with MPI (CMake's STOKE_MPI)
 #endif

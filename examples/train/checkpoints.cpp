@@ -103,9 +103,14 @@ Position read_position(const Metadata& m, const std::string& path, const Flags& 
 
 void save_last(const std::string& path, const nn::Module& model, const nn::optim::Optimizer& opt,
                const Position& p, const Flags& f) {
+  save_last(path, model, opt.state_dict(), p, f);
+}
+
+void save_last(const std::string& path, const nn::Module& model,
+               const nn::NamedTensors& optimizer_state, const Position& p, const Flags& f) {
   remove_stale_temp_files(f.checkpoint);  // of saves that were killed before their rename
   nn::NamedTensors all = on_cpu(model.state_dict());
-  for (auto& [k, t] : on_cpu(opt.state_dict())) all.emplace_back("optimizer." + k, t);
+  for (auto& [k, t] : on_cpu(optimizer_state)) all.emplace_back("optimizer." + k, t);
   nn::save_safetensors(path, all, to_metadata(p, f));
 }
 

@@ -25,6 +25,11 @@ struct Position {
 void save_last(const std::string& path, const nn::Module& model, const nn::optim::Optimizer& opt,
                const Position& p, const Flags& f);
 
+// The same with the optimizer's state already taken (dist::ZeroOptimizer's consolidated state is
+// collective: every rank takes it, rank 0 saves).
+void save_last(const std::string& path, const nn::Module& model,
+               const nn::NamedTensors& optimizer_state, const Position& p, const Flags& f);
+
 // Loads what save_last wrote into `model` and `opt`, restores the global generator and returns
 // the position; throws naming the file and the key when the metadata is missing or out of range.
 Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimizer& opt,

@@ -121,6 +121,9 @@ Under mpirun -np N (one process per rank; --batch is per rank, each rank trains 
                           when this build has it. --device cuda means cuda:<local rank>
   --dist-timeout SECONDS  a rank that waits longer than this in one collective aborts the job,
                           naming the collective (default 300)
+  --zero 1|2              ZeRO instead of DDP: each rank keeps the optimizer state of 1/N of
+                          the parameters (1), and of their gradients too (2); last.safetensors
+                          holds the whole state, so a run resumes at any -np, or without --zero
 )";
 }
 
@@ -163,6 +166,7 @@ Flags parse_flags(int argc, char** argv) {
       {"--allreduce", [&](auto&, auto& v) { f.allreduce = v; }},
       {"--dist-backend", [&](auto&, auto& v) { f.dist_backend = v; }},
       {"--dist-timeout", [&](auto& k, auto& v) { f.dist_timeout = to_double(k, v); }},
+      {"--zero", [&](auto& k, auto& v) { f.zero = to_int(k, v, 1, 2); }},
       {"--profile", [&](auto&, auto& v) { f.profile = v; }},
       {"--profile-steps",
        [&](auto& k, auto& v) {

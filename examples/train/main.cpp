@@ -84,10 +84,11 @@ int run(Flags f, Distributed& dist) {
   if ((status = agree(dist, status))) return status;
   if (dist.active())
     std::printf(
-        "dist: %d ranks (%d on this machine) over %s, allreduce %s, timeout %g s, %d threads per "
+        "dist: %d ranks (%d on this machine) over %s, %s %s, timeout %g s, %d threads per "
         "rank; batch %lld per rank (%lld in all)\n",
-        dist.size, dist.local_size, dist.engine.c_str(), f.allreduce.c_str(), f.dist_timeout,
-        num_threads(), static_cast<long long>(f.batch),
+        dist.size, dist.local_size, dist.engine.c_str(),
+        f.zero ? (f.zero == 1 ? "ZeRO-1, collectives" : "ZeRO-2, collectives") : "allreduce",
+        f.allreduce.c_str(), f.dist_timeout, num_threads(), static_cast<long long>(f.batch),
         static_cast<long long>(f.batch * dist.size));
 
   Trainer trainer(f, *device, metrics, dist);

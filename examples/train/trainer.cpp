@@ -65,11 +65,12 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
       dist_(dist),
       data_(load_data(f_, device_, dist_)),
       model_(build_model(f_, data_, device_)),
-      ddp_(dist_.active() ? std::make_unique<dist::DistributedDataParallel>(
-                                model_, dist_.gradient_comm(),
-                                dist::DdpOptions{.algorithm = dist::parse_allreduce_algorithm(
-                                                     f_.allreduce, "--allreduce")})
-                          : nullptr),
+      ddp_(dist_.active() && f_.zero == 0
+               ? std::make_unique<dist::DistributedDataParallel>(
+                     model_, dist_.gradient_comm(),
+                     dist::DdpOptions{
+                         .algorithm = dist::parse_allreduce_algorithm(f_.allreduce, "--allreduce")})
+               : nullptr),
       opt_(make_optimizer(f_, *model_)),
       sched_(make_scheduler(f_, *opt_, (data_.train->num_batches() + f_.accum - 1) / f_.accum)),
       last_path_(in_checkpoint_dir(f_, "last.safetensors")),
@@ -78,6 +79,17 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
       profiler_(f_, dist_.root(), device_, metrics_),
       last_finite_loss_(std::numeric_limits<double>::quiet_NaN()) {
   print_model_line(f_, *model_, device_);
+  if (dist_.active() && f_.zero > 0) {
+    // Before any state exists: the plain optimizer gives its kind, options and groups.
+    auto zero = dist::make_zero_optimizer(
+        *opt_, dist_.gradient_comm(),
+        {.stage = static_cast<int>(f_.zero),
+         .algorithm = dist::parse_allreduce_algorithm(f_.allreduce, "--allreduce")});
+    zero_ = zero.get();
+    sched_.reset();  // it holds the plain optimizer
+    opt_ = std::move(zero);
+    sched_ = make_scheduler(f_, *opt_, (data_.train->num_batches() + f_.accum - 1) / f_.accum);
+  }
 }
 
 void Trainer::resume() {
@@ -190,7 +202,12 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
 void Trainer::optimizer_step(double loss_value, double data_wait_s) {
   {
     const profiler::Range phase("optimizer", profiler::Category::phase);
-    if (f_.clip_grad > 0) nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
+    if (f_.clip_grad > 0) {
+      if (zero_)
+        zero_->clip_grad_norm_(f_.clip_grad);  // the parameters' gradients are in its buffers
+      else
+        nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
+    }
     opt_->step();
     opt_->zero_grad();
     if (sched_) sched_->step();
@@ -223,6 +240,11 @@ std::string Trainer::progress_text(const EpochStats& e) const {
 }
 
 Tensor Trainer::forward(const Tensor& images, bool sync) {
+  if (zero_ && model_->is_training())
+    for (const auto& [name, b] : model_->named_buffers()) {
+      Tensor t = b.detach();
+      dist_.gradient_comm().broadcast(t, 0);
+    }
   if (!ddp_) return (*model_)(images);
   if (sync) return (*ddp_)(images);
   auto no_sync = ddp_->no_sync();  // a micro-batch of --accum: gradients stay local
@@ -253,6 +275,17 @@ bool Trainer::end_epoch(const EpochStats& e) {
                            .rss_mib = rss.current,
                            .peak_rss_mib = rss.peak};
   print_epoch_line(record, f_.epochs, eval_seconds);
+  if (zero_) {
+    const dist::ZeroMemoryReport m = zero_->memory_report();
+    constexpr double kMiB = 1024.0 * 1024.0;
+    std::printf(
+        "  %s memory per rank: optimizer state %.2f MiB, gradients %.2f MiB, parameters "
+        "%.2f MiB, communication %.2f MiB (rank 0 steps %lld of %lld parameters)\n",
+        dist::zero_stage_name(zero_->stage()).c_str(), m.optimizer_state_bytes / kMiB,
+        m.gradient_bytes / kMiB, m.parameter_bytes / kMiB, m.communication_bytes / kMiB,
+        static_cast<long long>(m.owned_parameters), static_cast<long long>(m.parameters));
+    std::fflush(stdout);
+  }
   log_epoch(metrics_, record);
   const bool stop = update_best(r);
   pos_.batch = 0;
@@ -316,7 +349,12 @@ void Trainer::save_position(const Position& p) {
   job.epoch_loss_sum = totals[0];
   job.epoch_correct = static_cast<int64_t>(totals[1]);
   job.epoch_seen = static_cast<int64_t>(totals[2]);
-  if (dist_.root()) save_last(last_path_, *model_, *opt_, job, f_);
+  if (zero_) {
+    const nn::NamedTensors state = opt_->state_dict();  // collective: every rank gathers
+    if (dist_.root()) save_last(last_path_, *model_, state, job, f_);
+  } else if (dist_.root()) {
+    save_last(last_path_, *model_, *opt_, job, f_);
+  }
   last_good_ = last_path_;
 }
 

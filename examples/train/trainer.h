@@ -9,6 +9,7 @@
 
 #include "checkpoints.h"
 #include "dist/ddp.h"
+#include "dist/zero.h"
 #include "distributed.h"
 #include "evaluate.h"
 #include "flags.h"
@@ -60,7 +61,8 @@ class Trainer {
   EvalResult evaluate_finite();
   void check_finite_loss(double loss_value) const;
   void save_position(const Position& p);
-  // The model's forward: through DDP in a job (without gradient sync unless `sync`).
+  // The model's forward: through DDP in a job (without gradient sync unless `sync`); under
+  // --zero the module's own, after rank 0's buffers are broadcast as DDP would.
   Tensor forward(const Tensor& images, bool sync);
 
   const Flags f_;
@@ -69,8 +71,9 @@ class Trainer {
   Distributed& dist_;
   Data data_;
   std::shared_ptr<nn::Module> model_;
-  std::unique_ptr<dist::DistributedDataParallel> ddp_;  // in a job of several ranks
+  std::unique_ptr<dist::DistributedDataParallel> ddp_;  // in a job of several ranks, no --zero
   std::unique_ptr<nn::optim::Optimizer> opt_;
+  dist::ZeroOptimizer* zero_ = nullptr;  // opt_, with --zero in a job of several ranks
   std::unique_ptr<nn::optim::LRScheduler> sched_;
   const std::string last_path_, best_path_;  // empty without --checkpoint
   const int64_t kill_at_step_;               // the crash-and-resume tests' hook; 0 = off

@@ -41,7 +41,8 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Applies one update to every parameter that has a gradient (no autograd recording).
   virtual void step() = 0;
-  void zero_grad();  // sets gradients to none
+  // Sets gradients to none (dist::ZeroOptimizer also zeroes the flat gradients it keeps).
+  virtual void zero_grad();
 
   // The live learning rates and weight decays, per group (schedulers scale each group's rate from
   // its own initial value). lr() is group 0's; set_lr() sets every group's.

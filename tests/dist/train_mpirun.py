@@ -13,6 +13,11 @@ usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE [STOKE_TRAIN_EMU]
   stalled      rank 1 stopped (SIGSTOP) at step 5 with --dist-timeout 3: rank 0's watchdog aborts
                the job within 30 s, naming the collective, its sequence number, the timeout and the
                rank that did not arrive.
+  zero         --zero 1 and --zero 2 under mpirun -np 2 train like DDP (epoch records within float
+               rounding), print the per-rank memory line, and a --zero 2 job killed at step 10
+               resumes from its step-8 checkpoint at -np 4 with --zero 1 and in one process
+               without ZeRO (the checkpoint holds the consolidated optimizer state), ending like
+               the uninterrupted job. AdamW, whose state is what ZeRO shards.
   cuda         mpirun -np 2 of stoke-train built against cuda/emu (STOKE_TRAIN_EMU) with --device
                cuda: rank r on emulated device r, gradients through MPI staged in host memory (the
                path of a build without NCCL), trains like one CPU process on the whole batch.
@@ -128,6 +133,49 @@ def stalled(tmp):
     print(f"stalled: the job ended non-zero in {seconds:.1f} s: {line.strip()}")
 
 
+def zero(tmp):
+    base = ["--optimizer", "adamw", "--lr", "0.002"]
+    ddp, _ = run(base + ["--batch", "64", "--metrics", f"{tmp}/ddp.jsonl"], np=2)
+    require(ddp.returncode == 0, "the DDP run failed", ddp)
+    ref = records(f"{tmp}/ddp.jsonl", "epoch")
+    worst = {}
+    for stage in ("1", "2"):
+        metrics = f"{tmp}/zero{stage}.jsonl"
+        p, _ = run(base + ["--batch", "64", "--metrics", metrics, "--zero", stage], np=2)
+        require(p.returncode == 0, f"mpirun -np 2 --zero {stage} failed", p)
+        require(f"ZeRO-{stage}, collectives native" in p.stdout, "the dist: line names ZeRO", p)
+        require(p.stdout.count(f"zero{stage} memory per rank: optimizer state") == 2,
+                "rank 0 prints the memory line once per epoch", p)
+        got = records(metrics, "epoch")
+        require(len(got) == 2, f"{metrics} holds one record per epoch")
+        # ZeRO reduce-scatters what DDP all-reduces: the same sums, so only rounding differs.
+        for r, want in zip(got, ref):
+            for key, tol in (("train_loss", 1e-4), ("test_loss", 1e-4), ("test_acc", 0.2)):
+                worst[key] = max(worst.get(key, 0.0), abs(r[key] - want[key]))
+                close(r[key], want[key], tol, f"--zero {stage} epoch {r['epoch']} {key}")
+    whole = records(f"{tmp}/zero2.jsonl", "epoch")
+    for np, extra in ((4, ["--batch", "32", "--zero", "1"]), (1, ["--batch", "128"])):
+        ckpt = f"{tmp}/ckpt{np}"
+        args = base + ["--checkpoint", ckpt, "--checkpoint-every", "4"]
+        killed, _ = run(args + ["--batch", "64", "--zero", "2"], np=2, timeout=90,
+                        env={"STOKE_TRAIN_TEST_KILL_AT_STEP": "10",
+                             "STOKE_TRAIN_TEST_KILL_RANK": "1"})
+        require(killed.returncode != 0, "killing rank 1 ends the --zero 2 job non-zero", killed)
+        resumed, _ = run(args + extra + ["--resume"], np=np, timeout=180)
+        require(resumed.returncode == 0, f"the resumed run at -np {np} failed", resumed)
+        require("resumed from" in resumed.stdout and "step 8)" in resumed.stdout,
+                f"-np {np} resumed from the step-8 checkpoint", resumed)
+        got = records(f"{ckpt}/metrics.jsonl", "epoch")
+        require(len(got) == 2, f"the -np {np} resumed run's metrics hold both epochs once")
+        for r, w in zip(got, whole):
+            for key, tol in (("train_loss", 1e-4), ("test_loss", 1e-4), ("test_acc", 0.2)):
+                worst[key] = max(worst.get(key, 0.0), abs(r[key] - w[key]))
+                close(r[key], w[key], tol, f"resumed at -np {np}, epoch {r['epoch']} {key}")
+    print("zero: --zero 1 and 2 match DDP at np 2; a --zero 2 checkpoint resumes at np 4 (--zero 1) "
+          "and at np 1 without ZeRO; largest differences: " +
+          ", ".join(f"{k} {v:.2g}" for k, v in worst.items()))
+
+
 def cuda(tmp):
     emu = sys.argv[4]
     small = ["--epochs", "1", "--limit-train", "16", "--limit-test", "8", "--no-progress",
@@ -151,4 +199,5 @@ def cuda(tmp):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    {"equivalence": equivalence, "resume": resume, "stalled": stalled, "cuda": cuda}[CASE](tmp)
+    {"equivalence": equivalence, "resume": resume, "stalled": stalled, "zero": zero,
+     "cuda": cuda}[CASE](tmp)

@@ -1,0 +1,150 @@
+// dist::ZeroOptimizer on cuda tensors in the emulator: ranks as threads on its two devices over
+// emu's NCCL, stages 1 and 2 against DDP with the plain optimizer (SGD-momentum and AdamW, N = 2
+// and 3, native and ring collectives), then a consolidated checkpoint resumed at another N.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "dist/cuda/nccl.h"
+#include "dist/ddp.h"
+#include "dist/zero.h"
+#include "stoke/stoke.h"
+
+#include "dist_ranks.h"
+
+using namespace stoke;
+using namespace stoke::dist;
+using stoke::test::run_nccl;
+
+namespace {
+
+// 6 -> 11 -> 3: 113 parameters, which neither 2 nor 3 divides.
+struct Mlp : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  explicit Mlp(uint64_t seed) {
+    Generator gen(seed);
+    a = register_module("a",
+                        std::make_shared<nn::Linear>(6, 11, nn::LinearOptions{.generator = &gen}));
+    b = register_module("b",
+                        std::make_shared<nn::Linear>(11, 3, nn::LinearOptions{.generator = &gen}));
+  }
+  Tensor forward(const Tensor& x) override { return b->forward(relu(a->forward(x))); }
+};
+
+constexpr int64_t kBatch = 12;
+
+std::unique_ptr<nn::optim::Optimizer> make_opt(bool adamw, std::vector<nn::optim::ParamGroup> g) {
+  if (!adamw)
+    return std::make_unique<nn::optim::SGD>(
+        std::move(g), nn::optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3});
+  return std::make_unique<nn::optim::AdamW>(std::move(g), nn::optim::AdamWOptions{.lr = 3e-3});
+}
+
+struct Result {
+  std::vector<Tensor> params;  // rank 0's, on the CPU
+  nn::NamedTensors state;      // on the CPU
+};
+
+// stage 0: DDP and the plain optimizer.
+Result train(int ranks, int stage, bool adamw, AllreduceAlgorithm algo, int first, int steps,
+             const Result* start = nullptr) {
+  Result out;
+  run_nccl(ranks, [&](NcclCommunicator& c) {
+    const Device dev = Device::cuda(c.device());
+    auto model = std::make_shared<Mlp>(1 + static_cast<uint64_t>(c.rank()));
+    if (start) {
+      NoGradGuard no_grad;
+      const auto ps = model->parameters();
+      for (size_t i = 0; i < ps.size(); ++i) Tensor(ps[i]).copy_(start->params[i]);
+    }
+    model->to(dev);
+    std::unique_ptr<DistributedDataParallel> ddp;
+    std::unique_ptr<nn::optim::Optimizer> opt;
+    ZeroOptimizer* zero = nullptr;
+    if (stage == 0) {
+      ddp = std::make_unique<DistributedDataParallel>(
+          model, c,
+          DdpOptions{.bucket_cap_mb = 0.0002, .first_bucket_cap_mb = 0.0002, .algorithm = algo});
+      opt = make_opt(adamw, {{.params = model->parameters()}});
+    } else {
+      auto z = std::make_unique<ZeroOptimizer>(
+          model->parameters(), c,
+          [&](std::vector<nn::optim::ParamGroup> g) { return make_opt(adamw, std::move(g)); },
+          ZeroOptions{.stage = stage, .bucket_cap_mb = 0.0002, .algorithm = algo});
+      zero = z.get();
+      opt = std::move(z);
+    }
+    if (start) opt->load_state_dict(start->state);
+    const int64_t share = kBatch / ranks;
+    for (int s = first; s < first + steps; ++s) {
+      Generator gen(100 + static_cast<uint64_t>(s));
+      const Tensor x = randn({kBatch, 6}, {}, &gen);
+      const Tensor y = randint(0, 3, {kBatch}, {.dtype = DType::i64}, &gen);
+      const Tensor xs = x.narrow(0, c.rank() * share, share).to(dev);
+      const Tensor ys = y.narrow(0, c.rank() * share, share).to(dev);
+      cross_entropy(ddp ? ddp->forward(xs) : model->forward(xs), ys).backward();
+      if (zero)
+        zero->clip_grad_norm_(1.0);
+      else
+        nn::optim::clip_grad_norm_(model->parameters(), 1.0);
+      opt->step();
+      opt->zero_grad();
+    }
+    nn::NamedTensors state = opt->state_dict();
+    if (c.rank() == 0) {
+      for (const Tensor& p : model->parameters())
+        out.params.push_back(p.detach().to(Device::cpu()));
+      for (const auto& [k, t] : state) out.state.emplace_back(k, t.to(Device::cpu()));
+    }
+  });
+  return out;
+}
+
+double relative_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  double d = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto va = a[i].to_vector<double>(), vb = b[i].to_vector<double>();
+    for (size_t k = 0; k < va.size(); ++k) {
+      d = std::max(d, std::abs(va[k] - vb[k]));
+      scale = std::max(scale, std::abs(vb[k]));
+    }
+  }
+  return d / scale;
+}
+
+}  // namespace
+
+// One test case per optimizer: the emulator is slow, and each stays well inside ctest's limit.
+static void check_equal_to_ddp(bool adamw) {
+  for (int ranks : {2, 3}) {
+    const AllreduceAlgorithm algo =
+        ranks == 3 ? AllreduceAlgorithm::ring : AllreduceAlgorithm::native;
+    const Result ddp = train(ranks, 0, adamw, algo, 0, 8);
+    for (int stage : {1, 2}) {
+      INFO("N = " << ranks << ", stage " << stage);
+      const Result z = train(ranks, stage, adamw, algo, 0, 8);
+      CHECK(relative_diff(z.params, ddp.params) <= 1e-6);
+      REQUIRE(z.state.size() == ddp.state.size());
+    }
+  }
+}
+
+TEST_CASE("dist: zero (emu): ZeRO-1 and ZeRO-2 on cuda tensors over NCCL equal DDP, SGD-momentum",
+          "[zero][nccl_dist]") {
+  check_equal_to_ddp(false);
+}
+
+TEST_CASE("dist: zero (emu): ZeRO-1 and ZeRO-2 on cuda tensors over NCCL equal DDP, AdamW",
+          "[zero][nccl_dist]") {
+  check_equal_to_ddp(true);
+}
+
+TEST_CASE("dist: zero (emu): a checkpoint of N = 2 on cuda resumes at N = 3", "[zero][nccl_dist]") {
+  const AllreduceAlgorithm native = AllreduceAlgorithm::native;
+  const Result whole = train(2, 2, true, native, 0, 10);
+  const Result half = train(2, 2, true, native, 0, 5);
+  const Result resumed = train(3, 1, true, native, 5, 5, &half);
+  CHECK(relative_diff(resumed.params, whole.params) <= 1e-6);
+}

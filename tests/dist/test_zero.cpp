@@ -1,0 +1,385 @@
+// dist::ZeroOptimizer over in-process ranks (threads): stages 1 and 2 against DDP with the
+// unsharded optimizer on the same data (SGD-momentum and AdamW, N = 2 and 3, native and ring
+// collectives, clipping, accumulation), checkpoints that resume at another world size or without
+// ZeRO, and the memory report against the formulas of docs/design.md ("ZeRO").
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+
+#include "dist/zero.h"
+#include "dist_util.h"
+
+using namespace stoke;
+using namespace stoke::dist;
+using namespace stoke::dist::test;
+
+namespace {
+
+constexpr int64_t kBatch = 24;  // divides over 1, 2, 3 and 4 ranks
+
+// 13 -> 29 -> 7, biases: 616 parameters, a count that 2, 3 and 4 do not divide into buckets.
+struct Mlp : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  explicit Mlp(uint64_t seed) {
+    Generator gen(seed);
+    a = register_module("a",
+                        std::make_shared<nn::Linear>(13, 29, nn::LinearOptions{.generator = &gen}));
+    b = register_module("b",
+                        std::make_shared<nn::Linear>(29, 7, nn::LinearOptions{.generator = &gen}));
+  }
+  Tensor forward(const Tensor& x) override { return b->forward(relu(a->forward(x))); }
+};
+constexpr int64_t kPsi = 13 * 29 + 29 + 29 * 7 + 7;
+
+struct Data {
+  Tensor x, y;
+};
+
+// Batch s of a run: the same on every rank and in every run.
+Data batch(int step) {
+  Generator gen(1000 + static_cast<uint64_t>(step));
+  return {randn({kBatch, 13}, {}, &gen), randint(0, 7, {kBatch}, {.dtype = DType::i64}, &gen)};
+}
+
+enum class Opt { sgd, adamw };
+
+std::unique_ptr<nn::optim::Optimizer> make_optimizer(Opt o, std::vector<nn::optim::ParamGroup> g) {
+  if (o == Opt::sgd)
+    return std::make_unique<nn::optim::SGD>(
+        std::move(g), nn::optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3});
+  return std::make_unique<nn::optim::AdamW>(std::move(g), nn::optim::AdamWOptions{.lr = 3e-3});
+}
+
+// Two groups, as stoke-train makes them: decay on the weights, none on the biases.
+std::vector<nn::optim::ParamGroup> groups_of(const nn::Module& m) {
+  return nn::optim::weight_decay_groups(m, 1e-2);
+}
+
+std::vector<Tensor> snapshot(const nn::Module& m) {
+  std::vector<Tensor> out;
+  for (const Tensor& p : m.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// max |a - b| over every element, over the largest |b|: the relative distance of two runs.
+double relative_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  double d = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto va = a[i].to_vector<double>(), vb = b[i].to_vector<double>();
+    for (size_t k = 0; k < va.size(); ++k) {
+      d = std::max(d, std::abs(va[k] - vb[k]));
+      scale = std::max(scale, std::abs(vb[k]));
+    }
+  }
+  return d / scale;
+}
+
+struct RunOptions {
+  int ranks = 2;
+  int stage = 0;  // 0: DDP with the plain optimizer
+  Opt opt = Opt::sgd;
+  int first_step = 0, steps = 50;
+  int accum = 1;    // micro-batches per step (DDP: no_sync; ZeRO: accumulated gradients)
+  double clip = 0;  // clip the global gradient norm to this, when > 0
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::native;
+  const std::vector<Tensor>* start_params = nullptr;  // else Mlp(1 + rank): rank 0's is kept
+  const nn::NamedTensors* start_state = nullptr;      // a consolidated optimizer state
+};
+
+struct RunResult {
+  std::vector<Tensor> params;            // rank 0's, at the end
+  nn::NamedTensors state;                // the consolidated optimizer state, at the end
+  std::vector<ZeroMemoryReport> memory;  // per rank (ZeRO)
+  bool replicas_equal = true;
+};
+
+// One run over `ranks` threads; every rank takes its contiguous share of each batch.
+RunResult run(const RunOptions& o) {
+  RunResult result;
+  result.memory.resize(static_cast<size_t>(o.ranks));
+  std::vector<std::vector<Tensor>> finals(static_cast<size_t>(o.ranks));
+  std::vector<nn::NamedTensors> states(static_cast<size_t>(o.ranks));
+  run_ranks(o.ranks, [&](Communicator& c) {
+    auto model = std::make_shared<Mlp>(1 + static_cast<uint64_t>(c.rank()));
+    if (o.start_params) {
+      NoGradGuard no_grad;
+      const auto ps = model->parameters();
+      for (size_t i = 0; i < ps.size(); ++i) Tensor(ps[i]).copy_((*o.start_params)[i]);
+    }
+    std::unique_ptr<DistributedDataParallel> ddp;
+    std::unique_ptr<nn::optim::Optimizer> opt;
+    ZeroOptimizer* zero = nullptr;
+    if (o.stage == 0) {
+      ddp = std::make_unique<DistributedDataParallel>(
+          model, c,
+          DdpOptions{
+              .bucket_cap_mb = 0.001, .first_bucket_cap_mb = 0.001, .algorithm = o.algorithm});
+      opt = make_optimizer(o.opt, groups_of(*model));
+    } else {
+      const ZeroOptions zo{.stage = o.stage, .bucket_cap_mb = 0.001, .algorithm = o.algorithm};
+      // AdamW through make_zero_optimizer (a plain optimizer's kind and groups), SGD through a
+      // factory of its own.
+      auto z = o.opt == Opt::adamw
+                   ? make_zero_optimizer(*make_optimizer(o.opt, groups_of(*model)), c, zo)
+                   : std::make_unique<ZeroOptimizer>(
+                         groups_of(*model), c,
+                         [&](std::vector<nn::optim::ParamGroup> g) {
+                           return make_optimizer(o.opt, std::move(g));
+                         },
+                         zo);
+      zero = z.get();
+      opt = std::move(z);
+    }
+    if (o.start_state) opt->load_state_dict(*o.start_state);
+    const int64_t share = kBatch / o.ranks, micro = share / o.accum;
+    for (int s = o.first_step; s < o.first_step + o.steps; ++s) {
+      const Data d = batch(s);
+      for (int m = 0; m < o.accum; ++m) {
+        const int64_t begin = c.rank() * share + m * micro;
+        const Tensor x = d.x.narrow(0, begin, micro), y = d.y.narrow(0, begin, micro);
+        auto pass = [&] {
+          const Tensor out = ddp ? ddp->forward(x) : model->forward(x);
+          mul(cross_entropy(out, y), 1.0 / o.accum).backward();
+        };
+        if (ddp && m + 1 < o.accum) {
+          auto guard = ddp->no_sync();
+          pass();
+        } else {
+          pass();
+        }
+      }
+      if (o.clip > 0) {
+        if (zero)
+          zero->clip_grad_norm_(o.clip);
+        else
+          nn::optim::clip_grad_norm_(model->parameters(), o.clip);
+      }
+      opt->step();
+      opt->zero_grad();
+    }
+    finals[static_cast<size_t>(c.rank())] = snapshot(*model);
+    states[static_cast<size_t>(c.rank())] = opt->state_dict();  // collective for ZeRO
+    if (zero) result.memory[static_cast<size_t>(c.rank())] = zero->memory_report();
+  });
+  for (size_t r = 1; r < finals.size(); ++r)
+    for (size_t i = 0; i < finals[0].size(); ++i)
+      result.replicas_equal = result.replicas_equal && same_bytes(finals[r][i], finals[0][i]);
+  result.params = finals[0];
+  result.state = states[0];
+  return result;
+}
+
+// The consolidated state against a plain optimizer's: the same keys, values within `tol`.
+void check_same_state(const nn::NamedTensors& got, const nn::NamedTensors& want, double tol) {
+  REQUIRE(got.size() == want.size());
+  std::map<std::string, Tensor> by_name(want.begin(), want.end());
+  for (const auto& [key, t] : got) {
+    INFO(key);
+    REQUIRE(by_name.count(key) == 1);
+    const Tensor& w = by_name[key];
+    REQUIRE(t.shape() == w.shape());
+    CHECK(relative_diff({t}, {w}) <= tol);
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "dist: zero: ZeRO-1 and ZeRO-2 equal DDP after 50 steps (SGD-momentum and AdamW, N = 2 and 3)",
+    "[zero]") {
+  for (Opt opt : {Opt::sgd, Opt::adamw})
+    for (int ranks : {2, 3}) {
+      const RunResult ddp = run({.ranks = ranks, .stage = 0, .opt = opt});
+      REQUIRE(ddp.replicas_equal);
+      for (int stage : {1, 2}) {
+        INFO((opt == Opt::sgd ? "SGD" : "AdamW") << ", N = " << ranks << ", stage " << stage);
+        const RunResult z = run({.ranks = ranks, .stage = stage, .opt = opt});
+        CHECK(z.replicas_equal);
+        CHECK(relative_diff(z.params, ddp.params) <= 1e-6);
+        check_same_state(z.state, ddp.state, 1e-5);
+      }
+    }
+}
+
+TEST_CASE("dist: zero: over stoke's ring, with clipping and with accumulation, ZeRO equals DDP",
+          "[zero]") {
+  for (int stage : {1, 2}) {
+    INFO("stage " << stage);
+    const RunOptions ring{
+        .ranks = 3, .opt = Opt::adamw, .steps = 20, .algorithm = AllreduceAlgorithm::ring};
+    RunOptions z = ring;
+    z.stage = stage;
+    CHECK(relative_diff(run(z).params, run(ring).params) <= 1e-6);
+
+    // A norm of 0.5 clips every step of this model (its gradient norms are above 1).
+    const RunOptions clip{.ranks = 2, .opt = Opt::sgd, .steps = 20, .clip = 0.5};
+    z = clip;
+    z.stage = stage;
+    CHECK(relative_diff(run(z).params, run(clip).params) <= 1e-6);
+
+    const RunOptions accum{.ranks = 2, .opt = Opt::adamw, .steps = 20, .accum = 3};
+    z = accum;
+    z.stage = stage;
+    CHECK(relative_diff(run(z).params, run(accum).params) <= 1e-6);
+  }
+}
+
+TEST_CASE("dist: zero: a checkpoint of N = 2 resumes at N = 4, at N = 1 and without ZeRO",
+          "[zero]") {
+  for (int stage : {1, 2}) {
+    INFO("stage " << stage);
+    const RunResult whole = run({.ranks = 2, .stage = stage, .opt = Opt::adamw, .steps = 20});
+    const RunResult half = run({.ranks = 2, .stage = stage, .opt = Opt::adamw, .steps = 10});
+    for (int ranks : {4, 1}) {
+      INFO("resumed at N = " << ranks);
+      const RunResult resumed = run({.ranks = ranks,
+                                     .stage = stage,
+                                     .opt = Opt::adamw,
+                                     .first_step = 10,
+                                     .steps = 10,
+                                     .start_params = &half.params,
+                                     .start_state = &half.state});
+      CHECK(relative_diff(resumed.params, whole.params) <= 1e-6);
+    }
+    // Without ZeRO (DDP and a plain AdamW, N = 3) from the ZeRO checkpoint, and ZeRO from a
+    // plain run's checkpoint.
+    const RunResult plain = run({.ranks = 3,
+                                 .stage = 0,
+                                 .opt = Opt::adamw,
+                                 .first_step = 10,
+                                 .steps = 10,
+                                 .start_params = &half.params,
+                                 .start_state = &half.state});
+    CHECK(relative_diff(plain.params, whole.params) <= 1e-6);
+    const RunResult plain_half = run({.ranks = 2, .stage = 0, .opt = Opt::adamw, .steps = 10});
+    const RunResult from_plain = run({.ranks = 2,
+                                      .stage = stage,
+                                      .opt = Opt::adamw,
+                                      .first_step = 10,
+                                      .steps = 10,
+                                      .start_params = &plain_half.params,
+                                      .start_state = &plain_half.state});
+    CHECK(relative_diff(from_plain.params, whole.params) <= 1e-6);
+  }
+}
+
+TEST_CASE("dist: zero: memory_report matches the formulas for N = 1, 2, 4 (AdamW, f32)", "[zero]") {
+  for (int ranks : {1, 2, 4})
+    for (int stage : {1, 2}) {
+      INFO("N = " << ranks << ", stage " << stage);
+      const RunResult z = run({.ranks = ranks, .stage = stage, .opt = Opt::adamw, .steps = 2});
+      for (int r = 0; r < ranks; ++r) {
+        const ZeroMemoryReport& m = z.memory[static_cast<size_t>(r)];
+        INFO("rank " << r);
+        REQUIRE(m.parameters == kPsi);
+        // The exact form (docs/design.md): P = Ψ + padding = Σ_b N·c_b, S = Σ_b c_b = P / N.
+        const int64_t P = m.padded_parameters, S = m.shard_parameters;
+        CHECK(P == S * ranks);
+        CHECK(P - kPsi <= (ranks - 1) * m.buckets);
+        const int64_t c_max = m.largest_bucket_bytes / 4 / ranks;
+        CHECK(m.parameter_bytes == 4 * P);
+        // Two f32 moments for each parameter element this rank steps (its chunks less padding).
+        CHECK(m.optimizer_state_bytes == 8 * m.owned_parameters);
+        CHECK(m.owned_parameters <= S);
+        CHECK(S - m.owned_parameters <= P - kPsi);
+        if (stage == 1) {
+          CHECK(m.gradient_bytes == 4 * P);
+          CHECK(m.communication_bytes == 4 * c_max);
+        } else {
+          CHECK(m.gradient_bytes == 4 * S);
+          CHECK(m.communication_bytes == 4 * c_max + 2 * (4 * c_max * ranks + 4 * c_max));
+        }
+        // The paper's form (stage 1: 8Ψ + 8Ψ/N, stage 2: 4Ψ + 12Ψ/N) within the padding, plus
+        // the communication buffers: one chunk (stage 1), two buckets and three chunks (stage 2),
+        // B (1/N) and B (2 + 3/N) for the largest bucket's B bytes.
+        const double psi = static_cast<double>(kPsi);
+        const double paper = stage == 1 ? 8 * psi + 8 * psi / ranks : 4 * psi + 12 * psi / ranks;
+        const double held =
+            static_cast<double>(m.parameter_bytes + m.gradient_bytes + m.optimizer_state_bytes);
+        CHECK(std::abs(held - paper) <= 16.0 * (P - kPsi));
+        const double B = static_cast<double>(m.largest_bucket_bytes);
+        CHECK(m.communication_bytes <= (stage == 1 ? B / ranks : B * (2 + 3.0 / ranks)));
+      }
+    }
+}
+
+TEST_CASE("dist: zero: refuses stage 3, and ranks whose models differ", "[zero]") {
+  auto make = [](std::vector<nn::optim::ParamGroup> g) {
+    return make_optimizer(Opt::sgd, std::move(g));
+  };
+  CHECK_THROWS_WITH(run_ranks(1,
+                              [&](Communicator& c) {
+                                Mlp m(1);
+                                ZeroOptimizer z(m.parameters(), c, make, {.stage = 3});
+                              }),
+                    Catch::Contains("stage 3 is not implemented"));
+  CHECK_THROWS_WITH(run_ranks(2,
+                              [&](Communicator& c) {
+                                auto lin = std::make_shared<nn::Linear>(3, c.rank() == 0 ? 4 : 5);
+                                ZeroOptimizer z(lin->parameters(), c, make);
+                              }),
+                    Catch::Contains("the parameters differ across ranks"));
+}
+
+namespace {
+
+// 100 -> 200 -> 10: 22,210 parameters, every buffer of them under the CPU allocator's 256 KiB
+// caching threshold, where it rounds each block up to 64 bytes only.
+struct Wide : nn::Module {
+  std::shared_ptr<nn::Linear> a, b;
+  Wide() {
+    Generator gen(3);
+    a = register_module(
+        "a", std::make_shared<nn::Linear>(100, 200, nn::LinearOptions{.generator = &gen}));
+    b = register_module(
+        "b", std::make_shared<nn::Linear>(200, 10, nn::LinearOptions{.generator = &gen}));
+  }
+  Tensor forward(const Tensor& x) override { return b->forward(relu(a->forward(x))); }
+};
+
+}  // namespace
+
+TEST_CASE("dist: zero: memory_report's bytes are what the allocator holds (N = 1, 2, 4)",
+          "[zero]") {
+  for (int ranks : {1, 2, 4})
+    for (int stage : {1, 2}) {
+      INFO("N = " << ranks << ", stage " << stage);
+      std::vector<int64_t> totals(static_cast<size_t>(ranks)), storages(static_cast<size_t>(ranks));
+      int64_t before = 0, after = 0;
+      run_ranks(ranks, [&](Communicator& c) {
+        c.barrier();
+        if (c.rank() == 0) before = static_cast<int64_t>(cpu_allocator().stats().allocated_bytes);
+        c.barrier();
+        auto model = std::make_shared<Wide>();
+        ZeroOptimizer z(model->parameters(), c,
+                        [](std::vector<nn::optim::ParamGroup> g) {
+                          return make_optimizer(Opt::adamw, std::move(g));
+                        },
+                        {.stage = stage, .bucket_cap_mb = 0.02});
+        for (int s = 0; s < 2; ++s) {
+          Generator gen(7 + static_cast<uint64_t>(s));
+          const Tensor x = randn({4, 100}, {}, &gen);
+          const Tensor y = randint(0, 10, {4}, {.dtype = DType::i64}, &gen);
+          cross_entropy(model->forward(x), y).backward();
+          z.step();
+          z.zero_grad();
+        }
+        // Every rank holds its optimizer and nothing else of stoke's (the batches, activations
+        // and the model's original parameter storages are gone) while rank 0 reads the count.
+        c.barrier();
+        if (c.rank() == 0) after = static_cast<int64_t>(cpu_allocator().stats().allocated_bytes);
+        c.barrier();
+        totals[static_cast<size_t>(c.rank())] = z.memory_report().total();
+        storages[static_cast<size_t>(c.rank())] = z.memory_report().storages;
+      });
+      int64_t sum = 0, blocks = 0;
+      for (int r = 0; r < ranks; ++r) {
+        sum += totals[static_cast<size_t>(r)];
+        blocks += storages[static_cast<size_t>(r)];
+      }
+      // The allocator rounds each block up to a multiple of 64 bytes.
+      CHECK(after - before >= sum);
+      CHECK(after - before <= sum + 64 * blocks);
+    }
+}
