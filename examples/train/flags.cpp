@@ -104,6 +104,8 @@ std::string usage() {
   --limit-train N  --limit-test N   use the first N images only
   --device cpu|cuda|cuda:I  --allow-cpu-fallback   --no-progress
   --tf32                  let f32 matmul/conv on CUDA use TF32 tensor cores (~1e-3 rel. error)
+  --amp fp16|bf16         mixed precision: convs and matmuls in fp16/bf16 under autocast, losses
+                          and normalization in f32; fp16 scales the loss (dynamic GradScaler)
   --profile FILE          record optimizer steps A..B-1 (--profile-steps A:B, default 10:30, or
                           fewer if the run is shorter) as a Chrome trace in FILE (open it in
                           ui.perfetto.dev or chrome://tracing) and print the summary: the step
@@ -158,6 +160,12 @@ Flags parse_flags(int argc, char** argv) {
       {"--dist-backend", [&](auto&, auto& v) { f.dist_backend = v; }},
       {"--dist-timeout", [&](auto& k, auto& v) { f.dist_timeout = to_double(k, v); }},
       {"--profile", [&](auto&, auto& v) { f.profile = v; }},
+      {"--amp",
+       [&](auto& k, auto& v) {
+         STOKE_CHECK(v == "fp16" || v == "bf16", "stoke-train", k,
+                     " expects fp16 or bf16 (the autocast precision), got '", v, "'");
+         f.amp = v;
+       }},
       {"--profile-steps",
        [&](auto& k, auto& v) {
          const auto colon = v.find(':');
