@@ -305,6 +305,9 @@ bool Trainer::end_epoch(const EpochStats& e) {
                            .rss_mib = rss.current,
                            .peak_rss_mib = rss.peak};
   print_epoch_line(record, f_.epochs, eval_seconds);
+  if (scaler_)
+    std::printf("amp: loss scale %g, %lld skipped steps so far\n", scaler_->get_scale(),
+                static_cast<long long>(scaler_->skipped_steps()));
   log_epoch(metrics_, record);
   const bool stop = update_best(r);
   pos_.batch = 0;

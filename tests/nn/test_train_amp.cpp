@@ -55,6 +55,7 @@ struct AmpRun {
   std::vector<double> losses;  // per step
   double test_acc = 0;         // the last epoch's
   std::vector<nlohmann::json> steps;
+  std::string output;
 };
 
 const std::string kShort =
@@ -67,6 +68,7 @@ AmpRun train(const std::string& amp, const fs::path& dir) {
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   AmpRun out;
+  out.output = r.output;
   out.steps = records(dir / "metrics.jsonl", "step");
   for (const auto& s : out.steps) out.losses.push_back(s["loss"].get<double>());
   const auto epochs = records(dir / "metrics.jsonl", "epoch");
@@ -121,6 +123,7 @@ TEST_CASE("stoke-train --amp: bf16 and fp16 train as f32 does", "[nn][train][amp
       CHECK_FALSE(a.steps.front().contains("loss_scale"));
     } else {
       REQUIRE(has_scale);
+      CHECK_THAT(a.output, Catch::Contains("amp: loss scale "));
       const auto& s = a.steps.back();
       REQUIRE(s.contains("loss_scale"));
       REQUIRE(s.contains("skipped_steps"));

@@ -172,12 +172,13 @@ inline AmpTolerance amp_tolerance(DType low) {
   return low == DType::bf16 ? AmpTolerance{1e-2, 1e-2, 0.3} : AmpTolerance{1e-3, 2e-3, 0.1};
 }
 
-// One forward + backward of `model` (a make_model name) on a fixed batch, in f32 and then inside
-// an autocast region of `low`, from the same f32 weights; both in training mode (batch norm uses
-// the batch's statistics; the running ones are updated twice, which nothing here reads).
 inline constexpr double kLossScale = 1024.0;
 
-inline AmpComparison compare_with_f32(const std::string& model, DType low, Device device) {
+// One forward + backward of `model` (a make_model name) on a fixed batch of n, in f32 and then
+// inside an autocast region of `low`, from the same f32 weights; both in training mode (batch norm
+// uses the batch's statistics; the running ones are updated twice, which nothing here reads).
+inline AmpComparison compare_with_f32(const std::string& model, DType low, Device device,
+                                      int64_t n = 16) {
   const bool rgb = model != "lenet5";
   Generator g(21);
   auto net = nn::models::make_model(model, {.in_channels = rgb ? 3 : 1,
@@ -185,7 +186,6 @@ inline AmpComparison compare_with_f32(const std::string& model, DType low, Devic
                                             .input_size = rgb ? 16 : 28,
                                             .generator = &g});
   net->to(device);
-  const int64_t n = 16;
   const Tensor x = randn({n, rgb ? 3 : 1, rgb ? 16 : 28, rgb ? 16 : 28}, {}, &g).to(device);
   const Tensor y = randint(0, 10, {n}, {.dtype = DType::i64}, &g).to(device);
   auto run = [&](bool amp) {
