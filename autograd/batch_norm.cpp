@@ -1,5 +1,6 @@
 #include "autograd/batch_norm.h"
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 
 namespace stoke {
@@ -15,6 +16,7 @@ Tensor detached(const Tensor& t) {
 
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, const BatchNormOptions& options) {
+  STOKE_AUTOCAST("batch_norm", batch_norm, input, running_mean, running_var, weight, bias, options);
   // The kernel writes the running statistics through raw pointers: no graph is built for them.
   ops::BatchNormForward f =
       ops::batch_norm_forward(input, running_mean, running_var, weight, bias, options);

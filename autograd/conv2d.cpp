@@ -1,11 +1,13 @@
 #include "autograd/conv2d.h"
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 
 namespace stoke {
 
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options) {
+  STOKE_AUTOCAST("conv2d", conv2d, input, weight, bias, options);
   Tensor out = ops::conv2d(input, weight, bias, options);
   if (autograd::any_requires_grad({input, weight, bias})) {
     autograd::record("Conv2dBackward", {input, weight, bias}, {out},
@@ -21,6 +23,7 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
 
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                         const ConvTranspose2dOptions& options) {
+  STOKE_AUTOCAST("conv_transpose2d", conv_transpose2d, input, weight, bias, options);
   Tensor out = ops::conv_transpose2d(input, weight, bias, options);
   if (autograd::any_requires_grad({input, weight, bias})) {
     autograd::record(

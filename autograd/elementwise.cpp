@@ -2,6 +2,7 @@
 // broadcast gradients summed back with ops::sum_to.
 #include "autograd/elementwise.h"
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 #include "ops/creation.h"
 
@@ -30,6 +31,7 @@ Tensor reduce_if(bool need, const Tensor& g, const Shape& shape) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  STOKE_PROMOTE(add, a, b);
   Tensor y = ops::add(a, b);
   if (autograd::any_requires_grad({a, b}))
     autograd::record("AddBackward", {a, b}, {y},
@@ -46,6 +48,7 @@ Tensor add(const Tensor& a, double s) {
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  STOKE_PROMOTE(sub, a, b);
   Tensor y = ops::sub(a, b);
   if (autograd::any_requires_grad({a, b}))
     autograd::record("SubBackward", {a, b}, {y},
@@ -69,6 +72,7 @@ Tensor sub(double s, const Tensor& a) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  STOKE_PROMOTE(mul, a, b);
   Tensor y = ops::mul(a, b);
   if (autograd::any_requires_grad({a, b}))
     autograd::record("MulBackward", {a, b}, {y},
@@ -88,6 +92,7 @@ Tensor mul(const Tensor& a, double s) {
 }
 
 Tensor div(const Tensor& a, const Tensor& b) {
+  STOKE_PROMOTE(div, a, b);
   Tensor y = ops::div(a, b);
   if (autograd::any_requires_grad({a, b}))
     autograd::record(
@@ -119,6 +124,7 @@ Tensor div(double s, const Tensor& a) {
 }
 
 Tensor pow(const Tensor& x, double exponent) {
+  STOKE_AUTOCAST("pow", pow, x, exponent);
   Tensor y = ops::pow(x, exponent);
   record_unary("PowBackward", x, y, x, [exponent](const Tensor& g, const Tensor& s) {
     return ops::pow_backward(g, s, exponent);
@@ -127,6 +133,7 @@ Tensor pow(const Tensor& x, double exponent) {
 }
 
 Tensor maximum(const Tensor& a, const Tensor& b) {
+  STOKE_PROMOTE(maximum, a, b);
   Tensor y = ops::maximum(a, b);
   if (autograd::any_requires_grad({a, b}))
     autograd::record(
@@ -140,6 +147,7 @@ Tensor maximum(const Tensor& a, const Tensor& b) {
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
+  STOKE_PROMOTE(minimum, a, b);
   Tensor y = ops::minimum(a, b);
   if (autograd::any_requires_grad({a, b}))
     autograd::record(
@@ -159,6 +167,7 @@ Tensor neg(const Tensor& x) {
 }
 
 Tensor exp(const Tensor& x) {
+  STOKE_AUTOCAST("exp", exp, x);
   Tensor y = ops::exp(x);
   record_unary("ExpBackward", x, y, y,
                [](const Tensor& g, const Tensor& s) { return ops::mul(g, s); });
@@ -166,6 +175,7 @@ Tensor exp(const Tensor& x) {
 }
 
 Tensor log(const Tensor& x) {
+  STOKE_AUTOCAST("log", log, x);
   Tensor y = ops::log(x);
   record_unary("LogBackward", x, y, x,
                [](const Tensor& g, const Tensor& s) { return ops::div(g, s); });
@@ -261,6 +271,7 @@ Tensor sign(const Tensor& x) {
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  if (const auto t = promoted_dtype({&a, &b})) return where(cond, a.to(*t), b.to(*t));
   Tensor y = ops::where(cond, a, b);
   if (autograd::any_requires_grad({a, b}))
     autograd::record(

@@ -1,5 +1,6 @@
 #include "autograd/group_norm.h"
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 
 namespace stoke {
@@ -15,6 +16,7 @@ Tensor detached(const Tensor& t) {
 
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias,
                   const NormOptions& options) {
+  STOKE_AUTOCAST("group_norm", group_norm, input, num_groups, weight, bias, options);
   ops::GroupNormForward f = ops::group_norm_forward(input, num_groups, weight, bias, options);
   if (autograd::any_requires_grad({input, weight, bias}))
     autograd::record(
@@ -31,6 +33,7 @@ Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight,
 
 Tensor layer_norm(const Tensor& input, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, const NormOptions& options) {
+  STOKE_AUTOCAST("layer_norm", layer_norm, input, normalized_shape, weight, bias, options);
   ops::GroupNormForward f = ops::layer_norm_forward(input, normalized_shape, weight, bias, options);
   if (autograd::any_requires_grad({input, weight, bias}))
     autograd::record("NativeLayerNormBackward", {input, weight, bias}, {f.output},

@@ -1,10 +1,12 @@
 #include "autograd/linalg.h"
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 
 namespace stoke {
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  STOKE_AUTOCAST("matmul", matmul, a, b);
   Tensor out = ops::matmul(a, b);
   if (autograd::any_requires_grad({a, b})) {
     // The backward kernel works on >= 2-D operands: 1-D ones get the unit dim matmul gave them,
@@ -31,6 +33,7 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  STOKE_AUTOCAST("linear", linear, x, weight, bias);
   Tensor out = ops::linear(x, weight, bias);
   if (autograd::any_requires_grad({x, weight, bias})) {
     autograd::record("LinearBackward", {x, weight, bias}, {out},

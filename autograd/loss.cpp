@@ -1,5 +1,6 @@
 #include "autograd/loss.h"
 
+#include "autograd/autocast.h"
 #include "autograd/elementwise.h"
 #include "autograd/function.h"
 #include "autograd/index.h"
@@ -85,6 +86,7 @@ Tensor plain_nll_loss(const Tensor& log_probs, const Tensor& target,
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& options) {
+  STOKE_AUTOCAST("cross_entropy", cross_entropy, logits, target, options);
   const char* op = "cross_entropy";
   return on_class_rows(
       op, logits, "logits", target, options.reduction, [&](const Tensor& x, const Tensor& t) {
@@ -97,6 +99,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target,
 }
 
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options) {
+  STOKE_AUTOCAST("nll_loss", nll_loss, log_probs, target, options);
   const char* op = "nll_loss";
   return on_class_rows(op, log_probs, "log_probs", target, options.reduction,
                        [&](const Tensor& x, const Tensor& t) {
@@ -107,6 +110,7 @@ Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOpti
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  STOKE_AUTOCAST("mse_loss", mse_loss, input, target, reduction);
   Tensor y = ops::mse_loss(input, target, reduction);
   if (autograd::any_requires_grad({input, target}))
     autograd::record("MseLossBackward", {input, target}, {y},

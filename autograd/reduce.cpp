@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "autograd/elementwise.h"
 #include "autograd/function.h"
 #include "ops/creation.h"
@@ -13,6 +14,7 @@ using autograd::GradList;
 using autograd::NeedList;
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  STOKE_AUTOCAST("sum", sum, x, dims, keepdim);
   Tensor y = ops::sum(x, dims, keepdim);
   if (autograd::any_requires_grad({x}))
     autograd::record("SumBackward", {x}, {y},
@@ -23,6 +25,7 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  STOKE_AUTOCAST("mean", mean, x, dims, keepdim);
   Tensor y = ops::mean(x, dims, keepdim);
   if (autograd::any_requires_grad({x}))
     autograd::record("MeanBackward", {x}, {y},
@@ -33,6 +36,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  STOKE_AUTOCAST("var", var, x, dims, correction, keepdim);
   Tensor y = ops::var(x, dims, correction, keepdim);
   if (autograd::any_requires_grad({x}))
     autograd::record(

@@ -1,5 +1,6 @@
 #include "autograd/softmax.h"
 
+#include "autograd/autocast.h"
 #include "autograd/function.h"
 
 namespace stoke {
@@ -8,6 +9,7 @@ using autograd::GradList;
 using autograd::NeedList;
 
 Tensor softmax(const Tensor& x, int64_t dim) {
+  STOKE_AUTOCAST("softmax", softmax, x, dim);
   Tensor y = ops::softmax(x, dim);
   if (autograd::any_requires_grad({x}))
     autograd::record("SoftmaxBackward", {x}, {y},
@@ -18,6 +20,7 @@ Tensor softmax(const Tensor& x, int64_t dim) {
 }
 
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  STOKE_AUTOCAST("log_softmax", log_softmax, x, dim);
   Tensor y = ops::log_softmax(x, dim);
   if (autograd::any_requires_grad({x}))
     autograd::record("LogSoftmaxBackward", {x}, {y},

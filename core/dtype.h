@@ -1,5 +1,6 @@
-// Element types. No silent promotion between floating dtypes: ops that mix dtypes fail and name
-// both. f16/bf16 are storage types on the CPU: kernels load them as float and compute in float.
+// Element types. No silent promotion in ops::: ops that mix dtypes fail and name both; the
+// differentiable binary ops (stoke::add, ...) promote floating dtypes to the wider one, as torch
+// (autograd/autocast.h). f16/bf16 are storage types on the CPU: its backend computes them in f32.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,7 @@
 // The umbrella header: everything a user of stoke needs.
 #pragma once
 
+#include "autograd/autocast.h"
 #include "autograd/batch_norm.h"
 #include "autograd/conv2d.h"
 #include "autograd/dropout.h"

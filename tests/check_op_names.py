@@ -22,7 +22,8 @@ SHARED = {
     "ops/cpu": {"backend", "gemm", "row_kernels"},  # gemm: linalg and conv2d; rows: softmax, loss
     "ops/cuda": {"backend", "glue_util"},
     "cuda/kernels": {"sgemm", "gemm_tile"},  # the GEMM of linalg (emu) and of conv2d's backward
-    "autograd": {"engine", "function", "gradcheck", "node", "view_grad"},
+    # autocast: the mixed-precision policy that many families' entry points consult
+    "autograd": {"autocast", "engine", "function", "gradcheck", "node", "view_grad"},
     "tests/autograd": {"view"},  # views are Tensor methods (core), their backward autograd's
     "tests/cuda": {"gemm"},  # cuda/kernels/sgemm.cu, shared
 }

@@ -14,6 +14,10 @@ namespace {
 
 using Metadata = std::map<std::string, std::string>;
 
+// The loss scaler's tensors in last.safetensors: 0-dim f64/i64 scalars, not model weights (a
+// PyTorch load of the model's keys never sees them).
+const std::string kScalerPrefix = "amp_scaler.";
+
 // Checkpoints are written from the CPU: device tensors are copied back first.
 nn::NamedTensors on_cpu(nn::NamedTensors tensors) {
   for (auto& [name, t] : tensors)
@@ -102,34 +106,40 @@ Position read_position(const Metadata& m, const std::string& path, const Flags& 
 }  // namespace
 
 void save_last(const std::string& path, const nn::Module& model, const nn::optim::Optimizer& opt,
-               const Position& p, const Flags& f) {
-  save_last(path, model, opt.state_dict(), p, f);
+               const nn::amp::GradScaler* scaler, const Position& p, const Flags& f) {
+  save_last(path, model, opt.state_dict(), scaler, p, f);
 }
 
 void save_last(const std::string& path, const nn::Module& model,
-               const nn::NamedTensors& optimizer_state, const Position& p, const Flags& f) {
+               const nn::NamedTensors& optimizer_state, const nn::amp::GradScaler* scaler,
+               const Position& p, const Flags& f) {
   remove_stale_temp_files(f.checkpoint);  // of saves that were killed before their rename
   nn::NamedTensors all = on_cpu(model.state_dict());
   for (auto& [k, t] : on_cpu(optimizer_state)) all.emplace_back("optimizer." + k, t);
+  if (scaler)
+    for (auto& [k, t] : scaler->state_dict()) all.emplace_back(kScalerPrefix + k, t);
   nn::save_safetensors(path, all, to_metadata(p, f));
 }
 
 Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimizer& opt,
-                   const Flags& f) {
+                   nn::amp::GradScaler* scaler, const Flags& f) {
   const nn::SafetensorsFile file = nn::load_safetensors(path);
   STOKE_CHECK(meta(file.metadata, "model", path) == f.model, "stoke-train", path,
               ": checkpoint is of model '", meta(file.metadata, "model", path), "', not '", f.model,
               "'");
-  nn::NamedTensors model_state, opt_state;
+  nn::NamedTensors model_state, opt_state, scaler_state;
   for (const auto& [k, t] : file.tensors) {
     if (k.rfind("optimizer.", 0) == 0) {
       opt_state.emplace_back(k.substr(10), t);
+    } else if (k.rfind(kScalerPrefix, 0) == 0) {
+      scaler_state.emplace_back(k.substr(kScalerPrefix.size()), t);
     } else {
       model_state.emplace_back(k, t);
     }
   }
   model.load_state_dict(model_state);
   opt.load_state_dict(opt_state);
+  if (scaler && !scaler_state.empty()) scaler->load_state_dict(scaler_state);
   return read_position(file.metadata, path, f);
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "flags.h"
+#include "nn/amp/grad_scaler.h"
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
 
@@ -21,19 +22,23 @@ struct Position {
   int64_t epoch_correct = 0, epoch_seen = 0;
 };
 
-// Writes the model, the optimizer state, `p` and the global generator's state to `path`.
+// Writes the model, the optimizer state, the loss scaler's state (--amp fp16; keys
+// "amp_scaler.<torch's key>"), `p` and the global generator's state to `path`.
 void save_last(const std::string& path, const nn::Module& model, const nn::optim::Optimizer& opt,
-               const Position& p, const Flags& f);
+               const nn::amp::GradScaler* scaler, const Position& p, const Flags& f);
 
 // The same with the optimizer's state already taken (dist::ZeroOptimizer's consolidated state is
 // collective: every rank takes it, rank 0 saves).
 void save_last(const std::string& path, const nn::Module& model,
-               const nn::NamedTensors& optimizer_state, const Position& p, const Flags& f);
+               const nn::NamedTensors& optimizer_state, const nn::amp::GradScaler* scaler,
+               const Position& p, const Flags& f);
 
-// Loads what save_last wrote into `model` and `opt`, restores the global generator and returns
-// the position; throws naming the file and the key when the metadata is missing or out of range.
+// Loads what save_last wrote into `model`, `opt` and `scaler` (if not null: a checkpoint without
+// scaler state, of an f32 or bf16 run, leaves it at its initial scale), restores the global
+// generator and returns the position; throws naming the file and the key when the metadata is
+// missing or out of range.
 Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimizer& opt,
-                   const Flags& f);
+                   nn::amp::GradScaler* scaler, const Flags& f);
 
 // Writes the model's weights, the 1-based `epoch` and its `test_acc` to `path`.
 void save_best(const std::string& path, const nn::Module& model, int64_t epoch, double test_acc,

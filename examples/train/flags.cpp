@@ -106,6 +106,8 @@ std::string usage() {
   --limit-train N  --limit-test N   use the first N images only
   --device cpu|cuda|cuda:I  --allow-cpu-fallback   --no-progress
   --tf32                  let f32 matmul/conv on CUDA use TF32 tensor cores (~1e-3 rel. error)
+  --amp fp16|bf16         mixed precision: convs and matmuls in fp16/bf16 under autocast, losses
+                          and normalization in f32; fp16 scales the loss (dynamic GradScaler)
   --profile FILE          record optimizer steps A..B-1 (--profile-steps A:B, default 10:30, or
                           fewer if the run is shorter) as a Chrome trace in FILE (open it in
                           ui.perfetto.dev or chrome://tracing) and print the summary: the step
@@ -168,6 +170,12 @@ Flags parse_flags(int argc, char** argv) {
       {"--dist-timeout", [&](auto& k, auto& v) { f.dist_timeout = to_double(k, v); }},
       {"--zero", [&](auto& k, auto& v) { f.zero = to_int(k, v, 1, 2); }},
       {"--profile", [&](auto&, auto& v) { f.profile = v; }},
+      {"--amp",
+       [&](auto& k, auto& v) {
+         STOKE_CHECK(v == "fp16" || v == "bf16", "stoke-train", k,
+                     " expects fp16 or bf16 (the autocast precision), got '", v, "'");
+         f.amp = v;
+       }},
       {"--profile-steps",
        [&](auto& k, auto& v) {
          const auto colon = v.find(':');
@@ -236,6 +244,9 @@ Flags parse_flags(int argc, char** argv) {
   STOKE_CHECK(f.workers >= 0 && f.prefetch >= 1, "stoke-train",
               "--workers must be >= 0 and --prefetch >= 1, got ", f.workers, " and ", f.prefetch);
   STOKE_CHECK(!f.resume || !f.checkpoint.empty(), "stoke-train", "--resume needs --checkpoint DIR");
+  // The loss scaler unscales and checks the parameters' .grad, which ZeRO moves into its shards.
+  STOKE_CHECK(!(f.amp == "fp16" && f.zero > 0), "stoke-train",
+              "--amp fp16 (its loss scaler) does not work with --zero yet; --amp bf16 does");
   STOKE_CHECK(!f.profile_device || !f.profile.empty(), "stoke-train",
               "--profile-device needs --profile FILE");
   STOKE_CHECK(!f.profile_device || f.device != "cpu", "stoke-train",

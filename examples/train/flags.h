@@ -46,6 +46,9 @@ struct Flags {
   std::string device = "cpu";
   bool allow_cpu_fallback = false;
   bool tf32 = false;  // f32 GEMMs and convolutions on CUDA may use TF32 tensor cores
+  // --amp fp16|bf16: forward and loss inside stoke::autocast; fp16 with nn::amp::GradScaler. The
+  // weights, their gradients, the optimizer and the checkpoints stay f32. "" = f32 training.
+  std::string amp;
   bool progress = true;
   // Under mpirun (distributed.h): the allreduce that averages gradients, and how long a rank waits
   // for the others in one collective before the job is aborted.

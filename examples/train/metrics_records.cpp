@@ -17,7 +17,7 @@ void write(MetricsLog& metrics, const Record& record) {
 }  // namespace
 
 void log_step(MetricsLog& metrics, int64_t epoch, int64_t step, double loss, double lr,
-              double data_wait_s) {
+              double data_wait_s, const std::optional<AmpRecord>& amp) {
   if (!metrics.is_open()) return;
   Record r;
   r["type"] = "step";
@@ -26,6 +26,10 @@ void log_step(MetricsLog& metrics, int64_t epoch, int64_t step, double loss, dou
   r["loss"] = loss;
   r["lr"] = lr;
   r["data_wait_s"] = data_wait_s;
+  if (amp) {
+    r["loss_scale"] = amp->loss_scale;
+    r["skipped_steps"] = amp->skipped_steps;
+  }
   write(metrics, r);
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,9 +13,16 @@
 
 namespace stoke::train {
 
-// {"type":"step",...}: after an optimizer step, every --log-every steps.
+// The loss scaler's state after a step (--amp fp16).
+struct AmpRecord {
+  double loss_scale = 0;
+  int64_t skipped_steps = 0;
+};
+
+// {"type":"step",...}: after an optimizer step, every --log-every steps; with `amp`, its
+// "loss_scale" and "skipped_steps" follow the values.
 void log_step(MetricsLog& metrics, int64_t epoch, int64_t step, double loss, double lr,
-              double data_wait_s);
+              double data_wait_s, const std::optional<AmpRecord>& amp = std::nullopt);
 
 // {"type":"eval",...}: after an evaluation every --eval-every steps.
 void log_eval(MetricsLog& metrics, int64_t step, double test_loss, double test_acc);

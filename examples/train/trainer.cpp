@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 
+#include "autograd/autocast.h"
 #include "core/profiler.h"
 #include "stoke/stoke.h"
 
@@ -46,6 +47,22 @@ double per_second(double amount, double seconds) {
   return amount / std::max(seconds, 1e-9);
 }
 
+std::optional<DType> amp_dtype(const Flags& f) {
+  if (f.amp.empty()) return std::nullopt;
+  return f.amp == "fp16" ? DType::f16 : DType::bf16;
+}
+
+// bf16 has f32's exponent range, so its gradients need no scaling (as llm.c and torch do it).
+std::unique_ptr<nn::amp::GradScaler> make_scaler(const Flags& f, Distributed& dist) {
+  if (f.amp != "fp16") return nullptr;
+  auto scaler = std::make_unique<nn::amp::GradScaler>();
+  if (dist.active())
+    scaler->found_inf_reducer = [&dist](Tensor& found_inf) {
+      dist.gradient_comm().allreduce(found_inf, dist::ReduceOp::max);
+    };
+  return scaler;
+}
+
 void print_epoch_line(const EpochRecord& r, int64_t epochs, double eval_seconds) {
   std::printf(
       "epoch %lld/%lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s "
@@ -77,6 +94,8 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
       best_path_(in_checkpoint_dir(f_, "best.safetensors")),
       kill_at_step_(kill_at_step_from_env(dist_.rank)),
       profiler_(f_, dist_.root(), device_, metrics_),
+      amp_(amp_dtype(f_)),
+      scaler_(make_scaler(f_, dist_)),
       last_finite_loss_(std::numeric_limits<double>::quiet_NaN()) {
   print_model_line(f_, *model_, device_);
   if (dist_.active() && f_.zero > 0) {
@@ -90,13 +109,21 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
     opt_ = std::move(zero);
     sched_ = make_scheduler(f_, *opt_, (data_.train->num_batches() + f_.accum - 1) / f_.accum);
   }
+  if (amp_) {
+    std::printf("amp: %s autocast (convs and matmuls in %s, losses and normalization in f32), ",
+                f_.amp.c_str(), dtype_name(*amp_));
+    if (scaler_)
+      std::printf("dynamic loss scaling from %g\n", scaler_->get_scale());
+    else
+      std::printf("no loss scaling\n");
+  }
 }
 
 void Trainer::resume() {
   if (!f_.resume) return;
   if (std::filesystem::exists(last_path_)) {
     last_good_ = last_path_;
-    pos_ = load_last(last_path_, *model_, *opt_, f_);
+    pos_ = load_last(last_path_, *model_, *opt_, scaler_.get(), f_);
     if (sched_) sched_->set_last_step(pos_.global_step);
     std::printf("resumed from %s at epoch %lld, batch %lld (step %lld)\n", last_path_.c_str(),
                 static_cast<long long>(pos_.epoch + 1), static_cast<long long>(pos_.batch),
@@ -174,8 +201,8 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
   const int64_t group_size = std::min(f_.accum, num_batches - group_begin);
   const bool sync = pos_.batch + 1 == group_begin + group_size;
   std::optional<profiler::Range> phase(std::in_place, "forward", profiler::Category::phase);
-  Tensor logits = forward(b.images, sync);
-  Tensor loss = cross_entropy(logits, b.labels, {.label_smoothing = f_.label_smoothing});
+  Tensor logits;
+  Tensor loss = forward_loss(b, sync, logits);
   const double loss_value = loss.item();  // waits for the device: the forward's time is real
   phase.reset();
   check_finite_loss(loss_value);
@@ -184,7 +211,7 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
   // one batch of k*b (when the micro-batches have equal size).
   if (group_size > 1) loss = loss * (1.0 / static_cast<double>(group_size));
   phase.emplace("backward", profiler::Category::phase);
-  loss.backward();
+  (scaler_ ? scaler_->scale(loss) : loss).backward();
   phase.emplace("metrics", profiler::Category::phase);
   {
     NoGradGuard no_grad;
@@ -202,19 +229,33 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
 void Trainer::optimizer_step(double loss_value, double data_wait_s) {
   {
     const profiler::Range phase("optimizer", profiler::Category::phase);
-    if (f_.clip_grad > 0) {
-      if (zero_)
-        zero_->clip_grad_norm_(f_.clip_grad);  // the parameters' gradients are in its buffers
-      else
+    if (scaler_) {
+      // Clipping sees the true gradients: unscale first (the step then does not unscale again).
+      // (--amp fp16 and --zero are refused together: flags.cpp.)
+      if (f_.clip_grad > 0) {
+        scaler_->unscale_(*opt_);
         nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
+      }
+      scaler_->step(*opt_);  // skipped when a gradient is inf/NaN (on any rank)
+      scaler_->update();
+    } else {
+      if (f_.clip_grad > 0) {
+        if (zero_)
+          zero_->clip_grad_norm_(f_.clip_grad);  // the parameters' gradients are in its buffers
+        else
+          nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
+      }
+      opt_->step();
     }
-    opt_->step();
     opt_->zero_grad();
     if (sched_) sched_->step();
   }
   const int64_t step = ++pos_.global_step;
   if (f_.log_every > 0 && step % f_.log_every == 0)
-    log_step(metrics_, pos_.epoch + 1, step, loss_value, opt_->lr(), data_wait_s);
+    log_step(metrics_, pos_.epoch + 1, step, loss_value, opt_->lr(), data_wait_s,
+             scaler_ ? std::optional<AmpRecord>(
+                           AmpRecord{scaler_->get_scale(), scaler_->skipped_steps()})
+                     : std::nullopt);
   if (f_.checkpoint_every > 0 && step % f_.checkpoint_every == 0 && !last_path_.empty()) {
     const profiler::Range phase("checkpoint", profiler::Category::phase);
     Position next = pos_;  // a resume starts at the batch after this one
@@ -232,11 +273,23 @@ void Trainer::optimizer_step(double loss_value, double data_wait_s) {
 
 std::string Trainer::progress_text(const EpochStats& e) const {
   const auto seen = static_cast<double>(pos_.epoch_seen);
-  char text[96];
-  std::snprintf(text, sizeof text, "loss %.4f acc %.1f%% wait %.0f%%", pos_.epoch_loss_sum / seen,
-                100.0 * static_cast<double>(pos_.epoch_correct) / seen,
-                100.0 * per_second(e.data_wait, seconds_since(e.start)));
+  char text[160];
+  const int n = std::snprintf(text, sizeof text, "loss %.4f acc %.1f%% wait %.0f%%",
+                              pos_.epoch_loss_sum / seen,
+                              100.0 * static_cast<double>(pos_.epoch_correct) / seen,
+                              100.0 * per_second(e.data_wait, seconds_since(e.start)));
+  if (scaler_ && n > 0 && static_cast<size_t>(n) < sizeof text)
+    std::snprintf(text + n, sizeof text - static_cast<size_t>(n), " scale %g skipped %lld",
+                  scaler_->get_scale(), static_cast<long long>(scaler_->skipped_steps()));
   return text;
+}
+
+Tensor Trainer::forward_loss(const DeviceBatch& b, bool sync, Tensor& logits) {
+  std::optional<autocast> region;
+  if (amp_) region.emplace(device_.type, AutocastOptions{.dtype = *amp_});
+  logits = forward(b.images, sync);
+  // The loss is in autocast's f32 list: cross entropy of f16/bf16 logits is computed in f32.
+  return cross_entropy(logits, b.labels, {.label_smoothing = f_.label_smoothing});
 }
 
 Tensor Trainer::forward(const Tensor& images, bool sync) {
@@ -286,6 +339,9 @@ bool Trainer::end_epoch(const EpochStats& e) {
         static_cast<long long>(m.owned_parameters), static_cast<long long>(m.parameters));
     std::fflush(stdout);
   }
+  if (scaler_)
+    std::printf("amp: loss scale %g, %lld skipped steps so far\n", scaler_->get_scale(),
+                static_cast<long long>(scaler_->skipped_steps()));
   log_epoch(metrics_, record);
   const bool stop = update_best(r);
   pos_.batch = 0;
@@ -351,9 +407,9 @@ void Trainer::save_position(const Position& p) {
   job.epoch_seen = static_cast<int64_t>(totals[2]);
   if (zero_) {
     const nn::NamedTensors state = opt_->state_dict();  // collective: every rank gathers
-    if (dist_.root()) save_last(last_path_, *model_, state, job, f_);
+    if (dist_.root()) save_last(last_path_, *model_, state, scaler_.get(), job, f_);
   } else if (dist_.root()) {
-    save_last(last_path_, *model_, *opt_, job, f_);
+    save_last(last_path_, *model_, *opt_, scaler_.get(), job, f_);
   }
   last_good_ = last_path_;
 }

@@ -14,6 +14,7 @@
 #include "evaluate.h"
 #include "flags.h"
 #include "metrics_records.h"
+#include "nn/amp/grad_scaler.h"
 #include "profile.h"
 #include "progress.h"
 #include "run_dir.h"
@@ -64,6 +65,8 @@ class Trainer {
   // The model's forward: through DDP in a job (without gradient sync unless `sync`); under
   // --zero the module's own, after rank 0's buffers are broadcast as DDP would.
   Tensor forward(const Tensor& images, bool sync);
+  // The forward and the loss, inside an autocast region with --amp.
+  Tensor forward_loss(const DeviceBatch& b, bool sync, Tensor& logits);
 
   const Flags f_;
   const Device device_;
@@ -78,6 +81,10 @@ class Trainer {
   const std::string last_path_, best_path_;  // empty without --checkpoint
   const int64_t kill_at_step_;               // the crash-and-resume tests' hook; 0 = off
   StepProfiler profiler_;                    // --profile
+  const std::optional<DType> amp_;           // --amp: the autocast dtype
+  // --amp fp16's loss scaler (null otherwise); in a job its found-inf flag is MAX-allreduced, so
+  // that every rank skips the same steps.
+  std::unique_ptr<nn::amp::GradScaler> scaler_;
   Position pos_;
   // For the divergence message: the last finite training loss and the last checkpoint written
   // (or resumed from) by this run.

@@ -463,7 +463,26 @@ TEST_CASE("elementwise: error messages name shapes, dtypes and devices",
   CHECK_THROWS_WITH(ops::gt(cuda, 1.0), Catch::Contains("cuda:0"));
   CHECK_THROWS_WITH(ops::mul_(cuda, 2.0), Catch::Contains("cuda:0"));
   CHECK_THROWS_WITH(ops::sum_to(cuda, {1}), Catch::Contains("cuda:0"));
-  CHECK_THROWS_WITH(ops::exp(zeros({2}, {.dtype = DType::f16})), Catch::Contains("got f16"));
+}
+
+TEST_CASE("elementwise ops: f16/bf16 on the CPU compute in f32 and round back",
+          "[ops][elementwise]") {
+  // ops/cpu/backend.cpp: f32 copies of the low-precision operands, the f32 kernel, the results
+  // rounded to the operands' dtype; in place, the target is written back.
+  for (const DType low : {DType::f16, DType::bf16}) {
+    INFO(low);
+    const Tensor h = randn({7}).to(low);
+    const Tensor f = h.to(DType::f32);
+    const Tensor e = ops::exp(h);
+    CHECK(e.dtype() == low);
+    CHECK(e.to_vector<float>() == ops::exp(f).to(low).to_vector<float>());
+    CHECK(ops::add(h, h).to_vector<float>() == ops::add(f, f).to(low).to_vector<float>());
+    CHECK(ops::gt(h, 0.0).dtype() == DType::boolean);
+    const Tensor t = f.to(low);  // a copy of h
+    ops::mul_(t, 3.0);
+    CHECK(t.dtype() == low);
+    CHECK(t.to_vector<float>() == ops::mul(f, 3.0).to(low).to_vector<float>());
+  }
 }
 
 namespace {
