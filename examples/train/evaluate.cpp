@@ -31,12 +31,24 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels) {
   return correct;
 }
 
+// Labels among the logits' 5 largest (stoke::topk on the device, the indices read back).
+int64_t count_top5(const Tensor& logits, const Tensor& labels) {
+  const auto top = topk(logits, 5, {.dim = 1}).indices.to(Device::cpu()).to_vector<int64_t>();
+  const auto want = labels.to_vector<int64_t>();
+  int64_t correct = 0;
+  for (size_t i = 0; i < want.size(); ++i)
+    correct += std::count(top.begin() + static_cast<std::ptrdiff_t>(5 * i),
+                          top.begin() + static_cast<std::ptrdiff_t>(5 * i + 5), want[i]);
+  return correct;
+}
+
 EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
                     const Distributed& dist) {
   NoGradGuard no_grad;
   model.eval();
   double loss_sum = 0;
-  int64_t correct = 0;
+  int64_t correct = 0, correct5 = 0;
+  bool top5 = false;
   test.set_epoch(0);
   while (auto batch = test.next()) {
     const DeviceBatch b = to_device(*batch, device);
@@ -44,13 +56,15 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
     // Under no-grad stoke's cross_entropy records nothing: the same kernel as ops::cross_entropy.
     loss_sum += cross_entropy(logits, b.labels, {.reduction = Reduction::sum}).item();
     correct += count_correct(logits, batch->labels);
+    top5 = logits.size(1) > 5;
+    if (top5) correct5 += count_top5(logits, batch->labels);
   }
   model.train();
-  std::vector<double> sums{loss_sum, static_cast<double>(correct),
-                           static_cast<double>(test.size())};
+  std::vector<double> sums{loss_sum, static_cast<double>(correct), static_cast<double>(test.size()),
+                           static_cast<double>(correct5)};
   dist.sum(sums);
   const double n = std::max(sums[2], 1.0);
-  return {sums[0] / n, 100.0 * sums[1] / n};
+  return {sums[0] / n, 100.0 * sums[1] / n, top5 ? 100.0 * sums[3] / n : -1.0};
 }
 
 }  // namespace stoke::train

@@ -20,6 +20,7 @@ int64_t count_correct(const Tensor& logits, const Tensor& labels);
 
 struct EvalResult {
   double loss = 0, acc = 0;  // the mean cross-entropy and the accuracy in percent
+  double acc5 = -1;          // top-5 accuracy in percent; -1 with 5 classes or fewer
 };
 
 // The whole test split, in eval mode under no-grad; `model` is back in training mode after. In a

@@ -68,6 +68,7 @@ void log_epoch(MetricsLog& metrics, const EpochRecord& e) {
   r["train_acc"] = e.train_acc;
   r["test_loss"] = e.test_loss;
   r["test_acc"] = e.test_acc;
+  if (e.test_acc5 >= 0) r["test_acc5"] = e.test_acc5;
   r["time_s"] = e.time_s;
   r["images_per_s"] = e.images_per_s;
   r["data_wait_s"] = e.data_wait_s;

@@ -31,6 +31,7 @@ void log_eval(MetricsLog& metrics, int64_t step, double test_loss, double test_a
 struct EpochRecord {
   int64_t epoch = 0, step = 0;
   double train_loss = 0, train_acc = 0, test_loss = 0, test_acc = 0;
+  double test_acc5 = -1;  // top-5, with more than 5 classes (else -1, and not logged)
   double time_s = 0, images_per_s = 0, data_wait_s = 0, data_wait_pct = 0, lr = 0;
   double rss_mib = 0, peak_rss_mib = 0;
 };

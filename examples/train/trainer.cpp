@@ -64,12 +64,14 @@ std::unique_ptr<nn::amp::GradScaler> make_scaler(const Flags& f, Distributed& di
 }
 
 void print_epoch_line(const EpochRecord& r, int64_t epochs, double eval_seconds) {
+  char top5[32] = "";
+  if (r.test_acc5 >= 0) std::snprintf(top5, sizeof top5, " (top-5 %.2f%%)", r.test_acc5);
   std::printf(
-      "epoch %lld/%lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%% | %.1f s "
+      "epoch %lld/%lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%%%s | %.1f s "
       "(%.0f img/s, data wait %.1f%%), eval %.1f s, rss %.0f MiB (peak %.0f)\n",
       static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss, r.train_acc,
-      r.test_loss, r.test_acc, r.time_s, r.images_per_s, r.data_wait_pct, eval_seconds, r.rss_mib,
-      r.peak_rss_mib);
+      r.test_loss, r.test_acc, top5, r.time_s, r.images_per_s, r.data_wait_pct, eval_seconds,
+      r.rss_mib, r.peak_rss_mib);
   std::fflush(stdout);
 }
 
@@ -320,6 +322,7 @@ bool Trainer::end_epoch(const EpochStats& e) {
                            .train_acc = 100.0 * totals[1] / seen,
                            .test_loss = r.loss,
                            .test_acc = r.acc,
+                           .test_acc5 = r.acc5,
                            .time_s = e.seconds,
                            .images_per_s = per_second(images, e.seconds),
                            .data_wait_s = e.data_wait,

@@ -520,6 +520,23 @@ TEST_CASE("stoke-train: the epoch's RSS peak is never below its current RSS", "[
   CHECK(rs[0]["rss_mib"].get<double>() <= rs[0]["peak_rss_mib"].get<double>());
 }
 
+TEST_CASE("stoke-train: with more than 5 classes the test also reports top-5 accuracy",
+          "[nn][train]") {
+  const TempDir tmp("stoke-top5");
+  const fs::path m = tmp.path / "m.jsonl";
+  const Run r = run_train(kQuick + " --metrics " + m.string());
+  REQUIRE(r.exit_code == 0);
+  const auto rs = records(m);
+  REQUIRE(rs.size() == 1);
+  // Fashion-MNIST's 10 classes: top-5 holds top-1, and 5 guesses of 10 beat one.
+  const double acc = rs[0]["test_acc"].get<double>(), acc5 = rs[0]["test_acc5"].get<double>();
+  CHECK(acc5 >= acc);
+  CHECK(acc5 <= 100.0);
+  char shown[64];
+  std::snprintf(shown, sizeof shown, "acc %.2f%% (top-5 %.2f%%) | ", acc, acc5);
+  CHECK_THAT(r.output, Catch::Contains(shown));
+}
+
 TEST_CASE("stoke-train --profile: a Chrome trace of the chosen steps and a summary that adds up",
           "[nn][train][profiler]") {
   const fs::path trace = fs::temp_directory_path() / ("stoke-profile-" + std::to_string(getpid()));
