@@ -33,25 +33,41 @@ Tensor Linear::forward(const Tensor& x) {
   return linear(x, weight, bias);
 }
 
+namespace {
+
+void check_conv_groups(const char* layer, int64_t in_channels, int64_t out_channels,
+                       int64_t groups) {
+  STOKE_CHECK(groups > 0 && in_channels % groups == 0 && out_channels % groups == 0, layer,
+              "in_channels ", in_channels, " and out_channels ", out_channels,
+              " must be divisible by groups ", groups);
+}
+
+// torch's _ConvNd.reset_parameters, for Conv2d and ConvTranspose2d alike: the weight
+// kaiming_uniform_(a = sqrt(5)), the bias (if any) U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in
+// being the weight's dim 1 times its kernel (in/groups for a convolution, out/groups for a
+// transposed one).
+void reset_conv_parameters(const Tensor& weight, const Tensor& bias, Generator* generator) {
+  init::kaiming_uniform_(weight, std::sqrt(5.0), generator);
+  if (!bias.defined()) return;
+  const double bound = 1.0 / std::sqrt(static_cast<double>(init::fan_in(weight)));
+  init::uniform_(bias, -bound, bound, generator);
+}
+
+}  // namespace
+
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, std::array<int64_t, 2> kernel_size,
                Conv2dLayerOptions options)
     : conv{.stride = options.stride,
            .padding = options.padding,
            .dilation = options.dilation,
            .groups = options.groups} {
-  STOKE_CHECK(
-      options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
-      "Conv2d", "in_channels ", in_channels, " and out_channels ", out_channels,
-      " must be divisible by groups ", options.groups);
+  check_conv_groups("Conv2d", in_channels, out_channels, options.groups);
   weight = register_parameter(
       "weight", empty({out_channels, in_channels / options.groups, kernel_size[0], kernel_size[1]},
                       {.dtype = options.dtype}));
-  init::kaiming_uniform_(weight, std::sqrt(5.0), options.generator);
-  if (options.bias) {
+  if (options.bias)
     bias = register_parameter("bias", empty({out_channels}, {.dtype = options.dtype}));
-    const double bound = 1.0 / std::sqrt(static_cast<double>(init::fan_in(weight)));
-    init::uniform_(bias, -bound, bound, options.generator);
-  }
+  reset_conv_parameters(weight, bias, options.generator);
 }
 
 Tensor Conv2d::forward(const Tensor& x) {
@@ -66,20 +82,13 @@ ConvTranspose2d::ConvTranspose2d(int64_t in_channels, int64_t out_channels,
            .output_padding = options.output_padding,
            .groups = options.groups,
            .dilation = options.dilation} {
-  STOKE_CHECK(
-      options.groups > 0 && in_channels % options.groups == 0 && out_channels % options.groups == 0,
-      "ConvTranspose2d", "in_channels ", in_channels, " and out_channels ", out_channels,
-      " must be divisible by groups ", options.groups);
+  check_conv_groups("ConvTranspose2d", in_channels, out_channels, options.groups);
   weight = register_parameter(
       "weight", empty({in_channels, out_channels / options.groups, kernel_size[0], kernel_size[1]},
                       {.dtype = options.dtype}));
-  // torch's _ConvNd.reset_parameters: fan_in is dim 1 x the kernel, here out_channels / groups.
-  init::kaiming_uniform_(weight, std::sqrt(5.0), options.generator);
-  if (options.bias) {
+  if (options.bias)
     bias = register_parameter("bias", empty({out_channels}, {.dtype = options.dtype}));
-    const double bound = 1.0 / std::sqrt(static_cast<double>(init::fan_in(weight)));
-    init::uniform_(bias, -bound, bound, options.generator);
-  }
+  reset_conv_parameters(weight, bias, options.generator);
 }
 
 Tensor ConvTranspose2d::forward(const Tensor& x) {
