@@ -136,9 +136,9 @@ TEST_CASE("softmax grad: softmax and log_softmax over dims", "[autograd][softmax
 }
 
 TEST_CASE("reduce grad: topk values, indices, gradient and errors", "[autograd][reduce]") {
-  const Tensor x = from_vector<double>({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, {2, 6},
-                                       {.dtype = DType::f64})
-                       .set_requires_grad(true);
+  const Tensor x =
+      from_vector<double>({3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8}, {2, 6}, {.dtype = DType::f64})
+          .set_requires_grad(true);
   const auto top = topk(x, 3);
   CHECK(top.indices.to_vector<int64_t>() == std::vector<int64_t>{5, 4, 2, 5, 1, 2});
   CHECK(top.values.to_vector<double>() == std::vector<double>{9, 5, 4, 8, 6, 5});
@@ -147,12 +147,10 @@ TEST_CASE("reduce grad: topk values, indices, gradient and errors", "[autograd][
   CHECK(topk(x, 5).indices.to_vector<int64_t>()[8] == 4);
   const auto low = topk(x, 2, {.dim = 0, .largest = false});
   CHECK(low.values.shape() == Shape{2, 6});
-  CHECK(low.values.to_vector<double>() ==
-        std::vector<double>{2, 1, 4, 1, 5, 8, 3, 6, 5, 3, 5, 9});
+  CHECK(low.values.to_vector<double>() == std::vector<double>{2, 1, 4, 1, 5, 8, 3, 6, 5, 3, 5, 9});
   sum(top.values * from_vector<double>({1, 2, 3, 4, 5, 6}, {2, 3}, {.dtype = DType::f64}))
       .backward();
-  CHECK(x.grad().to_vector<double>() ==
-        std::vector<double>{0, 0, 3, 0, 2, 1, 0, 5, 6, 0, 0, 4});
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{0, 0, 3, 0, 2, 1, 0, 5, 6, 0, 0, 4});
   CHECK(topk(x, 0).values.shape() == Shape{2, 0});
   CHECK_THROWS_WITH(topk(x, 7), Catch::Contains("k = 7 must be in [0, 6]"));
   CHECK_THROWS_WITH(topk(x, 1, {.dim = 2}), Catch::Contains("dim 2 is out of range"));
