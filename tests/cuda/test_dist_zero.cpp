@@ -10,6 +10,7 @@
 
 #include "dist/cuda/nccl.h"
 #include "dist/ddp.h"
+#include "dist/dist_util.h"
 #include "dist/zero.h"
 #include "stoke/stoke.h"
 
@@ -17,6 +18,7 @@
 
 using namespace stoke;
 using namespace stoke::dist;
+using stoke::dist::test::relative_diff;
 using stoke::test::run_nccl;
 
 namespace {
@@ -101,18 +103,6 @@ Result train(int ranks, int stage, bool adamw, AllreduceAlgorithm algo, int firs
     }
   });
   return out;
-}
-
-double relative_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  double d = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const auto va = a[i].to_vector<double>(), vb = b[i].to_vector<double>();
-    for (size_t k = 0; k < va.size(); ++k) {
-      d = std::max(d, std::abs(va[k] - vb[k]));
-      scale = std::max(scale, std::abs(vb[k]));
-    }
-  }
-  return d / scale;
 }
 
 }  // namespace

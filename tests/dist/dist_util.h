@@ -2,6 +2,7 @@
 // assertions are not thread-safe, so rank threads only compute; the test thread checks.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +12,19 @@
 #include "stoke/stoke.h"
 
 namespace stoke::dist::test {
+
+// max |a - b| over every element, over the largest |b|: the relative distance of two runs.
+inline double relative_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  double d = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const auto va = a[i].to_vector<double>(), vb = b[i].to_vector<double>();
+    for (size_t k = 0; k < va.size(); ++k) {
+      d = std::max(d, std::abs(va[k] - vb[k]));
+      scale = std::max(scale, std::abs(vb[k]));
+    }
+  }
+  return d / scale;
+}
 
 // A value in [-2, 2) that depends only on (rank, i).
 inline double value_of(int rank, int64_t i) {

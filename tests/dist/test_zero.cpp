@@ -62,19 +62,6 @@ std::vector<Tensor> snapshot(const nn::Module& m) {
   return out;
 }
 
-// max |a - b| over every element, over the largest |b|: the relative distance of two runs.
-double relative_diff(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
-  double d = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const auto va = a[i].to_vector<double>(), vb = b[i].to_vector<double>();
-    for (size_t k = 0; k < va.size(); ++k) {
-      d = std::max(d, std::abs(va[k] - vb[k]));
-      scale = std::max(scale, std::abs(vb[k]));
-    }
-  }
-  return d / scale;
-}
-
 struct RunOptions {
   int ranks = 2;
   int stage = 0;  // 0: DDP with the plain optimizer
