@@ -78,11 +78,11 @@ void bench_optim(Bench& b) {
   pair(
       "adamw f32", 28,
       [&] {
-        cuda::fused_adam(DType::f32, p.ptrs, g.cptrs(), m.ptrs, v.ptrs, sizes, adam, nullptr);
+        cuda::fused_adam(DType::f32, p.ptrs, g.cptrs(), m.ptrs, v.ptrs, {}, sizes, adam, nullptr);
       },
       [&](size_t i) {
         cuda::fused_adam(DType::f32, one_of(p.ptrs, i), {g.ptrs[i]}, one_of(m.ptrs, i),
-                         one_of(v.ptrs, i), {sizes[i]}, adam, nullptr);
+                         one_of(v.ptrs, i), {}, {sizes[i]}, adam, nullptr);
       });
   pair(
       "unscale + inf check f32", 8,

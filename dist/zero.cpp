@@ -29,7 +29,8 @@ OptimizerFactory same_kind_as(const nn::optim::Optimizer& plain) {
                                                                 .beta1 = a.beta1,
                                                                 .beta2 = a.beta2,
                                                                 .eps = a.eps,
-                                                                .weight_decay = a.weight_decay});
+                                                                .weight_decay = a.weight_decay,
+                                                                .amsgrad = a.amsgrad});
     };
   }
   if (const auto* o = dynamic_cast<const Adam*>(&plain)) {

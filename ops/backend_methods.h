@@ -216,7 +216,7 @@
     (images, out, mean, std), normalize)                                                         \
   /* optimizer updates over lists, in place, after the entry point's checks: every param, its   */ \
   /* state and grad of one dtype and device, each grad and state of its param's shape, all      */ \
-  /* contiguous; momentum_buffers empty when momentum == 0 */                                    \
+  /* contiguous; momentum_buffers empty when momentum == 0, max_exp_avg_sqs without amsgrad */  \
   X(void, fused_sgd_,                                                                             \
     (const std::vector<Tensor>& params, const std::vector<Tensor>& grads,                         \
      const std::vector<Tensor>& momentum_buffers, const SgdStepOptions& options),                 \
@@ -224,8 +224,8 @@
   X(void, fused_adam_,                                                                            \
     (const std::vector<Tensor>& params, const std::vector<Tensor>& grads,                         \
      const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,                 \
-     const AdamStepOptions& options),                                                             \
-    (params, grads, exp_avgs, exp_avg_sqs, options), optimizer)                                   \
+     const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepOptions& options),                 \
+    (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, options), optimizer)                  \
   /* contiguous floating grads on one device, f32 one-element found_inf and inv_scale there */   \
   X(void, non_finite_check_and_unscale_,                                                          \
     (const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale),         \

@@ -110,6 +110,12 @@ void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
 void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                  const AdamStepOptions& o) {
+  fused_adam_(params, grads, exp_avgs, exp_avg_sqs, {}, o);
+}
+
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepOptions& o) {
   const char* op = params.size() == 1 ? "adam_step_" : "fused_adam_";
   STOKE_CHECK(o.step >= 1, op, "expected step >= 1 (the update's number), got ", o.step);
   const size_t n = params.size();
@@ -117,6 +123,10 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
                 {{"grads", grads.size()},
                  {"exp_avgs", exp_avgs.size()},
                  {"exp_avg_sqs", exp_avg_sqs.size()}});
+  if (o.amsgrad)
+    check_lengths(op, n, {{"max_exp_avg_sqs (amsgrad)", max_exp_avg_sqs.size()}});
+  else
+    STOKE_CHECK(max_exp_avg_sqs.empty(), op, "max_exp_avg_sqs given without amsgrad");
   for (size_t i = 0; i < n; ++i) {
     const std::string w = where_of(n, i);
     check_param(op, params[i], w);
@@ -124,11 +134,17 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
     check_like_param(op, exp_avgs[i], "exp_avg", w, params[i], true);
     check_like_param(op, exp_avg_sqs[i], "exp_avg_sq", w, params[i], true);
     check_distinct(op, exp_avgs[i], "exp_avg", exp_avg_sqs[i], "exp_avg_sq", w);
+    if (o.amsgrad) {
+      check_like_param(op, max_exp_avg_sqs[i], "max_exp_avg_sq", w, params[i], true);
+      check_distinct(op, exp_avgs[i], "exp_avg", max_exp_avg_sqs[i], "max_exp_avg_sq", w);
+      check_distinct(op, exp_avg_sqs[i], "exp_avg_sq", max_exp_avg_sqs[i], "max_exp_avg_sq", w);
+    }
   }
-  check_same(op, params, {&grads, &exp_avgs, &exp_avg_sqs});
+  check_same(op, params, {&grads, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs});
   if (n == 0) return;
   const std::vector<Tensor> g = contiguous_all(grads);
-  return dispatch(op, {&params[0]}).fused_adam_(params, g, exp_avgs, exp_avg_sqs, o);
+  return dispatch(op, {&params[0]})
+      .fused_adam_(params, g, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, o);
 }
 
 void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,
@@ -139,6 +155,12 @@ void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_b
 void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                 const Tensor& exp_avg_sq, const AdamStepOptions& o) {
   fused_adam_({param}, {grad}, {exp_avg}, {exp_avg_sq}, o);
+}
+
+void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq, const AdamStepOptions& o) {
+  STOKE_CHECK(o.amsgrad, "adam_step_", "max_exp_avg_sq given without amsgrad");
+  fused_adam_({param}, {grad}, {exp_avg}, {exp_avg_sq}, {max_exp_avg_sq}, o);
 }
 
 void non_finite_check_and_unscale_(const std::vector<Tensor>& grads, const Tensor& found_inf,

@@ -45,6 +45,8 @@ void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_b
 //   exp_avg = beta1 * exp_avg + (1 - beta1) * d
 //   exp_avg_sq = beta2 * exp_avg_sq + (1 - beta2) * d * d
 //   param -= lr / (1 - beta1^t) * exp_avg / (sqrt(exp_avg_sq) / sqrt(1 - beta2^t) + eps)
+// and with amsgrad (Reddi et al.; torch's amsgrad=True) the largest exp_avg_sq so far divides:
+//   max_exp_avg_sq = max(max_exp_avg_sq, exp_avg_sq), read in place of exp_avg_sq above.
 struct AdamStepOptions {
   double lr = 1e-3;
   double beta1 = 0.9;
@@ -52,11 +54,16 @@ struct AdamStepOptions {
   double eps = 1e-8;
   double weight_decay = 0;
   bool decoupled = false;  // AdamW: decay the parameter, not the gradient
+  bool amsgrad = false;    // then max_exp_avg_sq(s) is given, zeros before the first step
   int64_t step = 1;        // this update's number, counting from 1 (the bias corrections')
 };
 
 void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                 const Tensor& exp_avg_sq, const AdamStepOptions& options);
+// The same with amsgrad's running maximum (options.amsgrad must be set).
+void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
+                const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
+                const AdamStepOptions& options);
 
 // The scalars of Adam's update for options.step, computed once in f64 as torch does: every
 // backend converts these (not lr and the betas' powers) to its compute dtype, so that the devices
@@ -75,6 +82,10 @@ void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
 void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                  const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
                  const AdamStepOptions& options);
+// With amsgrad (options.amsgrad set, max_exp_avg_sqs as long as params; empty without it).
+void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
+                 const std::vector<Tensor>& exp_avgs, const std::vector<Tensor>& exp_avg_sqs,
+                 const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepOptions& options);
 
 // torch._amp_foreach_non_finite_check_and_unscale_: every gradient g becomes g * inv_scale, and
 // found_inf becomes 1 when any element (before scaling) is inf or NaN, else keeps its value.

@@ -14,10 +14,10 @@ namespace stoke::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMaxLists = 4;
+constexpr int kMaxLists = 5;
 
-// What one launch covers; 4 * 36 * 8 + 36 * 8 + 320 * 5 + 8 bytes, under the 4 KiB of kernel
-// parameters.
+// What one launch covers; 5 * 36 * 8 + 36 * 8 + 320 * 5 + 8 = 3,336 bytes, under the 4 KiB of
+// kernel parameters.
 struct TensorListMeta {
   void* addr[kMaxLists][kMaxTensorsPerLaunch];
   int64_t size[kMaxTensorsPerLaunch];
@@ -129,7 +129,7 @@ struct SgdScalars {
 struct AdamScalars {
   float beta1, beta2, one_minus_beta1, one_minus_beta2, weight_decay, decay, step_size, bias2_sqrt,
       eps;
-  bool decoupled, use_weight_decay;
+  bool decoupled, use_weight_decay, amsgrad;
 };
 
 __host__ __device__ __forceinline__ void sgd_update(float& w, float g, float& buf,
@@ -144,8 +144,9 @@ __host__ __device__ __forceinline__ void sgd_update(float& w, float g, float& bu
   w = w - s.lr * d;
 }
 
+// vmax is amsgrad's running maximum of v (read and written only when s.amsgrad).
 __host__ __device__ __forceinline__ void adam_update(float& w, float g, float& m, float& v,
-                                                     const AdamScalars& s) {
+                                                     float& vmax, const AdamScalars& s) {
   float d = g;
   if (s.decoupled) {
     w = w * s.decay;
@@ -154,7 +155,12 @@ __host__ __device__ __forceinline__ void adam_update(float& w, float g, float& m
   }
   m = m * s.beta1 + s.one_minus_beta1 * d;
   v = v * s.beta2 + s.one_minus_beta2 * d * d;
-  const float denom = sqrtf(v) / s.bias2_sqrt + s.eps;
+  float vd = v;
+  if (s.amsgrad) {
+    vd = (v != v || vmax < v) ? v : vmax;  // torch.maximum: NaN propagates
+    vmax = vd;
+  }
+  const float denom = sqrtf(vd) / s.bias2_sqrt + s.eps;
   w = w - s.step_size * (m / denom);
 }
 
@@ -179,7 +185,7 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(TensorListMeta meta
   }
 }
 
-// Lists: param, grad, exp_avg, exp_avg_sq.
+// Lists: param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq (when s.amsgrad).
 template <class T>
 __global__ void __launch_bounds__(kThreads) fused_adam_kernel(TensorListMeta meta, AdamScalars s) {
   const ChunkView c = chunk_of(meta);
@@ -187,18 +193,21 @@ __global__ void __launch_bounds__(kThreads) fused_adam_kernel(TensorListMeta met
   const T* g = list<T>(meta, 1, c);
   T* m = list<T>(meta, 2, c);
   T* v = list<T>(meta, 3, c);
-  const bool vec = vec_ok<T>(meta, 4, c.tensor);
+  T* vmax = s.amsgrad ? list<T>(meta, 4, c) : nullptr;
+  const bool vec = vec_ok<T>(meta, s.amsgrad ? 5 : 4, c.tensor);
   for (int64_t i0 = 4 * static_cast<int64_t>(threadIdx.x); i0 < c.n; i0 += 4 * blockDim.x) {
-    float w[4], gq[4], mq[4], vq[4];
+    float w[4], gq[4], mq[4], vq[4], xq[4] = {0.f, 0.f, 0.f, 0.f};
     load4(p, i0, c.n, vec, w);
     load4(g, i0, c.n, vec, gq);
     load4(m, i0, c.n, vec, mq);
     load4(v, i0, c.n, vec, vq);
+    if (vmax) load4(vmax, i0, c.n, vec, xq);
     STOKE_UNROLL
-    for (int k = 0; k < 4; ++k) adam_update(w[k], gq[k], mq[k], vq[k], s);
+    for (int k = 0; k < 4; ++k) adam_update(w[k], gq[k], mq[k], vq[k], xq[k], s);
     store4(p, i0, c.n, vec, w);
     store4(m, i0, c.n, vec, mq);
     store4(v, i0, c.n, vec, vq);
+    if (vmax) store4(vmax, i0, c.n, vec, xq);
   }
 }
 
@@ -312,11 +321,12 @@ void fused_sgd(DType dtype, const std::vector<void*>& params, const std::vector<
 
 void fused_adam(DType dtype, const std::vector<void*>& params,
                 const std::vector<const void*>& grads, const std::vector<void*>& exp_avgs,
-                const std::vector<void*>& exp_avg_sqs, const std::vector<int64_t>& sizes,
-                const AdamStepArgs& a, cudaStream_t stream) {
+                const std::vector<void*>& exp_avg_sqs, const std::vector<void*>& max_exp_avg_sqs,
+                const std::vector<int64_t>& sizes, const AdamStepArgs& a, cudaStream_t stream) {
   STOKE_NVTX_RANGE("stoke::cuda::fused_adam");
   const char* op = "cuda::fused_adam";
   check_lists(op, sizes, {params.size(), grads.size(), exp_avgs.size(), exp_avg_sqs.size()});
+  if (a.amsgrad) check_lists(op, sizes, {max_exp_avg_sqs.size()});
   const AdamScalars s{.beta1 = static_cast<float>(a.beta1),
                       .beta2 = static_cast<float>(a.beta2),
                       .one_minus_beta1 = static_cast<float>(1 - a.beta1),
@@ -327,15 +337,18 @@ void fused_adam(DType dtype, const std::vector<void*>& params,
                       .bias2_sqrt = static_cast<float>(a.bias2_sqrt),
                       .eps = static_cast<float>(a.eps),
                       .decoupled = a.decoupled,
-                      .use_weight_decay = a.weight_decay != 0};
-  const std::vector<void*> lists[kMaxLists] = {params, as_void(grads), exp_avgs, exp_avg_sqs};
+                      .use_weight_decay = a.weight_decay != 0,
+                      .amsgrad = a.amsgrad};
+  const std::vector<void*> lists[kMaxLists] = {params, as_void(grads), exp_avgs, exp_avg_sqs,
+                                               a.amsgrad ? max_exp_avg_sqs : std::vector<void*>()};
   ew::dispatch_floating(dtype, op, [&](auto tag) {
     using T = decltype(tag);
     auto* k = &fused_adam_kernel<T>;
-    multi_tensor_apply(4, lists, sizes, [&](const TensorListMeta& meta, int blocks) {
-      STOKE_LAUNCH(k, blocks, kThreads, 0, stream)(meta, s);
-      STOKE_CUDA_CHECK(cudaGetLastError());
-    });
+    multi_tensor_apply(a.amsgrad ? 5 : 4, lists, sizes,
+                       [&](const TensorListMeta& meta, int blocks) {
+                         STOKE_LAUNCH(k, blocks, kThreads, 0, stream)(meta, s);
+                         STOKE_CUDA_CHECK(cudaGetLastError());
+                       });
   });
 }
 

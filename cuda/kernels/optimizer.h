@@ -46,7 +46,8 @@ void fused_sgd(DType dtype, const std::vector<void*>& params, const std::vector<
 
 // Adam's scalars: step_size = lr / (1 - beta1^t) and bias2_sqrt = sqrt(1 - beta2^t) computed in
 // f64 by the caller (ops::adam_step_scalars). decoupled (AdamW): p *= 1 - lr * weight_decay;
-// else d = g + weight_decay * p (when weight_decay != 0).
+// else d = g + weight_decay * p (when weight_decay != 0). amsgrad: max_v = max(max_v, v) divides
+// in place of v.
 struct AdamStepArgs {
   double lr = 0;
   double beta1 = 0.9;
@@ -54,15 +55,17 @@ struct AdamStepArgs {
   double eps = 1e-8;
   double weight_decay = 0;
   bool decoupled = false;
+  bool amsgrad = false;
   double step_size = 0;
   double bias2_sqrt = 1;
 };
 
-// One Adam step over every tensor (param, exp_avg and exp_avg_sq updated in place).
+// One Adam step over every tensor (param, exp_avg, exp_avg_sq and, with args.amsgrad,
+// max_exp_avg_sq updated in place; max_exp_avg_sqs is ignored without amsgrad).
 void fused_adam(DType dtype, const std::vector<void*>& params,
                 const std::vector<const void*>& grads, const std::vector<void*>& exp_avgs,
-                const std::vector<void*>& exp_avg_sqs, const std::vector<int64_t>& sizes,
-                const AdamStepArgs& args, cudaStream_t stream);
+                const std::vector<void*>& exp_avg_sqs, const std::vector<void*>& max_exp_avg_sqs,
+                const std::vector<int64_t>& sizes, const AdamStepArgs& args, cudaStream_t stream);
 
 // torch._amp_foreach_non_finite_check_and_unscale_: every element g becomes g * *inv_scale, and
 // *found_inf is set to 1 when any g (before scaling) is inf or NaN (else left as it was). Both

@@ -74,7 +74,8 @@ std::optional<int> cuda_index(const std::string& device) {
 std::string usage() {
   return R"(usage: stoke-train [flags]
   --model NAME            lenet5 (default), resnet8, resnet20, resnet56, resnet18, resnet8_gn,
-                          resnet20_gn, resnet18_gn (GroupNorm), resnet9, vgg11, vgg16, mobilenetv2
+                          resnet20_gn, resnet18_gn (GroupNorm), resnet9, vgg11, vgg16, mobilenetv2,
+                          efficientnet_b0, convnext_nano, convnext_tiny (needs >= 32x32 inputs)
   --data DIR              the dataset (default /usr/share/datasets/fashion-mnist), as --data-format:
   --data-format F         idx (default): DIR holds the MNIST-style IDX files (gzip or raw)
                           packed: DIR/train and DIR/test are stoke-pack outputs
@@ -84,7 +85,7 @@ std::string usage() {
   --recipe fast           a tuned speedrun recipe (sets model, schedule, smoothing, augmentation)
   --epochs N (2)  --batch N (128)  --lr X (0.05)  --seed N (0)  --threads N
   --optimizer sgd|adam|adamw|rmsprop|adagrad (sgd; rmsprop and adagrad with torch's
-                          defaults)  --momentum X (0.9, sgd)  --nesterov
+                          defaults)  --momentum X (0.9, sgd)  --nesterov  --amsgrad (adam, adamw)
   --weight-decay X (0; adamw: 1e-2, as torch.optim.AdamW)
   --no-decay-norm-bias    no weight decay on biases and norm weights (1-dim parameters)
   --schedule none|step|multistep|cosine|onecycle  --step-size EPOCHS  --milestones E1,E2
@@ -189,6 +190,7 @@ Flags parse_flags(int argc, char** argv) {
   };
   const std::map<std::string, std::function<void(bool)>> switches = {
       {"--nesterov", [&](bool on) { f.nesterov = on; }},
+      {"--amsgrad", [&](bool on) { f.amsgrad = on; }},
       {"--no-decay-norm-bias", [&](bool on) { f.no_decay_norm_bias = on; }},
       {"--augment", [&](bool on) { f.augment = on; }},
       {"--profile-device", [&](bool on) { f.profile_device = on; }},
@@ -230,6 +232,8 @@ Flags parse_flags(int argc, char** argv) {
   // The names are checked here, before anything is loaded (they used to fail after the data).
   check_known("model", f.model, nn::models::model_names());
   check_known("optimizer", f.optimizer, {"sgd", "adam", "adamw", "rmsprop", "adagrad"});
+  STOKE_CHECK(!f.amsgrad || f.optimizer == "adam" || f.optimizer == "adamw", "stoke-train",
+              "--amsgrad is Adam's: it needs --optimizer adam or adamw, got ", f.optimizer);
   check_known("schedule", f.schedule, {"none", "step", "multistep", "cosine", "onecycle"});
   check_known("allreduce", f.allreduce, {"native", "ring"});
   check_known("dist backend", f.dist_backend, {"auto", "nccl", "mpi"});

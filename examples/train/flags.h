@@ -16,10 +16,11 @@ struct Flags {
   std::string recipe;               // "" or "fast"
   int64_t epochs = 2;
   int64_t batch = 128;
-  std::string optimizer = "sgd";  // sgd | adam | adamw
+  std::string optimizer = "sgd";  // sgd | adam | adamw | rmsprop | adagrad
   double lr = 0.05;
   double momentum = 0.9;
   bool nesterov = false;
+  bool amsgrad = false;                // adam and adamw
   bool no_decay_norm_bias = false;     // two parameter groups: biases and norm weights undecayed
   std::optional<double> weight_decay;  // unset: the optimizer's default (AdamW 1e-2, else 0)
   std::string schedule = "none";       // none | step | multistep | cosine | onecycle

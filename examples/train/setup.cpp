@@ -155,9 +155,11 @@ std::unique_ptr<nn::optim::Optimizer> make_optimizer(const Flags& f, const nn::M
         std::move(groups),
         SGDOptions{.lr = f.lr, .momentum = f.momentum, .weight_decay = wd, .nesterov = f.nesterov});
   if (f.optimizer == "adam")
-    return std::make_unique<Adam>(std::move(groups), AdamOptions{.lr = f.lr, .weight_decay = wd});
+    return std::make_unique<Adam>(
+        std::move(groups), AdamOptions{.lr = f.lr, .weight_decay = wd, .amsgrad = f.amsgrad});
   if (f.optimizer == "adamw")
-    return std::make_unique<AdamW>(std::move(groups), AdamWOptions{.lr = f.lr, .weight_decay = wd});
+    return std::make_unique<AdamW>(
+        std::move(groups), AdamWOptions{.lr = f.lr, .weight_decay = wd, .amsgrad = f.amsgrad});
   if (f.optimizer == "rmsprop")
     return std::make_unique<RMSprop>(std::move(groups),
                                      RMSpropOptions{.lr = f.lr, .weight_decay = wd});
@@ -199,8 +201,10 @@ void print_model_line(const Flags& f, const nn::Module& model, Device device) {
       "threads\n",
       f.model.c_str(), static_cast<long long>(model.num_parameters()),
       device.is_cpu() ? "cpu" : f.device.c_str(), f.optimizer.c_str(),
-      f.optimizer == "sgd" && f.nesterov ? " (nesterov)" : "", f.lr,
-      static_cast<long long>(f.batch), static_cast<long long>(f.accum),
+      f.optimizer == "sgd" && f.nesterov ? " (nesterov)"
+      : f.amsgrad                        ? " (amsgrad)"
+                                         : "",
+      f.lr, static_cast<long long>(f.batch), static_cast<long long>(f.accum),
       static_cast<long long>(f.epochs), num_threads());
 }
 

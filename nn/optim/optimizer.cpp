@@ -219,6 +219,7 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled)
       decoupled_(decoupled),
       exp_avg_(params_.size()),
       exp_avg_sq_(params_.size()),
+      max_exp_avg_sq_(params_.size()),
       steps_(params_.size(), 0) {
   STOKE_CHECK(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1 && o.eps >= 0, "Adam",
               "invalid betas (", o.beta1, ", ", o.beta2, ") or eps ", o.eps);
@@ -233,7 +234,7 @@ void Adam::step() {
     for (size_t i = group.begin; i < group.end; ++i)
       if (params_[i].grad().defined()) by_step[steps_[i] + 1].push_back(i);
     for (const auto& [step, idx] : by_step) {
-      std::vector<Tensor> ps, gs, ms, vs;
+      std::vector<Tensor> ps, gs, ms, vs, xs;
       for (size_t i : idx) {
         const Tensor& p = params_[i];
         ps.push_back(p);
@@ -242,18 +243,21 @@ void Adam::step() {
         const bool first = !exp_avg_[i].defined();
         ms.push_back(first ? zeros_like_param(p) : exp_avg_[i]);
         vs.push_back(first ? zeros_like_param(p) : exp_avg_sq_[i]);
+        if (options_.amsgrad) xs.push_back(first ? zeros_like_param(p) : max_exp_avg_sq_[i]);
       }
-      ops::fused_adam_(ps, gs, ms, vs,
+      ops::fused_adam_(ps, gs, ms, vs, xs,
                        {.lr = group.lr,
                         .beta1 = options_.beta1,
                         .beta2 = options_.beta2,
                         .eps = options_.eps,
                         .weight_decay = group.weight_decay,
                         .decoupled = decoupled_,
+                        .amsgrad = options_.amsgrad,
                         .step = step});
       for (size_t k = 0; k < idx.size(); ++k) {
         exp_avg_[idx[k]] = ms[k];
         exp_avg_sq_[idx[k]] = vs[k];
+        if (options_.amsgrad) max_exp_avg_sq_[idx[k]] = xs[k];
         steps_[idx[k]] = step;
       }
     }
@@ -270,6 +274,7 @@ NamedTensors Adam::state_dict() const {
     out.emplace_back(k + "step", step);
     out.emplace_back(k + "exp_avg", exp_avg_[i]);
     out.emplace_back(k + "exp_avg_sq", exp_avg_sq_[i]);
+    if (options_.amsgrad) out.emplace_back(k + "max_exp_avg_sq", max_exp_avg_sq_[i]);
   }
   return out;
 }
@@ -280,13 +285,16 @@ void Adam::load_state_dict(const NamedTensors& state) {
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string k = "state." + std::to_string(i) + ".";
     if (!m.count(k + "exp_avg")) {
-      exp_avg_[i] = exp_avg_sq_[i] = Tensor();
+      exp_avg_[i] = exp_avg_sq_[i] = max_exp_avg_sq_[i] = Tensor();
       steps_[i] = 0;
       continue;
     }
     steps_[i] = *take(m, k + "step", step_like, "Adam::load_state_dict").data<int64_t>();
     exp_avg_[i] = take(m, k + "exp_avg", params_[i], "Adam::load_state_dict");
     exp_avg_sq_[i] = take(m, k + "exp_avg_sq", params_[i], "Adam::load_state_dict");
+    // amsgrad's state has it (as torch's); without amsgrad it is a leftover, refused below.
+    if (options_.amsgrad)
+      max_exp_avg_sq_[i] = take(m, k + "max_exp_avg_sq", params_[i], "Adam::load_state_dict");
   }
   check_no_leftovers(m, "Adam::load_state_dict");
 }

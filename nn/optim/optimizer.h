@@ -103,6 +103,7 @@ struct AdamOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0;  // Adam: L2 added to the gradient; AdamW: decoupled decay
+  bool amsgrad = false;     // divide by the largest exp_avg_sq so far (state max_exp_avg_sq)
 };
 
 class Adam : public Optimizer {
@@ -117,7 +118,7 @@ class Adam : public Optimizer {
  private:
   AdamOptions options_;
   bool decoupled_;
-  std::vector<Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<Tensor> exp_avg_, exp_avg_sq_, max_exp_avg_sq_;  // the last with amsgrad only
   std::vector<int64_t> steps_;
 };
 
@@ -129,6 +130,7 @@ struct AdamWOptions {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 1e-2;  // decoupled: p *= 1 - lr * weight_decay before the Adam step
+  bool amsgrad = false;
 };
 
 // AdamW (Loshchilov & Hutter): p *= 1 - lr * weight_decay, then the Adam step.
@@ -145,7 +147,8 @@ class AdamW : public Adam {
             .beta1 = o.beta1,
             .beta2 = o.beta2,
             .eps = o.eps,
-            .weight_decay = o.weight_decay};
+            .weight_decay = o.weight_decay,
+            .amsgrad = o.amsgrad};
   }
 };
 

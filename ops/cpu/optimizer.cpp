@@ -88,10 +88,11 @@ void sgd_range(T* __restrict w, const T* __restrict gp, T* __restrict buf, int64
   }
 }
 
-template <class T, bool kDecoupled, bool kWd, class A = Acc<T>>
+// vmax (amsgrad's running maximum of v) is read and written when kAmsgrad, else null.
+template <class T, bool kDecoupled, bool kWd, bool kAmsgrad, class A = Acc<T>>
 void adam_range(T* __restrict w, const T* __restrict gp, T* __restrict m, T* __restrict v,
-                int64_t b, int64_t e, A b1, A b2, A omb1, A omb2, A wd, A decay, A step_size,
-                A bias2_sqrt, A eps) {
+                T* __restrict vmax, int64_t b, int64_t e, A b1, A b2, A omb1, A omb2, A wd, A decay,
+                A step_size, A bias2_sqrt, A eps) {
   for (int64_t j = b; j < e; ++j) {
     A d = A(gp[j]);
     A wj = A(w[j]);
@@ -104,7 +105,15 @@ void adam_range(T* __restrict w, const T* __restrict gp, T* __restrict m, T* __r
     const A vj = A(v[j]) * b2 + omb2 * d * d;
     m[j] = T(mj);
     v[j] = T(vj);
-    const A denom = std::sqrt(vj) / bias2_sqrt + eps;
+    A vd = vj;
+    if constexpr (kAmsgrad) {
+      // torch.maximum(max_exp_avg_sq, exp_avg_sq): the stored (rounded) maximum against the
+      // unrounded v, NaN propagating as torch.maximum's does.
+      const A old = A(vmax[j]);
+      vd = (vj != vj || old < vj) ? vj : old;
+      vmax[j] = T(vd);
+    }
+    const A denom = std::sqrt(vd) / bias2_sqrt + eps;
     w[j] = T(wj - step_size * (mj / denom));
   }
 }
@@ -141,7 +150,8 @@ void CpuBackend::fused_sgd_(const std::vector<Tensor>& params, const std::vector
 
 void CpuBackend::fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                              const std::vector<Tensor>& exp_avgs,
-                             const std::vector<Tensor>& exp_avg_sqs, const AdamStepOptions& o) {
+                             const std::vector<Tensor>& exp_avg_sqs,
+                             const std::vector<Tensor>& max_exp_avg_sqs, const AdamStepOptions& o) {
   const double lr = o.lr, wd = o.weight_decay, b1 = o.beta1, b2 = o.beta2;
   const AdamStepScalars s = adam_step_scalars(o);
   const std::vector<Chunk> chunks = chunks_of(params);
@@ -152,14 +162,17 @@ void CpuBackend::fused_adam_(const std::vector<Tensor>& params, const std::vecto
             decay = A(1 - lr * wd), tss = A(s.step_size), tb2s = A(s.bias2_sqrt), teps = A(o.eps);
     with_flag(o.decoupled, [&](auto decoupled) {
       with_flag(wd != 0, [&](auto has_wd) {
-        parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t cb, int64_t ce) {
-          for (int64_t c = cb; c < ce; ++c) {
-            const Chunk& k = chunks[static_cast<size_t>(c)];
-            adam_range<T, decoupled(), has_wd()>(
-                params[k.tensor].data<T>(), grads[k.tensor].data<T>(), exp_avgs[k.tensor].data<T>(),
-                exp_avg_sqs[k.tensor].data<T>(), k.begin, k.end, tb1, tb2, omb1, omb2, twd, decay,
-                tss, tb2s, teps);
-          }
+        with_flag(o.amsgrad, [&](auto amsgrad) {
+          parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t cb, int64_t ce) {
+            for (int64_t c = cb; c < ce; ++c) {
+              const Chunk& k = chunks[static_cast<size_t>(c)];
+              T* vmax = amsgrad() ? max_exp_avg_sqs[k.tensor].data<T>() : nullptr;
+              adam_range<T, decoupled(), has_wd(), amsgrad()>(
+                  params[k.tensor].data<T>(), grads[k.tensor].data<T>(),
+                  exp_avgs[k.tensor].data<T>(), exp_avg_sqs[k.tensor].data<T>(), vmax, k.begin,
+                  k.end, tb1, tb2, omb1, omb2, twd, decay, tss, tb2s, teps);
+            }
+          });
         });
       });
     });

@@ -68,18 +68,21 @@ void CudaBackend::fused_sgd_(const std::vector<Tensor>& params, const std::vecto
 
 void CudaBackend::fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
                               const std::vector<Tensor>& exp_avgs,
-                              const std::vector<Tensor>& exp_avg_sqs, const AdamStepOptions& o) {
+                              const std::vector<Tensor>& exp_avg_sqs,
+                              const std::vector<Tensor>& max_exp_avg_sqs,
+                              const AdamStepOptions& o) {
   const char* op = params.size() == 1 ? "adam_step_" : "fused_adam_";
   check_dtype(op, params[0]);
   const AdamStepScalars s = adam_step_scalars(o);
   cuda::fused_adam(params[0].dtype(), ptrs(params), const_ptrs(grads), ptrs(exp_avgs),
-                   ptrs(exp_avg_sqs), sizes(params),
+                   ptrs(exp_avg_sqs), ptrs(max_exp_avg_sqs), sizes(params),
                    {.lr = o.lr,
                     .beta1 = o.beta1,
                     .beta2 = o.beta2,
                     .eps = o.eps,
                     .weight_decay = o.weight_decay,
                     .decoupled = o.decoupled,
+                    .amsgrad = o.amsgrad,
                     .step_size = s.step_size,
                     .bias2_sqrt = s.bias2_sqrt},
                    launch_stream());

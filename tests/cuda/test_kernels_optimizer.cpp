@@ -130,41 +130,58 @@ TEST_CASE("cuda kernels: fused_adam_kernel matches ops::fused_adam_",
   NoGradGuard no_grad;
   for (DType d : kt::kFloatDtypes)
     for (bool mis : {false, true})
-      for (bool decoupled : {false, true}) {
-        const std::string what = detail::str_cat(decoupled ? "adamw " : "adam ", dtype_name(d),
-                                                 mis ? " misaligned" : "");
-        const std::vector<Tensor> p0 = inputs(d, mis, -2, 2, 2);
-        std::vector<Tensor> zero;
-        for (int64_t n : kSizes) zero.push_back(zeros({n}, {.dtype = d}));
-        std::vector<Tensor> pk = placed(p0, mis), mk = placed(zero, false), vk = placed(zero, mis);
-        std::vector<Tensor> pc = clones(p0), mc = clones(zero), vc = clones(zero);
-        for (int64_t t = 1; t <= 3; ++t) {
-          const std::vector<Tensor> g = inputs(d, mis, -1, 1, 20 + 7 * static_cast<uint64_t>(t));
-          const ops::AdamStepOptions o{.lr = 0.01,
-                                       .beta1 = 0.9,
-                                       .beta2 = 0.99,
-                                       .eps = 1e-6,
-                                       .weight_decay = 0.03,
-                                       .decoupled = decoupled,
-                                       .step = t};
-          ops::fused_adam_(pc, g, mc, vc, o);
-          const ops::AdamStepScalars s = ops::adam_step_scalars(o);
-          cuda::fused_adam(d, ptrs(pk), cptrs(g), ptrs(mk), ptrs(vk), sizes_of(pk),
-                           {.lr = o.lr,
-                            .beta1 = o.beta1,
-                            .beta2 = o.beta2,
-                            .eps = o.eps,
-                            .weight_decay = o.weight_decay,
-                            .decoupled = o.decoupled,
-                            .step_size = s.step_size,
-                            .bias2_sqrt = s.bias2_sqrt},
-                           nullptr);
-          const std::string at = what + " step " + std::to_string(t);
-          require_all_close(pk, pc, tol_for(d), at + " param");
-          require_all_close(mk, mc, tol_for(d), at + " exp_avg");
-          require_all_close(vk, vc, tol_for(d), at + " exp_avg_sq");
+      for (bool decoupled : {false, true})
+        for (bool amsgrad : {false, true}) {
+          const std::string what =
+              detail::str_cat(decoupled ? "adamw " : "adam ", dtype_name(d),
+                              mis ? " misaligned" : "", amsgrad ? " amsgrad" : "");
+          const std::vector<Tensor> p0 = inputs(d, mis, -2, 2, 2);
+          std::vector<Tensor> zero;
+          for (int64_t n : kSizes) zero.push_back(zeros({n}, {.dtype = d}));
+          std::vector<Tensor> pk = placed(p0, mis), mk = placed(zero, false),
+                              vk = placed(zero, mis), xk = placed(zero, !mis);
+          std::vector<Tensor> pc = clones(p0), mc = clones(zero), vc = clones(zero),
+                              xc = clones(zero);
+          for (int64_t t = 1; t <= 3; ++t) {
+            const std::vector<Tensor> g = inputs(d, mis, -1, 1, 20 + 7 * static_cast<uint64_t>(t));
+            // With amsgrad a short beta2 lets v fall below its maximum on many elements.
+            const ops::AdamStepOptions o{.lr = 0.01,
+                                         .beta1 = 0.9,
+                                         .beta2 = amsgrad ? 0.5 : 0.99,
+                                         .eps = 1e-6,
+                                         .weight_decay = 0.03,
+                                         .decoupled = decoupled,
+                                         .amsgrad = amsgrad,
+                                         .step = t};
+            ops::fused_adam_(pc, g, mc, vc, amsgrad ? xc : std::vector<Tensor>(), o);
+            const ops::AdamStepScalars s = ops::adam_step_scalars(o);
+            cuda::fused_adam(d, ptrs(pk), cptrs(g), ptrs(mk), ptrs(vk),
+                             amsgrad ? ptrs(xk) : std::vector<void*>(), sizes_of(pk),
+                             {.lr = o.lr,
+                              .beta1 = o.beta1,
+                              .beta2 = o.beta2,
+                              .eps = o.eps,
+                              .weight_decay = o.weight_decay,
+                              .decoupled = o.decoupled,
+                              .amsgrad = o.amsgrad,
+                              .step_size = s.step_size,
+                              .bias2_sqrt = s.bias2_sqrt},
+                             nullptr);
+            const std::string at = what + " step " + std::to_string(t);
+            require_all_close(pk, pc, tol_for(d), at + " param");
+            require_all_close(mk, mc, tol_for(d), at + " exp_avg");
+            require_all_close(vk, vc, tol_for(d), at + " exp_avg_sq");
+            if (amsgrad) require_all_close(xk, xc, tol_for(d), at + " max_exp_avg_sq");
+          }
+          if (amsgrad && d == DType::f32) {
+            // The maximum did its work: somewhere it holds more than the last exp_avg_sq.
+            const std::vector<float> x = xc.back().to_vector<float>(),
+                                     v = vc.back().to_vector<float>();
+            size_t above = 0;
+            for (size_t i = 0; i < x.size(); ++i) above += x[i] > v[i];
+            CHECK(above > x.size() / 10);
+          }
         }
-      }
 }
 
 TEST_CASE("cuda kernels: a list of 1,000 tensors takes several launches and matches the CPU",
@@ -273,9 +290,12 @@ TEST_CASE("cuda kernels: the optimizer launchers check their arguments",
                                     {.momentum = 0.9}, nullptr),
                     Catch::Contains("a momentum needs a momentum buffer per tensor (1), got 0"));
   CHECK_THROWS_WITH(cuda::fused_adam(DType::f32, {p.data_ptr()}, {g.data_ptr()}, {p.data_ptr()},
-                                     {p.data_ptr()}, {-1}, {}, nullptr),
+                                     {p.data_ptr()}, {}, {-1}, {}, nullptr),
                     Catch::Contains("tensor 0 has size -1"));
-  CHECK_THROWS_WITH(cuda::fused_adam(DType::f32, {p.data_ptr()}, {}, {}, {}, {8}, {}, nullptr),
+  CHECK_THROWS_WITH(cuda::fused_adam(DType::f32, {p.data_ptr()}, {}, {}, {}, {}, {8}, {}, nullptr),
+                    Catch::Contains("expected lists of 1 tensors (the sizes'), got one of 0"));
+  CHECK_THROWS_WITH(cuda::fused_adam(DType::f32, {p.data_ptr()}, {g.data_ptr()}, {p.data_ptr()},
+                                     {p.data_ptr()}, {}, {8}, {.amsgrad = true}, nullptr),
                     Catch::Contains("expected lists of 1 tensors (the sizes'), got one of 0"));
   CHECK_THROWS_WITH(cuda::non_finite_check_and_unscale(DType::f64, {p.data_ptr()}, {8},
                                                        p.data<float>(), p.data<float>(), nullptr),

@@ -51,20 +51,23 @@ std::unique_ptr<optim::Optimizer> make(const FixtureCase& c, std::vector<Tensor>
                              .beta1 = get("beta1", 0.9),
                              .beta2 = get("beta2", 0.999),
                              .eps = get("eps", 1e-8),
-                             .weight_decay = get("weight_decay", 0)};
+                             .weight_decay = get("weight_decay", 0),
+                             .amsgrad = get("amsgrad", 0) != 0};
   if (kind == "adam") return std::make_unique<optim::Adam>(params, o);
   return std::make_unique<optim::AdamW>(
       params, optim::AdamWOptions{.lr = o.lr,
                                   .beta1 = o.beta1,
                                   .beta2 = o.beta2,
                                   .eps = o.eps,
-                                  .weight_decay = get("weight_decay", 1e-2)});
+                                  .weight_decay = get("weight_decay", 1e-2),
+                                  .amsgrad = o.amsgrad});
 }
 }  // namespace
 
 TEST_CASE("optimizers: three steps match torch.optim", "[nn][optim]") {
   const auto cases = stoke::testing::load_fixture(stoke::testing::fixture_path("optim.txt"));
-  REQUIRE(cases.size() == 11);  // SGD x4, Adam x2, AdamW, RMSprop x2, Adagrad x2
+  // SGD x4, Adam x2, AdamW, RMSprop x2, Adagrad x2, Adam and AdamW with amsgrad
+  REQUIRE(cases.size() == 13);
   for (const auto& c : cases) {
     INFO(c.name);
     Tensor p = to_tensor(c.tensor("p0")).set_requires_grad(true);
@@ -94,7 +97,7 @@ TEST_CASE("optimizers: AdamW's default weight decay is torch.optim.AdamW's 1e-2"
 }
 
 TEST_CASE("optimizers: state_dict round trip resumes exactly", "[nn][optim]") {
-  for (const char* kind : {"sgd", "adam", "rmsprop", "adagrad"}) {
+  for (const char* kind : {"sgd", "adam", "adam_amsgrad", "rmsprop", "adagrad"}) {
     INFO(kind);
     Generator g(3);
     Tensor p1 = randn({10}, {}, &g).set_requires_grad(true);
@@ -110,7 +113,10 @@ TEST_CASE("optimizers: state_dict round trip resumes exactly", "[nn][optim]") {
       if (std::string(kind) == "adagrad")
         return std::make_unique<optim::Adagrad>(std::vector<Tensor>{p},
                                                 optim::AdagradOptions{.lr = 0.1, .lr_decay = 0.1});
-      return std::make_unique<optim::Adam>(std::vector<Tensor>{p}, optim::AdamOptions{.lr = 0.1});
+      return std::make_unique<optim::Adam>(
+          std::vector<Tensor>{p},
+          optim::AdamOptions{
+              .lr = 0.1, .beta2 = 0.5, .amsgrad = std::string(kind) == "adam_amsgrad"});
     };
     auto a = make_opt(p1), b = make_opt(p2);
     std::vector<Tensor> grads;
@@ -143,6 +149,24 @@ TEST_CASE("optimizers: state_dict round trip resumes exactly", "[nn][optim]") {
                     Catch::Contains("missing optimizer state 'state.0.momentum_buffer'"));
   CHECK_THROWS_WITH(optim::Adagrad({zeros({2}, {.dtype = DType::f16, .requires_grad = true})}, {}),
                     Catch::Contains("Adagrad") && Catch::Contains("f32 and f64 parameters"));
+  // amsgrad's running maximum is state as torch names it, and a state without it (or with it, for
+  // an Adam without amsgrad) is refused by name.
+  Tensor q = zeros({3}, {.requires_grad = true});
+  optim::Adam ams({q}, {.amsgrad = true});
+  q.set_grad(ones({3}));
+  ams.step();
+  NamedTensors st = ams.state_dict();
+  bool has_max = false;
+  for (const auto& [k, t] : st) has_max = has_max || k == "state.0.max_exp_avg_sq";
+  CHECK(has_max);
+  optim::Adam plain({q}, {});
+  CHECK_THROWS_WITH(plain.load_state_dict(st),
+                    Catch::Contains("unexpected optimizer state 'state.0.max_exp_avg_sq'"));
+  NamedTensors without;
+  for (const auto& [k, t] : st)
+    if (k != "state.0.max_exp_avg_sq") without.emplace_back(k, t);
+  CHECK_THROWS_WITH(ams.load_state_dict(without),
+                    Catch::Contains("missing optimizer state 'state.0.max_exp_avg_sq'"));
 }
 
 TEST_CASE("schedulers: closed forms match PyTorch's", "[nn][optim]") {

@@ -103,6 +103,7 @@ TEST_CASE("stoke-train: flag values are checked and named", "[nn][train]") {
            Bad{"--gamma nan", "flag --gamma expects a finite number, got 'nan'"},
            Bad{"--lr 0", "--lr must be positive"},
            Bad{"--epochs abc", "flag --epochs expects an integer"},
+           Bad{"--amsgrad", "--amsgrad is Adam's: it needs --optimizer adam or adamw, got sgd"},
        }) {
     INFO(b.args);
     const Run r = run_train(b.args);
@@ -118,6 +119,9 @@ TEST_CASE("stoke-train: flag values are checked and named", "[nn][train]") {
   CHECK(on.exit_code == 0);
   CHECK_THAT(on.output, Catch::Contains("| sgd (nesterov) lr"));
   CHECK_THAT(run_train("--nesterov=true" + quick).output, Catch::Contains("sgd (nesterov)"));
+  const Run ams = run_train("--optimizer adamw --amsgrad --lr 1e-3" + quick);
+  CHECK(ams.exit_code == 0);
+  CHECK_THAT(ams.output, Catch::Contains("| adamw (amsgrad) lr 0.001"));
 }
 
 TEST_CASE("stoke-logits: bad flags explain instead of aborting, and logits of a trained model",

@@ -115,27 +115,65 @@ TEST_CASE("fused optimizer: fused_adam_ over 1,000 tensors equals adam_step_ per
   NoGradGuard no_grad;
   const std::vector<int64_t> sizes = random_sizes(1000, 3);
   const std::vector<Tensor> p0 = random_list(sizes, DType::f32, 4);
-  for (bool decoupled : {false, true}) {
-    INFO((decoupled ? "AdamW" : "Adam"));
-    std::vector<Tensor> pf = clones(p0), pl = clones(p0), mf, vf, ml, vl;
-    for (int64_t n : sizes) {
-      mf.push_back(zeros({n}));
-      vf.push_back(zeros({n}));
-      ml.push_back(zeros({n}));
-      vl.push_back(zeros({n}));
+  for (bool decoupled : {false, true})
+    for (bool amsgrad : {false, true}) {
+      INFO((decoupled ? "AdamW" : "Adam") << (amsgrad ? " amsgrad" : ""));
+      std::vector<Tensor> pf = clones(p0), pl = clones(p0), mf, vf, xf, ml, vl, xl;
+      for (int64_t n : sizes) {
+        for (auto* l : {&mf, &vf, &ml, &vl}) l->push_back(zeros({n}));
+        if (amsgrad)
+          for (auto* l : {&xf, &xl}) l->push_back(zeros({n}));
+      }
+      for (int64_t t = 1; t <= 3; ++t) {
+        const std::vector<Tensor> g = random_list(sizes, DType::f32, 20 + static_cast<uint64_t>(t));
+        const ops::AdamStepOptions o{.lr = 1e-2,
+                                     .beta2 = amsgrad ? 0.5 : 0.999,
+                                     .weight_decay = 3e-2,
+                                     .decoupled = decoupled,
+                                     .amsgrad = amsgrad,
+                                     .step = t};
+        ops::fused_adam_(pf, g, mf, vf, xf, o);
+        for (size_t i = 0; i < sizes.size(); ++i) {
+          if (amsgrad)
+            ops::adam_step_(pl[i], g[i], ml[i], vl[i], xl[i], o);
+          else
+            ops::adam_step_(pl[i], g[i], ml[i], vl[i], o);
+        }
+        require_same_bits(pf, pl, "param, step " + std::to_string(t));
+        require_same_bits(mf, ml, "exp_avg, step " + std::to_string(t));
+        require_same_bits(vf, vl, "exp_avg_sq, step " + std::to_string(t));
+        if (amsgrad) require_same_bits(xf, xl, "max_exp_avg_sq, step " + std::to_string(t));
+      }
+      CHECK_FALSE(same_bits(pf[3], p0[3]));
     }
-    for (int64_t t = 1; t <= 3; ++t) {
-      const std::vector<Tensor> g = random_list(sizes, DType::f32, 20 + static_cast<uint64_t>(t));
-      const ops::AdamStepOptions o{
-          .lr = 1e-2, .weight_decay = 3e-2, .decoupled = decoupled, .step = t};
-      ops::fused_adam_(pf, g, mf, vf, o);
-      for (size_t i = 0; i < sizes.size(); ++i) ops::adam_step_(pl[i], g[i], ml[i], vl[i], o);
-      require_same_bits(pf, pl, "param, step " + std::to_string(t));
-      require_same_bits(mf, ml, "exp_avg, step " + std::to_string(t));
-      require_same_bits(vf, vl, "exp_avg_sq, step " + std::to_string(t));
-    }
-    CHECK_FALSE(same_bits(pf[3], p0[3]));
-  }
+}
+
+TEST_CASE("fused optimizer: amsgrad divides by the largest exp_avg_sq so far",
+          "[ops][optimizer][fused]") {
+  NoGradGuard no_grad;
+  // f64, beta1 = 0 (m is the gradient) and beta2 = 0.5: a gradient of 2, then of 1, makes v fall
+  // from 2 to 1.5 while its maximum stays 2, and step 2 divides by sqrt(2).
+  const double b2 = 0.5, lr = 0.1, eps = 0;
+  Tensor p = zeros({1}, {.dtype = DType::f64}), m = zeros_like(p), v = zeros_like(p),
+         x = zeros_like(p);
+  const ops::AdamStepOptions o1{.lr = lr, .beta1 = 0, .beta2 = b2, .eps = eps, .amsgrad = true};
+  ops::adam_step_(p, full({1}, 2.0, {.dtype = DType::f64}), m, v, x, o1);
+  CHECK(x.item() == (1 - b2) * 4);
+  ops::AdamStepOptions o2 = o1;
+  o2.step = 2;
+  // Step 2 with gradient 1: m = 1, v = b2 * 2 + (1 - b2) * 1 = 1.5 < max 2 -> divides by sqrt(2).
+  const double before = p.item();
+  ops::adam_step_(p, full({1}, 1.0, {.dtype = DType::f64}), m, v, x, o2);
+  CHECK(v.item() == b2 * 2 + (1 - b2));
+  CHECK(x.item() == 2);
+  const double bias2_sqrt = std::sqrt(1 - b2 * b2);
+  CHECK(p.item() == Approx(before - lr * 1 / (std::sqrt(2.0) / bias2_sqrt)).epsilon(1e-15));
+  CHECK_THROWS_WITH(ops::fused_adam_({p}, {p.clone()}, {m}, {v}, {}, o1),
+                    Catch::Contains("expected 1 max_exp_avg_sqs (amsgrad) (one per param), got 0"));
+  CHECK_THROWS_WITH(ops::fused_adam_({p}, {p.clone()}, {m}, {v}, {x}, {}),
+                    Catch::Contains("max_exp_avg_sqs given without amsgrad"));
+  CHECK_THROWS_WITH(ops::adam_step_(p, p.clone(), m, v, v, o1),
+                    Catch::Contains("exp_avg_sq and max_exp_avg_sq are the same memory"));
 }
 
 TEST_CASE("fused optimizer: f16 and bf16 parameters follow the f32 rule, rounded on store",
