@@ -18,11 +18,13 @@
 #include <vector>
 
 #include "bench/bench_util.h"
+#include "core/parallel.h"
 #include "data/cache.h"
 #include "data/idx.h"
 #include "data/idx_dataset.h"
 #include "data/image_folder.h"
 #include "data/loader.h"
+#include "data/normalize.h"
 #include "data/packed.h"
 
 namespace {
@@ -93,6 +95,56 @@ double transform_us(const Dataset& ds) {
     total += bench::now_ms() - t0;
   }
   return total * 1000 / static_cast<double>(ds.size());
+}
+
+// The augmentation of one batch both ways, per image, best of 5: (w) the workers' way, crop_flip()
+// on each image then normalize() of the batch (the transforms would run on the loader's worker
+// threads, the normalize on the consumer); (f) the consumer's way, the same crops drawn
+// (draw_crops) and folded into the normalize pass (crop_flip_normalize, over the thread pool).
+// The same batch comes out of both (tests/data/test_normalize.cpp).
+struct AugmentCost {
+  double workers_transform_us = 0, workers_normalize_us = 0, fused_us = 0;
+};
+AugmentCost augment_cost(const Dataset& ds, int64_t batch) {
+  const int64_t n = std::min(batch, ds.size());
+  Example ex, spare;
+  ds.get(0, ex);
+  const int64_t h = ex.height, w = ex.width, c = ex.channels;
+  Tensor raw = empty({n, h, w, c}, {.dtype = DType::u8}), aug = empty_like(raw);
+  Tensor idx = empty({n}, {.dtype = DType::i64});
+  for (int64_t i = 0; i < n; ++i) {
+    ds.get(i, ex);
+    std::copy(ex.pixels.begin(), ex.pixels.end(), raw.data<uint8_t>() + i * h * w * c);
+    idx.data<int64_t>()[i] = i;
+  }
+  const auto t = crop_flip();
+  const NormalizeOptions norm{.mean = {0.5f}, .std = {0.25f}};
+  AugmentCost best{1e30, 1e30, 1e30};
+  for (int rep = 0; rep < 5; ++rep) {
+    double t0 = bench::now_ms();
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* src = raw.data<uint8_t>() + i * h * w * c;
+      ex.height = h;
+      ex.width = w;
+      ex.channels = c;
+      ex.pixels.assign(src, src + h * w * c);
+      SampleRng rng(1, 0, i);
+      t->apply(ex, spare, rng);
+      std::copy(ex.pixels.begin(), ex.pixels.end(), aug.data<uint8_t>() + i * h * w * c);
+    }
+    const double t1 = bench::now_ms();
+    const Tensor a = normalize(aug, norm);
+    const double t2 = bench::now_ms();
+    const Tensor crops = draw_crops(idx, h, w, {.padding = 4}, 1, 0);
+    const Tensor f = crop_flip_normalize(raw, crops, norm);
+    const double t3 = bench::now_ms();
+    best.workers_transform_us = std::min(best.workers_transform_us, (t1 - t0) * 1000 / n);
+    best.workers_normalize_us = std::min(best.workers_normalize_us, (t2 - t1) * 1000 / n);
+    best.fused_us = std::min(best.fused_us, (t3 - t2) * 1000 / n);
+    if (a.to_vector<float>() != f.to_vector<float>())
+      throw std::runtime_error("stoke-bench-loader: the two augmentation paths differ");
+  }
+  return best;
 }
 
 struct Measured {
@@ -208,6 +260,13 @@ int main(int argc, char** argv) {
         "transforms %.2f us\n",
         static_cast<long long>(folder->size()), static_cast<long long>(a.batch), read_decode,
         decode, copy, transforms);
+    const AugmentCost aug = augment_cost(*pack, a.batch);
+    std::printf(
+        "augment + normalize to f32 NCHW, per image (same batch out): workers' transforms %.3f us "
+        "(1 thread) + consumer normalize %.3f us (%d threads) vs fused on the consumer %.3f us "
+        "(%d threads): %.2fx less consumer+worker time\n",
+        aug.workers_transform_us, aug.workers_normalize_us, num_threads(), aug.fused_us,
+        num_threads(), (aug.workers_transform_us + aug.workers_normalize_us) / aug.fused_us);
 
     struct Row {
       std::string format;
@@ -252,6 +311,9 @@ int main(int argc, char** argv) {
                      .add("decode_us", decode)
                      .add("packed_copy_us", copy)
                      .add("transforms_us", transforms)
+                     .add("augment_workers_transform_us", aug.workers_transform_us)
+                     .add("augment_workers_normalize_us", aug.workers_normalize_us)
+                     .add("augment_fused_us", aug.fused_us)
                      .raw("rows", bench::json_array(json_rows))
                      .str()
               << std::endl;

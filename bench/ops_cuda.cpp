@@ -11,6 +11,10 @@
 //              activations at batch 128 (bench/ops_cuda_nn.cpp)
 //   batchnorm  our batch norm vs cuDNN: training forward, eval forward, backward (same shapes)
 //   softmax    our softmax / log-softmax and fused cross-entropy, GB/s (bench/ops_cuda_nn.cpp)
+//   optim      multi-tensor SGD/AdamW/unscale over ResNet-18's parameters vs one launch per tensor
+//              (bench/ops_cuda_optim.cpp)
+//   data       u8 NHWC -> crop + flip + normalize -> f16 NCHW in one kernel vs the unfused
+//              normalize f32 + cast chain (bench/ops_cuda_data.cpp)
 // Each case: inputs filled with random values, 3 warm-up runs, then the median of N runs timed
 // with CUDA events, the L2 cache flushed before each run; TFLOP/s or GB/s, the percentage of the
 // device's peak (from its properties: SM count and clock, memory clock and bus width) and of the
@@ -157,7 +161,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--reps N] [--batch N] [--cudnn-benchmark] "
-                   "[--only gemm,conv,memory,pool,batchnorm,softmax,optim]\n",
+                   "[--only gemm,conv,memory,pool,batchnorm,softmax,optim,data]\n",
                    argv[0]);
       return 2;
     }
@@ -210,6 +214,12 @@ int main(int argc, char** argv) {
     print_table(b.rows, "optim",
                 "GB/s of minimal traffic over ResNet-18's parameters; vs ref = % of the same "
                 "kernel launched once per tensor");
+  }
+  if (o.wants("data")) {
+    bench_data(b);
+    print_table(b.rows, "data",
+                "GB/s of the fused op's minimal traffic (u8 in, f16 out); vs ref = % of the fused "
+                "kernel");
   }
   std::printf("\n");
   print_json(b);

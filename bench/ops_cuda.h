@@ -177,5 +177,6 @@ void bench_pool(Bench& b);        // "pool":      ours vs cuDNN at ResNet-18/CIF
 void bench_batch_norm(Bench& b);  // "batchnorm": ours vs cuDNN, the same shapes
 void bench_softmax(Bench& b);     // "softmax":   softmax and cross-entropy (ours)
 void bench_optim(Bench& b);       // "optim":     multi-tensor optimizer kernels vs per tensor
+void bench_data(Bench& b);        // "data":      fused crop+flip+normalize vs the unfused chain
 
 }  // namespace stoke::bench::ops_cuda

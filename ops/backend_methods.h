@@ -214,6 +214,12 @@
     (const Tensor& images, const Tensor& out, const std::vector<float>& mean,                     \
      const std::vector<float>& std),                                                              \
     (images, out, mean, std), normalize)                                                         \
+  /* the same with a crop (zero padding) and flip per image: crops i32 (N, 3) (top, left, flip), */ \
+  /* out (N, C, OH, OW) f32/f16/bf16 */                                                          \
+  X(void, crop_flip_normalize_u8_nhwc,                                                            \
+    (const Tensor& images, const Tensor& out, const Tensor& crops, const std::vector<float>& mean, \
+     const std::vector<float>& std),                                                              \
+    (images, out, crops, mean, std), normalize)                                                  \
   /* optimizer updates over lists, in place, after the entry point's checks: every param, its   */ \
   /* state and grad of one dtype and device, each grad and state of its param's shape, all      */ \
   /* contiguous; momentum_buffers empty when momentum == 0, max_exp_avg_sqs without amsgrad */  \

@@ -12,9 +12,13 @@ namespace {
 
 // The tensor whose dtype a call notes: the op's input, which is its first tensor argument except
 // where that is the output or a mask (copy_strided(dst, src), where(cond, a, b),
-// normalize_u8_nhwc(images u8, out)): there the second.
+// normalize_u8_nhwc(images u8, out), crop_flip_normalize_u8_nhwc(images u8, out, crops)): there
+// the second.
 size_t noted_index(Method m) {
-  return m == Method::copy_strided || m == Method::where || m == Method::normalize_u8_nhwc ? 1 : 0;
+  return m == Method::copy_strided || m == Method::where || m == Method::normalize_u8_nhwc ||
+                 m == Method::crop_flip_normalize_u8_nhwc
+             ? 1
+             : 0;
 }
 
 template <class Tuple>

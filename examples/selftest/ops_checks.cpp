@@ -17,6 +17,7 @@ void run_ops_checks(Suite& s, bool quick) {
   static const Entry kChecks[] = {
       {"fill/copy/cast", check_fill_copy},
       {"normalize", check_normalize},
+      {"crop_flip_normalize", check_crop_flip_normalize},
       {"binary", check_binary},
       {"integer", check_integer},
       {"unary", check_unary},
@@ -124,6 +125,36 @@ void check_normalize(Suite& s, bool quick) {
       data::normalize_into(images.to(dev()), out, o);
       compare_on(s, "data::normalize u8 NHWC -> NCHW", dims({c.n, c.h, c.w, c.c}), dt, out,
                  ref.to(DType::f32), dt == DType::f32 ? 1e-5 : tolerance(dt));
+    }
+  }
+}
+
+// The augmentation folded into normalize: host-drawn crops (padding past every edge, flips, a
+// smaller and a larger output) against the CPU kernel, every output dtype.
+void check_crop_flip_normalize(Suite& s, bool quick) {
+  struct Case {
+    int64_t n, h, w, c, padding, oh, ow;
+  };
+  const std::vector<Case> cases = quick ? std::vector<Case>{{4, 8, 9, 3, 2, 8, 9}}
+                                        : std::vector<Case>{{4, 8, 9, 3, 2, 8, 9},
+                                                            {64, 28, 28, 1, 2, 28, 28},
+                                                            {16, 32, 32, 3, 4, 24, 24},
+                                                            {3, 5, 6, 5, 4, 11, 9}};
+  for (const Case& c : cases) {
+    const Tensor images = randint_cpu(0, 256, {c.n, c.h, c.w, c.c}, DType::u8, 11);
+    Tensor idx = empty({c.n}, {.dtype = DType::i64});
+    for (int64_t i = 0; i < c.n; ++i) idx.data<int64_t>()[i] = 3 * i + 1;
+    const Tensor crops = data::draw_crops(
+        idx, c.h, c.w, {.height = c.oh, .width = c.ow, .padding = c.padding}, 5, 2);
+    data::NormalizeOptions o;
+    o.mean.assign(static_cast<size_t>(c.c), 0.45f);
+    o.std.assign(static_cast<size_t>(c.c), 0.25f);
+    for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+      o.dtype = dt;
+      const Tensor ref = data::crop_flip_normalize(images, crops, o, c.oh, c.ow);
+      const Tensor out = data::crop_flip_normalize(images.to(dev()), crops, o, c.oh, c.ow);
+      compare_on(s, "data::crop_flip_normalize u8 NHWC -> NCHW", dims({c.n, c.h, c.w, c.c}), dt,
+                 out, ref.to(DType::f32), dt == DType::f32 ? 1e-5 : tolerance(dt));
     }
   }
 }

@@ -25,6 +25,7 @@ void run_ops_checks(Suite& s, bool quick);
 // ops_checks.cpp: fill, strided copies and casts, cat/stack, data::normalize on the device.
 void check_fill_copy(Suite& s, bool quick);
 void check_normalize(Suite& s, bool quick);
+void check_crop_flip_normalize(Suite& s, bool quick);
 // ops_checks_elementwise.cpp
 void check_binary(Suite& s, bool quick);
 void check_integer(Suite& s, bool quick);

@@ -4,6 +4,9 @@
 #include <vector>
 
 #include "stoke/stoke.h"
+#if STOKE_HAS_CUDA || STOKE_CUDA_EMU
+#include "cuda/runtime/pinned.h"
+#endif
 
 namespace stoke::train {
 namespace {
@@ -14,13 +17,48 @@ constexpr float kMean = 0.2860f, kStd = 0.3530f;
 // uint8 batches become (x / 255 - mean) / std, f32 NCHW, at the consumer.
 const data::NormalizeOptions kNormalize = {.mean = {kMean}, .std = {kStd}};
 
+// An i32 (n, 3) host tensor for crops: pinned memory when bound for a GPU.
+Tensor host_crops(int64_t n, Device device) {
+#if STOKE_HAS_CUDA || STOKE_CUDA_EMU
+  if (device.is_cuda())
+    return Tensor::from_storage(cuda::pinned_storage(static_cast<size_t>(n) * 3 * sizeof(int32_t)),
+                                {n, 3}, {3, 1}, 0, DType::i32);
+#endif
+  (void)device;
+  return empty({n, 3}, {.dtype = DType::i32});
+}
+
+// Crops that change nothing (top 0, left 0, no flip).
+Tensor identity_crops(int64_t n, Device device) {
+  Tensor k = host_crops(n, device);
+  std::fill(k.data<int32_t>(), k.data<int32_t>() + 3 * n, 0);
+  return k;
+}
+
 }  // namespace
 
 // The u8 images cross the bus as bytes (non-blocking) and are normalized there; labels likewise.
-DeviceBatch to_device(const data::Batch& batch, Device device) {
-  if (device.is_cpu()) return {data::normalize(batch.images, kNormalize), batch.labels};
-  return {data::normalize(batch.images.to(device, /*non_blocking=*/true), kNormalize),
-          batch.labels.to(device, /*non_blocking=*/true)};
+// With augmentation the crops are drawn here on the host (12 bytes a sample, in pinned memory
+// for a GPU so that they upload asynchronously too) and applied in the normalize pass.
+DeviceBatch to_device(const data::Batch& batch, Device device, const BatchFinish& finish) {
+  data::NormalizeOptions norm = kNormalize;
+  norm.dtype = finish.dtype;
+  const Tensor images =
+      device.is_cpu() ? batch.images : batch.images.to(device, /*non_blocking=*/true);
+  const Tensor labels =
+      device.is_cpu() ? batch.labels : batch.labels.to(device, /*non_blocking=*/true);
+  if (!finish.augment) {
+    if (norm.dtype == DType::bf16)  // normalize() writes f32 or f16: bf16 comes from the fused op
+      return {data::crop_flip_normalize(images, identity_crops(batch.images.size(0), device), norm),
+              labels};
+    return {data::normalize(images, norm), labels};
+  }
+  const int64_t n = batch.images.size(0);
+  Tensor crops = host_crops(n, device);
+  data::draw_crops_into(crops, batch.indices, batch.images.size(1), batch.images.size(2),
+                        finish.crop, finish.seed, batch.epoch);
+  return {data::crop_flip_normalize(images, crops, norm, finish.crop.height, finish.crop.width),
+          labels};
 }
 
 int64_t count_correct(const Tensor& logits, const Tensor& labels) {

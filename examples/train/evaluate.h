@@ -4,16 +4,27 @@
 #include <cstdint>
 
 #include "data/loader.h"
+#include "data/normalize.h"
 #include "distributed.h"
 #include "nn/module.h"
 
 namespace stoke::train {
 
-// A batch on the training device: images normalized to f32 NCHW, labels as loaded.
+// A batch on the training device: images normalized to NCHW (f32, or the --amp dtype for training
+// batches), labels as loaded.
 struct DeviceBatch {
   Tensor images, labels;
 };
-DeviceBatch to_device(const data::Batch& batch, Device device);
+// How a training batch is finished where it is consumed: its dtype and, with --augment (on the
+// device), the crop and flip folded into the normalize pass (data::crop_flip_normalize), drawn
+// per sample from (seed, epoch, dataset index) as the loader's transforms would.
+struct BatchFinish {
+  DType dtype = DType::f32;
+  bool augment = false;
+  data::CropFlipOptions crop;
+  uint64_t seed = 0;
+};
+DeviceBatch to_device(const data::Batch& batch, Device device, const BatchFinish& finish = {});
 
 // How many rows of `logits` have their largest value at the row's label (`labels` on the CPU).
 int64_t count_correct(const Tensor& logits, const Tensor& labels);

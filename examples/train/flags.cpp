@@ -90,7 +90,10 @@ std::string usage() {
   --no-decay-norm-bias    no weight decay on biases and norm weights (1-dim parameters)
   --schedule none|step|multistep|cosine|onecycle  --step-size EPOCHS  --milestones E1,E2
   --gamma X (0.1)  --warmup STEPS
-  --label-smoothing X  --clip-grad NORM  --accum K (gradient accumulation)  --augment
+  --label-smoothing X  --clip-grad NORM  --accum K (gradient accumulation)
+  --augment               random crop (padding 2) and horizontal flip of training images
+  --augment-on device|workers  where: folded into the normalize pass on the training device
+                          (default; one kernel on a GPU) or the loader's worker transforms
   --patience EPOCHS       early stopping on test loss
   --checkpoint DIR        keep DIR/best.safetensors and DIR/last.safetensors (DIR is created,
                           and must be writable, before anything is loaded)
@@ -143,6 +146,7 @@ Flags parse_flags(int argc, char** argv) {
       {"--epochs", [&](auto& k, auto& v) { f.epochs = to_int(k, v, 1, 1 << 20); }},
       {"--batch", [&](auto& k, auto& v) { f.batch = to_int(k, v, 1, 1 << 20); }},
       {"--optimizer", [&](auto&, auto& v) { f.optimizer = v; }},
+      {"--augment-on", [&](auto&, auto& v) { f.augment_on = v; }},
       {"--lr", [&](auto& k, auto& v) { f.lr = to_double(k, v); }},
       {"--momentum", [&](auto& k, auto& v) { f.momentum = to_double(k, v); }},
       {"--weight-decay", [&](auto& k, auto& v) { f.weight_decay = to_double(k, v); }},
@@ -234,6 +238,7 @@ Flags parse_flags(int argc, char** argv) {
   check_known("optimizer", f.optimizer, {"sgd", "adam", "adamw", "rmsprop", "adagrad"});
   STOKE_CHECK(!f.amsgrad || f.optimizer == "adam" || f.optimizer == "adamw", "stoke-train",
               "--amsgrad is Adam's: it needs --optimizer adam or adamw, got ", f.optimizer);
+  check_known("augment-on", f.augment_on, {"device", "workers"});
   check_known("schedule", f.schedule, {"none", "step", "multistep", "cosine", "onecycle"});
   check_known("allreduce", f.allreduce, {"native", "ring"});
   check_known("dist backend", f.dist_backend, {"auto", "nccl", "mpi"});

@@ -33,6 +33,9 @@ struct Flags {
   int64_t accum = 1;     // gradient accumulation micro-batches per optimizer step
   int64_t patience = 0;  // early stopping on test loss; 0 = off
   bool augment = false;  // random crop (pad 2) + horizontal flip
+  // Where --augment happens: "device" folds it into the normalize pass where the batch is
+  // consumed (the GPU kernel on cuda), "workers" runs the loader's transforms; same batches.
+  std::string augment_on = "device";
   uint64_t seed = 0;
   int threads = 0;               // 0 = stoke's default
   std::string checkpoint;        // directory for best.safetensors and last.safetensors

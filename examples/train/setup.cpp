@@ -38,7 +38,8 @@ data::BatchAllocator batch_allocator(Device device) {
   return nullptr;
 }
 
-// The training loader (shuffled, augmented with --augment) or the test loader (in order).
+// The training loader (shuffled; with --augment --augment-on workers, augmented by its workers)
+// or the test loader (in order).
 std::unique_ptr<data::DataLoader> make_loader(const Flags& f,
                                               std::shared_ptr<const data::Dataset> ds,
                                               int64_t limit, bool train, Device device,
@@ -57,7 +58,7 @@ std::unique_ptr<data::DataLoader> make_loader(const Flags& f,
     sampler = std::make_shared<data::SequentialSampler>(n);
   }
   std::shared_ptr<const data::Transform> transform;
-  if (train && f.augment)
+  if (train && f.augment && f.augment_on == "workers")
     transform = std::make_shared<data::Compose>(std::vector<std::shared_ptr<const data::Transform>>{
         std::make_shared<data::RandomCrop>(data::RandomCropOptions{.padding = 2}),
         std::make_shared<data::HorizontalFlip>()});

@@ -97,6 +97,10 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
       kill_at_step_(kill_at_step_from_env(dist_.rank)),
       profiler_(f_, dist_.root(), device_, metrics_),
       amp_(amp_dtype(f_)),
+      finish_{.dtype = amp_.value_or(DType::f32),
+              .augment = f_.augment && f_.augment_on == "device",
+              .crop = {.padding = 2},
+              .seed = f_.seed},
       scaler_(make_scaler(f_, dist_)),
       last_finite_loss_(std::numeric_limits<double>::quiet_NaN()) {
   print_model_line(f_, *model_, device_);
@@ -197,7 +201,7 @@ Trainer::EpochStats Trainer::train_epoch() {
 void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochStats& e) {
   const DeviceBatch b = [&] {
     const profiler::Range phase("h2d", profiler::Category::phase);
-    return to_device(batch, device_);
+    return to_device(batch, device_, finish_);
   }();
   const int64_t group_begin = pos_.batch / f_.accum * f_.accum;
   const int64_t group_size = std::min(f_.accum, num_batches - group_begin);

@@ -82,6 +82,9 @@ class Trainer {
   const int64_t kill_at_step_;               // the crash-and-resume tests' hook; 0 = off
   StepProfiler profiler_;                    // --profile
   const std::optional<DType> amp_;           // --amp: the autocast dtype
+  // Training batches: normalized to the --amp dtype (autocast's convs take it as is), and with
+  // --augment on the device, cropped and flipped in the same pass.
+  const BatchFinish finish_;
   // --amp fp16's loss scaler (null otherwise); in a job its found-inf flag is MAX-allreduced, so
   // that every rank skips the same steps.
   std::unique_ptr<nn::amp::GradScaler> scaler_;

@@ -39,11 +39,19 @@ DType low_dtype(const A&... a) {
 // Methods that take f16/bf16 natively (copies, fills, the optimizer lists, integer-only ops), and
 // batch_norm_forward, whose running statistics are updated in place and must not be copies.
 constexpr bool passes_through(std::string_view name) {
-  constexpr std::string_view kNative[] = {
-      "fill",       "copy_strided",   "check_index_range",
-      "one_hot",    "class_targets",  "normalize_u8_nhwc",
-      "fused_sgd_", "fused_adam_",    "non_finite_check_and_unscale_",
-      "zero_",      "sum_of_squares", "batch_norm_forward"};
+  constexpr std::string_view kNative[] = {"fill",
+                                          "copy_strided",
+                                          "check_index_range",
+                                          "one_hot",
+                                          "class_targets",
+                                          "normalize_u8_nhwc",
+                                          "fused_sgd_",
+                                          "fused_adam_",
+                                          "non_finite_check_and_unscale_",
+                                          "zero_",
+                                          "sum_of_squares",
+                                          "batch_norm_forward",
+                                          "crop_flip_normalize_u8_nhwc"};
   for (std::string_view n : kNative)
     if (n == name) return true;
   return false;

@@ -9,6 +9,7 @@
 #include "cuda/kernels/normalize.h"
 #include "ops/creation.h"
 #include "ops/index.h"
+#include "ops/normalize.h"
 #include "test_kernels_util.h"
 
 using namespace stoke;
@@ -186,4 +187,51 @@ TEST_CASE("cuda kernels: normalize_nhwc_to_nchw_kernel matches (x / 255 - mean) 
   CHECK_THROWS_WITH(cuda::normalize_u8_nhwc(img.data<uint8_t>(), DType::f32, out.data_ptr(), 1, 1,
                                             1, 17, mean, stdv, nullptr),
                     Catch::Contains("1 to 16 channels, got 17"));
+}
+
+TEST_CASE("cuda kernels: crop_flip_normalize_kernel matches ops::crop_flip_normalize_u8_nhwc",
+          "[cuda][kernels][normalize]") {
+  // Crops inside, across every edge, wholly outside the image, flipped or not; outputs smaller
+  // and larger than the image; 1, 3 and 5 channels; every output dtype; misaligned outputs.
+  struct Case {
+    int64_t b, h, w, c, oh, ow;
+  };
+  for (const Case& k : {Case{6, 7, 9, 1, 7, 9}, Case{5, 8, 6, 3, 5, 4}, Case{4, 5, 5, 5, 9, 11}})
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      Generator g(static_cast<uint64_t>(k.c * 10 + k.oh));
+      const Tensor img = randint(0, 256, {k.b, k.h, k.w, k.c}, {.dtype = DType::u8}, &g);
+      const Tensor tops = randint(-k.oh - 2, k.h + 2, {k.b}, {.dtype = DType::i64}, &g);
+      const Tensor lefts = randint(-k.ow - 2, k.w + 2, {k.b}, {.dtype = DType::i64}, &g);
+      Tensor crops = empty({k.b, 3}, {.dtype = DType::i32});
+      for (int64_t i = 0; i < k.b; ++i) {
+        crops.data<int32_t>()[3 * i] = static_cast<int32_t>(tops.data<int64_t>()[i]);
+        crops.data<int32_t>()[3 * i + 1] = static_cast<int32_t>(lefts.data<int64_t>()[i]);
+        crops.data<int32_t>()[3 * i + 2] = static_cast<int32_t>(i % 2);
+      }
+      crops.data<int32_t>()[0] = 0;  // image 0: the identity crop
+      crops.data<int32_t>()[1] = 0;
+      std::vector<float> mean, stdv;
+      for (int64_t ch = 0; ch < k.c; ++ch) {
+        mean.push_back(0.3f + 0.05f * static_cast<float>(ch));
+        stdv.push_back(0.25f + 0.01f * static_cast<float>(ch));
+      }
+      Tensor out = kt::output({k.b, k.c, k.oh, k.ow}, dtype, true);
+      cuda::crop_flip_normalize_u8_nhwc(img.data<uint8_t>(), crops.data<int32_t>(), dtype,
+                                        out.data_ptr(), k.b, k.h, k.w, k.c, k.oh, k.ow, mean.data(),
+                                        stdv.data(), nullptr);
+      Tensor want = empty({k.b, k.c, k.oh, k.ow}, {.dtype = dtype});
+      ops::crop_flip_normalize_u8_nhwc(img, want, crops, mean, stdv);
+      // The same multiply-add in f32 and one rounding: equal bits (f16/bf16 within an ulp for a
+      // compiler that contracts differently).
+      kt::require_close(out.to(DType::f32), want.to(DType::f32),
+                        dtype == DType::f32 ? kt::Tolerance{1e-6, 1e-6} : kt::tol(dtype),
+                        detail::str_cat("crop_flip ", dtype, " C=", k.c, " ", k.oh, "x", k.ow));
+    }
+  const float mean[1] = {0.f}, stdv[1] = {1.f};
+  Tensor img = zeros({1, 2, 2, 1}, {.dtype = DType::u8});
+  Tensor crops = zeros({1, 3}, {.dtype = DType::i32}), out = empty({4});
+  CHECK_THROWS_WITH(
+      cuda::crop_flip_normalize_u8_nhwc(img.data<uint8_t>(), crops.data<int32_t>(), DType::f32,
+                                        out.data_ptr(), 1, 2, 2, 1, -1, 2, mean, stdv, nullptr),
+      Catch::Contains("cuda::crop_flip_normalize_u8_nhwc") && Catch::Contains("output -1x2"));
 }

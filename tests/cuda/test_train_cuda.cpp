@@ -171,6 +171,29 @@ TEST_CASE("training on cuda: normalize runs on the device and matches the CPU", 
                     Catch::Contains("same device"));
 }
 
+TEST_CASE("training on cuda: crop_flip_normalize augments on the device as the CPU does",
+          "[train_cuda]") {
+  Generator g(2);
+  const Tensor images = randint(0, 256, {8, 6, 7, 3}, {.dtype = DType::u8}, &g);
+  Tensor idx = empty({8}, {.dtype = DType::i64});
+  for (int64_t i = 0; i < 8; ++i) idx.data<int64_t>()[i] = 5 * i;
+  const data::CropFlipOptions co{.height = 5, .width = 6, .padding = 2};
+  // Host-drawn crops in pinned memory travel with the batch asynchronously.
+  Tensor crops = Tensor::from_storage(cuda::pinned_storage(8 * 3 * sizeof(int32_t)), {8, 3}, {3, 1},
+                                      0, DType::i32);
+  data::draw_crops_into(crops, idx, 6, 7, co, 3, 1);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    const data::NormalizeOptions o{
+        .mean = {0.4f, 0.5f, 0.6f}, .std = {0.2f, 0.25f, 0.3f}, .dtype = dt};
+    const Tensor d = data::crop_flip_normalize(images.to(kCuda), crops, o, 5, 6);
+    CHECK(d.device() == kCuda);
+    CHECK(d.dtype() == dt);
+    CHECK(d.shape() == Shape{8, 3, 5, 6});
+    const Tensor want = data::crop_flip_normalize(images, crops, o, 5, 6);
+    CHECK(max_diff(d.to(DType::f32), want.to(DType::f32)) == 0);
+  }
+}
+
 namespace {
 
 // Sample i: every pixel i % 251, label i % 10.
