@@ -35,6 +35,7 @@ OPS = {
     "conv2d": ["N64_C1_K32_H28_k3", "N64_C32_K64_H14_k3", "N64_C64_K64_H8_k3"],
     "linear": ["N128_784_256"],
     "batch_norm": ["N64_C32_H28"],
+    "batch_norm_relu": ["N64_C32_H28_unfused", "N64_C32_H28_fused"],
     "group_norm": ["N64_C32_H28_G8"],
     "layer_norm": ["N8192_D384"],
     "max_pool2d": ["N64_C32_H28_k2s2"],
@@ -126,6 +127,13 @@ def run_case(op, case, reps, warmup):
         x, w, b = leaf(n, c, h, h), leaf(c), leaf(c)
         rm, rv = torch.zeros(c), torch.ones(c)
         fwd = lambda: F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5)
+        gout = torch.randn(n, c, h, h)
+        return bench_autograd(fwd, [x, w, b], gout, reps, warmup)
+    if op == "batch_norm_relu":  # torch runs the two ops for both of stoke's cases
+        n, c, h = int(p["N"]), int(p["C"]), int(p["H"])
+        x, w, b = leaf(n, c, h, h), leaf(c), leaf(c)
+        rm, rv = torch.zeros(c), torch.ones(c)
+        fwd = lambda: F.relu(F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.1, eps=1e-5))
         gout = torch.randn(n, c, h, h)
         return bench_autograd(fwd, [x, w, b], gout, reps, warmup)
     if op == "group_norm":

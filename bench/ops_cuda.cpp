@@ -9,7 +9,8 @@
 //              (bench/ops_cuda_memory.cpp)
 //   pool       our max/avg/global-avg pooling vs cuDNN, forward and backward, ResNet-18/CIFAR
 //              activations at batch 128 (bench/ops_cuda_nn.cpp)
-//   batchnorm  our batch norm vs cuDNN: training forward, eval forward, backward (same shapes)
+//   batchnorm  our batch norm vs cuDNN: training forward, eval forward, backward (same shapes);
+//              and batch norm + ReLU fused (forward and backward) vs the unfused chain
 //   softmax    our softmax / log-softmax and fused cross-entropy, GB/s (bench/ops_cuda_nn.cpp)
 //   optim      multi-tensor SGD/AdamW/unscale over ResNet-18's parameters vs one launch per tensor
 //              (bench/ops_cuda_optim.cpp)

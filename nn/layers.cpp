@@ -108,6 +108,19 @@ BatchNorm::BatchNorm(int64_t num_features, BatchNormLayerOptions options) : opti
 }
 
 Tensor BatchNorm::forward(const Tensor& x) {
+  return forward_impl(x, false);
+}
+
+Tensor BatchNorm::forward_relu(const Tensor& x) {
+  return forward_impl(x, true);
+}
+
+Tensor norm_relu(Module& norm, const Tensor& x) {
+  if (auto* bn = dynamic_cast<BatchNorm*>(&norm)) return bn->forward_relu(x);
+  return relu(norm.forward(x));
+}
+
+Tensor BatchNorm::forward_impl(const Tensor& x, bool fuse_relu) {
   const bool use_batch_stats = is_training() || !options.track_running_stats;
   if (is_training() && options.track_running_stats) {
     if (num_batches_tracked.device().is_cpu()) {
@@ -118,9 +131,11 @@ Tensor BatchNorm::forward(const Tensor& x) {
     }
   }
   // Without running statistics (track_running_stats=false) both modes normalize with the batch's.
-  return batch_norm(
-      x, running_mean, running_var, weight, bias,
-      {.training = use_batch_stats, .momentum = options.momentum, .eps = options.eps});
+  return batch_norm(x, running_mean, running_var, weight, bias,
+                    {.training = use_batch_stats,
+                     .momentum = options.momentum,
+                     .eps = options.eps,
+                     .relu = fuse_relu});
 }
 
 LayerNorm::LayerNorm(Shape normalized_shape, LayerNormLayerOptions options)

@@ -90,10 +90,20 @@ class BatchNorm : public Module {
  public:
   explicit BatchNorm(int64_t num_features, BatchNormLayerOptions options = {});
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) in one pass forward and backward (BatchNormOptions::relu): the same values
+  // and gradients, without the pre-ReLU tensor or ReLU's gradient ever written.
+  Tensor forward_relu(const Tensor& x);
   std::string name() const override { return "BatchNorm"; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   BatchNormLayerOptions options;
+
+ private:
+  Tensor forward_impl(const Tensor& x, bool fuse_relu);
 };
+// relu(norm->forward(x)), fused when `norm` is a BatchNorm (forward_relu), else as written: for
+// models whose norm layer is chosen at construction (ResNet's BatchNorm2d or GroupNorm).
+Tensor norm_relu(Module& norm, const Tensor& x);
+
 class BatchNorm2d : public BatchNorm {
  public:
   using BatchNorm::BatchNorm;

@@ -118,8 +118,9 @@
   X(BatchNormGrads, batch_norm_backward,                                                          \
     (const Tensor& grad_output, const Tensor& input, const Tensor& weight,                        \
      const Tensor& save_mean, const Tensor& save_invstd, bool training,                           \
-     std::array<bool, 3> output_mask),                                                            \
-    (grad_output, input, weight, save_mean, save_invstd, training, output_mask), batch_norm)      \
+     std::array<bool, 3> output_mask, const Tensor& relu_output),                                 \
+    (grad_output, input, weight, save_mean, save_invstd, training, output_mask, relu_output),     \
+    batch_norm)                                                                                   \
   /* group and layer norm on the (N, G, K, S) view, weight / bias flat (G * K) or undefined */  \
   X(GroupNormForward, group_norm_forward,                                                         \
     (const Tensor& input, const Tensor& weight, const Tensor& bias,                               \

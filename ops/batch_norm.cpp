@@ -26,16 +26,21 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
 BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& input,
                                    const Tensor& weight, const Tensor& save_mean,
                                    const Tensor& save_invstd, bool training,
-                                   std::array<bool, 3> output_mask) {
+                                   std::array<bool, 3> output_mask, const Tensor& relu_output) {
   const char* op = "batch_norm_backward";
   STOKE_CHECK(
       grad_output.defined() && input.defined() && save_mean.defined() && save_invstd.defined(), op,
       "expected defined grad_output, input, save_mean and save_invstd");
   STOKE_CHECK(input.dim() >= 2, op, "expected input with at least 2 dims (N, C, ...), got shape ",
               input.shape());
-  return dispatch(op, {&grad_output, &input, &weight, &save_mean, &save_invstd})
+  if (relu_output.defined()) {
+    STOKE_CHECK(relu_output.shape() == input.shape() && relu_output.dtype() == input.dtype(), op,
+                "expected relu_output of the input's shape and dtype ", input.dtype(), " ",
+                input.shape(), ", got ", relu_output.dtype(), " ", relu_output.shape());
+  }
+  return dispatch(op, {&grad_output, &input, &weight, &save_mean, &save_invstd, &relu_output})
       .batch_norm_backward(grad_output, input, weight, save_mean, save_invstd, training,
-                           output_mask);
+                           output_mask, relu_output);
 }
 
 }  // namespace stoke::ops

@@ -16,6 +16,9 @@ struct BatchNormOptions {
   bool training = true;   // normalize with batch statistics and update the running ones
   double momentum = 0.1;  // running = (1 - momentum) * running + momentum * batch
   double eps = 1e-5;      // added to the variance before the square root
+  // relu(batch_norm(x)) in the same pass over the output (an epilogue: the normalized values are
+  // never written); its backward is batch_norm_backward with relu_output.
+  bool relu = false;
 };
 
 }  // namespace stoke
@@ -53,10 +56,14 @@ Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor&
 
 // Gradients of batch_norm given the forward's save_mean / save_invstd. `training` selects the
 // formula: through the batch statistics (training) or a per-channel scale (statistics were
-// constants). output_mask = {input, weight, bias} says which gradients to compute.
+// constants). output_mask = {input, weight, bias} says which gradients to compute. With
+// relu_output (the output of a forward with .relu = true, input's shape and dtype) these are the
+// gradients of relu(batch_norm(x)): grad_output counts only where relu_output > 0, applied as the
+// passes read it (ReLU's backward is never written out).
 BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& input,
                                    const Tensor& weight, const Tensor& save_mean,
                                    const Tensor& save_invstd, bool training,
-                                   std::array<bool, 3> output_mask = {true, true, true});
+                                   std::array<bool, 3> output_mask = {true, true, true},
+                                   const Tensor& relu_output = Tensor());
 
 }  // namespace stoke::ops

@@ -111,8 +111,9 @@ __global__ void __launch_bounds__(256)
 // y = (x - mean) * invstd * weight + bias per plane (n, c). kEval: `stat` is
 // the running variance and invstd is computed here (and written to save_* by
 // the planes of n = 0 when given); otherwise `stat` is save_invstd from
-// batch_norm_stats_kernel.
-template <class T, bool kEval>
+// batch_norm_stats_kernel. kRelu: y = relu(...) (the fused epilogue; NaN kept
+// as stoke::relu keeps it).
+template <class T, bool kEval, bool kRelu>
 __global__ void __launch_bounds__(256)
     batch_norm_apply_kernel(const T* __restrict__ x, T* __restrict__ y, int64_t planes, int64_t C,
                             int64_t S, const float* __restrict__ mean,
@@ -131,18 +132,21 @@ __global__ void __launch_bounds__(256)
     const T* xp = x + plane * S;
     T* yp = y + plane * S;
     for (int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s < S;
-         s += static_cast<int64_t>(gridDim.x) * blockDim.x)
-      store_f32(yp + s, (load_f32(xp + s) - m) * scale + shift);
+         s += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      const float v = (load_f32(xp + s) - m) * scale + shift;
+      store_f32(yp + s, kRelu && v < 0.f ? 0.f : v);
+    }
   }
 }
 
 // The backward's per-channel sums: sum(dy) -> sums[c] and sum(dy * (x - mean))
 // -> sums[C + c], plus grad_bias = sum(dy) and grad_weight = sum(dy * (x -
-// mean)) * invstd when requested.
-template <class T>
+// mean)) * invstd when requested. kMask: dy counts only where relu_y > 0
+// (the fused ReLU's backward, read in the same pass).
+template <class T, bool kMask>
 __global__ void __launch_bounds__(256)
     batch_norm_backward_reduce_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,
-                                      int64_t N, int64_t C, int64_t S,
+                                      const T* __restrict__ relu_y, int64_t N, int64_t C, int64_t S,
                                       const float* __restrict__ mean,
                                       const float* __restrict__ invstd, float* __restrict__ sums,
                                       float* __restrict__ grad_weight,
@@ -152,7 +156,7 @@ __global__ void __launch_bounds__(256)
   const float m = mean[c];
   float sdy = 0.f, sdx = 0.f;
   bn_detail::for_channel(N, C, S, c, [&](int64_t i) {
-    const float dy = load_f32(grad_y + i);
+    const float dy = kMask && !(load_f32(relu_y + i) > 0.f) ? 0.f : load_f32(grad_y + i);
     sdy += dy;
     sdx += dy * (load_f32(x + i) - m);
   });
@@ -168,12 +172,13 @@ __global__ void __launch_bounds__(256)
 // grad_x = a * dy + k2 * (x - mean) + k3 with a = weight * invstd and, in
 // training (gradients through the batch statistics), k2 = -a * invstd^2 *
 // mean(dy * (x - mean)), k3 = -a * mean(dy); in eval k2 = k3 = 0 and x is not
-// read.
-template <class T, bool kTraining>
+// read. kMask: dy is 0 where relu_y <= 0 (as in the reduce kernel).
+template <class T, bool kTraining, bool kMask>
 __global__ void __launch_bounds__(256)
     batch_norm_backward_input_kernel(const T* __restrict__ grad_y, const T* __restrict__ x,
-                                     T* __restrict__ grad_x, int64_t planes, int64_t C, int64_t S,
-                                     float inv_m, const float* __restrict__ weight,
+                                     const T* __restrict__ relu_y, T* __restrict__ grad_x,
+                                     int64_t planes, int64_t C, int64_t S, float inv_m,
+                                     const float* __restrict__ weight,
                                      const float* __restrict__ mean,
                                      const float* __restrict__ invstd,
                                      const float* __restrict__ sums) {
@@ -186,10 +191,12 @@ __global__ void __launch_bounds__(256)
     const float m = kTraining ? mean[c] : 0.f;
     const T* dyp = grad_y + plane * S;
     const T* xp = kTraining ? x + plane * S : nullptr;
+    const T* mp = kMask ? relu_y + plane * S : nullptr;
     T* dxp = grad_x + plane * S;
     for (int64_t s = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; s < S;
          s += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-      float v = a * load_f32(dyp + s);
+      const float dy = kMask && !(load_f32(mp + s) > 0.f) ? 0.f : load_f32(dyp + s);
+      float v = a * dy;
       if (kTraining) v += k2 * (load_f32(xp + s) - m) + k3;
       store_f32(dxp + s, v);
     }
@@ -220,7 +227,8 @@ void plane_grid(const BatchNormLayout& l, dim3& grid, dim3& block) {
 template <class T>
 void forward_training(const BatchNormLayout& l, const T* x, T* y, const float* weight,
                       const float* bias, float* running_mean, float* running_var, float momentum,
-                      float eps, float* save_mean, float* save_invstd, cudaStream_t stream) {
+                      float eps, float* save_mean, float* save_invstd, cudaStream_t stream,
+                      bool relu) {
   STOKE_NVTX_RANGE("stoke::cuda::batch_norm_forward_training");
   const char* op = "cuda::batch_norm";
   check_layout(op, l);
@@ -239,7 +247,8 @@ void forward_training(const BatchNormLayout& l, const T* x, T* y, const float* w
   STOKE_CUDA_CHECK(cudaGetLastError());
   dim3 grid, block;
   plane_grid(l, grid, block);
-  auto* apply = &batch_norm_apply_kernel<T, false>;
+  auto* apply =
+      relu ? &batch_norm_apply_kernel<T, false, true> : &batch_norm_apply_kernel<T, false, false>;
   STOKE_LAUNCH(apply, grid, block, 0, stream)
   (x, y, l.batch * l.channels, l.channels, l.spatial, save_mean, save_invstd, eps, weight, bias,
    nullptr, nullptr);
@@ -249,7 +258,7 @@ void forward_training(const BatchNormLayout& l, const T* x, T* y, const float* w
 template <class T>
 void forward_eval(const BatchNormLayout& l, const T* x, T* y, const float* weight,
                   const float* bias, const float* running_mean, const float* running_var, float eps,
-                  float* save_mean, float* save_invstd, cudaStream_t stream) {
+                  float* save_mean, float* save_invstd, cudaStream_t stream, bool relu) {
   STOKE_NVTX_RANGE("stoke::cuda::batch_norm_forward_eval");
   const char* op = "cuda::batch_norm";
   check_layout(op, l);
@@ -263,7 +272,8 @@ void forward_eval(const BatchNormLayout& l, const T* x, T* y, const float* weigh
   STOKE_CHECK(x && y, op, "expected non-null x and y");
   dim3 grid, block;
   plane_grid(l, grid, block);
-  auto* apply = &batch_norm_apply_kernel<T, true>;
+  auto* apply =
+      relu ? &batch_norm_apply_kernel<T, true, true> : &batch_norm_apply_kernel<T, true, false>;
   STOKE_LAUNCH(apply, grid, block, 0, stream)
   (x, y, l.batch * l.channels, l.channels, l.spatial, running_mean, running_var, eps, weight, bias,
    save_mean, save_invstd);
@@ -273,7 +283,8 @@ void forward_eval(const BatchNormLayout& l, const T* x, T* y, const float* weigh
 template <class T>
 void backward(const BatchNormLayout& l, const T* grad_y, const T* x, const float* weight,
               const float* save_mean, const float* save_invstd, bool training, T* grad_x,
-              float* grad_weight, float* grad_bias, float* workspace, cudaStream_t stream) {
+              float* grad_weight, float* grad_bias, float* workspace, cudaStream_t stream,
+              const T* relu_y) {
   STOKE_NVTX_RANGE("stoke::cuda::batch_norm_backward");
   const char* op = "cuda::batch_norm_backward";
   check_layout(op, l);
@@ -285,11 +296,12 @@ void backward(const BatchNormLayout& l, const T* grad_y, const T* x, const float
               "requested");
   if (need_sums) {
     STOKE_CHECK(grad_y && x, op, "expected non-null grad_y and x");
-    auto* reduce = &batch_norm_backward_reduce_kernel<T>;
+    auto* reduce = relu_y ? &batch_norm_backward_reduce_kernel<T, true>
+                          : &batch_norm_backward_reduce_kernel<T, false>;
     STOKE_LAUNCH(reduce, dim3(static_cast<unsigned>(l.channels)), dim3(bn_detail::kThreads), 0,
                  stream)
-    (grad_y, x, l.batch, l.channels, l.spatial, save_mean, save_invstd, workspace, grad_weight,
-     grad_bias);
+    (grad_y, x, relu_y, l.batch, l.channels, l.spatial, save_mean, save_invstd, workspace,
+     grad_weight, grad_bias);
     STOKE_CUDA_CHECK(cudaGetLastError());
   }
   if (!grad_x || l.batch == 0) return;
@@ -297,10 +309,12 @@ void backward(const BatchNormLayout& l, const T* grad_y, const T* x, const float
   dim3 grid, block;
   plane_grid(l, grid, block);
   const float inv_m = 1.f / static_cast<float>(l.batch * l.spatial);
-  auto* input = training ? &batch_norm_backward_input_kernel<T, true>
-                         : &batch_norm_backward_input_kernel<T, false>;
+  auto* input = training ? (relu_y ? &batch_norm_backward_input_kernel<T, true, true>
+                                   : &batch_norm_backward_input_kernel<T, true, false>)
+                         : (relu_y ? &batch_norm_backward_input_kernel<T, false, true>
+                                   : &batch_norm_backward_input_kernel<T, false, false>);
   STOKE_LAUNCH(input, grid, block, 0, stream)
-  (grad_y, x, grad_x, l.batch * l.channels, l.channels, l.spatial, inv_m, weight, save_mean,
+  (grad_y, x, relu_y, grad_x, l.batch * l.channels, l.channels, l.spatial, inv_m, weight, save_mean,
    save_invstd, workspace);
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
@@ -309,26 +323,26 @@ void backward(const BatchNormLayout& l, const T* grad_y, const T* x, const float
 
 // The dtype overloads declared in batch_norm.h.
 #define STOKE_BN_OVERLOADS(T)                                                                      \
-  void batch_norm_forward_training(const BatchNormLayout& l, const T* x, T* y,                     \
-                                   const float* weight, const float* bias, float* running_mean,    \
-                                   float* running_var, float momentum, float eps,                  \
-                                   float* save_mean, float* save_invstd, cudaStream_t stream) {    \
+  void batch_norm_forward_training(                                                                \
+      const BatchNormLayout& l, const T* x, T* y, const float* weight, const float* bias,          \
+      float* running_mean, float* running_var, float momentum, float eps, float* save_mean,        \
+      float* save_invstd, cudaStream_t stream, bool relu) {                                        \
     forward_training<T>(l, x, y, weight, bias, running_mean, running_var, momentum, eps,           \
-                        save_mean, save_invstd, stream);                                           \
+                        save_mean, save_invstd, stream, relu);                                     \
   }                                                                                                \
   void batch_norm_forward_eval(const BatchNormLayout& l, const T* x, T* y, const float* weight,    \
                                const float* bias, const float* running_mean,                       \
                                const float* running_var, float eps, float* save_mean,              \
-                               float* save_invstd, cudaStream_t stream) {                          \
+                               float* save_invstd, cudaStream_t stream, bool relu) {               \
     forward_eval<T>(l, x, y, weight, bias, running_mean, running_var, eps, save_mean, save_invstd, \
-                    stream);                                                                       \
+                    stream, relu);                                                                 \
   }                                                                                                \
   void batch_norm_backward(const BatchNormLayout& l, const T* grad_y, const T* x,                  \
                            const float* weight, const float* save_mean, const float* save_invstd,  \
                            bool training, T* grad_x, float* grad_weight, float* grad_bias,         \
-                           float* workspace, cudaStream_t stream) {                                \
+                           float* workspace, cudaStream_t stream, const T* relu_y) {               \
     backward<T>(l, grad_y, x, weight, save_mean, save_invstd, training, grad_x, grad_weight,       \
-                grad_bias, workspace, stream);                                                     \
+                grad_bias, workspace, stream, relu_y);                                             \
   }
 
 STOKE_BN_OVERLOADS(float)

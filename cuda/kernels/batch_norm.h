@@ -1,7 +1,10 @@
 // Batch normalization on the GPU with the semantics of ops/batch_norm.h (PyTorch's):
 // statistics per channel over all dims but dim 1, biased variance to normalize,
 // unbiased variance for the running statistics, save_mean / save_invstd for the
-// backward. The input is contiguous (N, C, S) with S the product of the
+// backward. `relu` fuses a ReLU into the output pass (y = relu(bn(x))) and
+// `relu_y` (that output) its backward into the backward's passes: dy counts
+// only where relu_y > 0, and neither the pre-ReLU values nor ReLU's gradient
+// are ever written. The input is contiguous (N, C, S) with S the product of the
 // trailing dims; it is f32, f16 or bf16, while the per-channel tensors (weight,
 // bias, running and saved statistics, gradients of weight and bias) are f32, as
 // cuDNN's mixed-precision batch norm does. All math is f32.
@@ -27,15 +30,15 @@ struct BatchNormLayout {
 void batch_norm_forward_training(const BatchNormLayout& l, const float* x, float* y,
                                  const float* weight, const float* bias, float* running_mean,
                                  float* running_var, float momentum, float eps, float* save_mean,
-                                 float* save_invstd, cudaStream_t stream);
+                                 float* save_invstd, cudaStream_t stream, bool relu = false);
 void batch_norm_forward_training(const BatchNormLayout& l, const __half* x, __half* y,
                                  const float* weight, const float* bias, float* running_mean,
                                  float* running_var, float momentum, float eps, float* save_mean,
-                                 float* save_invstd, cudaStream_t stream);
+                                 float* save_invstd, cudaStream_t stream, bool relu = false);
 void batch_norm_forward_training(const BatchNormLayout& l, const __nv_bfloat16* x, __nv_bfloat16* y,
                                  const float* weight, const float* bias, float* running_mean,
                                  float* running_var, float momentum, float eps, float* save_mean,
-                                 float* save_invstd, cudaStream_t stream);
+                                 float* save_invstd, cudaStream_t stream, bool relu = false);
 
 // Evaluation forward from the running statistics (required): y = (x -
 // running_mean) / sqrt(running_var + eps) * weight + bias. save_mean /
@@ -44,15 +47,15 @@ void batch_norm_forward_training(const BatchNormLayout& l, const __nv_bfloat16* 
 void batch_norm_forward_eval(const BatchNormLayout& l, const float* x, float* y,
                              const float* weight, const float* bias, const float* running_mean,
                              const float* running_var, float eps, float* save_mean,
-                             float* save_invstd, cudaStream_t stream);
+                             float* save_invstd, cudaStream_t stream, bool relu = false);
 void batch_norm_forward_eval(const BatchNormLayout& l, const __half* x, __half* y,
                              const float* weight, const float* bias, const float* running_mean,
                              const float* running_var, float eps, float* save_mean,
-                             float* save_invstd, cudaStream_t stream);
+                             float* save_invstd, cudaStream_t stream, bool relu = false);
 void batch_norm_forward_eval(const BatchNormLayout& l, const __nv_bfloat16* x, __nv_bfloat16* y,
                              const float* weight, const float* bias, const float* running_mean,
                              const float* running_var, float eps, float* save_mean,
-                             float* save_invstd, cudaStream_t stream);
+                             float* save_invstd, cudaStream_t stream, bool relu = false);
 
 // Floats of scratch batch_norm_backward needs for `channels` channels (two per
 // channel).
@@ -69,15 +72,15 @@ inline int64_t batch_norm_backward_workspace_floats(int64_t channels) {
 void batch_norm_backward(const BatchNormLayout& l, const float* grad_y, const float* x,
                          const float* weight, const float* save_mean, const float* save_invstd,
                          bool training, float* grad_x, float* grad_weight, float* grad_bias,
-                         float* workspace, cudaStream_t stream);
+                         float* workspace, cudaStream_t stream, const float* relu_y = nullptr);
 void batch_norm_backward(const BatchNormLayout& l, const __half* grad_y, const __half* x,
                          const float* weight, const float* save_mean, const float* save_invstd,
                          bool training, __half* grad_x, float* grad_weight, float* grad_bias,
-                         float* workspace, cudaStream_t stream);
+                         float* workspace, cudaStream_t stream, const __half* relu_y = nullptr);
 void batch_norm_backward(const BatchNormLayout& l, const __nv_bfloat16* grad_y,
                          const __nv_bfloat16* x, const float* weight, const float* save_mean,
                          const float* save_invstd, bool training, __nv_bfloat16* grad_x,
                          float* grad_weight, float* grad_bias, float* workspace,
-                         cudaStream_t stream);
+                         cudaStream_t stream, const __nv_bfloat16* relu_y = nullptr);
 
 }  // namespace stoke::cuda

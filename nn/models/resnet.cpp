@@ -41,7 +41,7 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Genera
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = relu(bn1->forward(conv1->forward(x)));
+  Tensor out = norm_relu(*bn1, conv1->forward(x));  // fused when bn1 is a BatchNorm2d
   out = bn2->forward(conv2->forward(out));
   return relu(out + (downsample ? downsample->forward(x) : x));
 }
@@ -68,7 +68,7 @@ ResNet::ResNet(const std::vector<int64_t>& blocks, const std::vector<int64_t>& w
 }
 
 Tensor ResNet::forward(const Tensor& x) {
-  Tensor h = relu(bn1->forward(conv1->forward(x)));
+  Tensor h = norm_relu(*bn1, conv1->forward(x));
   for (auto& layer : layers) h = layer->forward(h);
   h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
   return fc->forward(h);

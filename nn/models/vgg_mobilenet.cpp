@@ -65,8 +65,8 @@ class InvertedResidual : public Module {
   }
 
   Tensor forward(const Tensor& x) override {
-    Tensor h = relu(bn1->forward(conv1->forward(x)));
-    h = relu(bn2->forward(conv2->forward(h)));
+    Tensor h = bn1->forward_relu(conv1->forward(x));
+    h = bn2->forward_relu(conv2->forward(h));
     h = bn3->forward(conv3->forward(h));
     if (stride_ != 1) return h;
     return h + (shortcut ? shortcut->forward(x) : x);
@@ -109,9 +109,9 @@ MobileNetV2::MobileNetV2(ModelOptions o) {
 }
 
 Tensor MobileNetV2::forward(const Tensor& x) {
-  Tensor h = relu(bn1->forward(conv1->forward(x)));
+  Tensor h = bn1->forward_relu(conv1->forward(x));
   h = layers->forward(h);
-  h = relu(bn2->forward(conv2->forward(h)));
+  h = bn2->forward_relu(conv2->forward(h));
   h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
   return linear->forward(h);
 }

@@ -50,10 +50,11 @@ constexpr int64_t kFold = 1024;
 // Per-lane sums of (a[i] - ka) and (a[i] - ka) * (b[i] - kb) over n elements, added into the
 // lane accumulators a1, a2 (the tail goes into the first lanes). With b == a this gives the
 // shifted sum and sum of squares; with a = dy, ka = 0, b = x, kb = mean it gives sum(dy) and
-// sum(dy * (x - mean)).
-template <class T>
-inline void lane_sums(const T* a, T ka, const T* b, T kb, int64_t n, T* __restrict a1,
-                      T* __restrict a2) {
+// sum(dy * (x - mean)). With kMask, a[i] counts only where mask[i] > 0 (ReLU's backward on dy,
+// mask = the ReLU's output), as a select the loop still vectorizes.
+template <class T, bool kMask = false>
+inline void lane_sums(const T* a, T ka, const T* b, T kb, const T* mask, int64_t n,
+                      T* __restrict a1, T* __restrict a2) {
   constexpr int64_t L = kLanes<T>;
   // Local copies stay in registers through the loop; accumulating into a1/a2 directly kept them
   // on the stack (a store-to-load chain per block).
@@ -62,15 +63,21 @@ inline void lane_sums(const T* a, T ka, const T* b, T kb, int64_t n, T* __restri
     l1[j] = a1[j];
     l2[j] = a2[j];
   }
+  const auto av = [&](int64_t i) {
+    if constexpr (kMask)
+      return mask[i] > T(0) ? a[i] : T(0);
+    else
+      return a[i];
+  };
   int64_t i = 0;
   for (; i + L <= n; i += L)
     for (int64_t j = 0; j < L; ++j) {
-      const T u = a[i + j] - ka;
+      const T u = av(i + j) - ka;
       l1[j] += u;
       l2[j] += u * (b[i + j] - kb);
     }
   for (int64_t j = 0; i < n; ++i, ++j) {
-    const T u = a[i] - ka;
+    const T u = av(i) - ka;
     l1[j] += u;
     l2[j] += u * (b[i] - kb);
   }
@@ -80,13 +87,14 @@ inline void lane_sums(const T* a, T ka, const T* b, T kb, int64_t n, T* __restri
   }
 }
 
-// Per channel in [c0, c1): s1[c - c0] += sum(a - ka[c]), s2 += sum((a - ka[c]) * (b - kb[c])).
+// Per channel in [c0, c1): s1[c - c0] += sum(a - ka[c]), s2 += sum((a - ka[c]) * (b - kb[c])),
+// a masked by mask > 0 when kMask (see lane_sums).
 // The lanes run on across the channel's rows and are folded into double once about kFold elements
 // went in, not once per row: ResNet's 7x7 and 14x14 planes are 49 and 196 elements, where a fold
 // (and a scalar tail in double) per row cost more than the row's vector work.
-template <class T>
-void channel_sums(const Layout& l, const T* a, const T* ka, const T* b, const T* kb, int64_t c0,
-                  int64_t c1, double* s1, double* s2) {
+template <class T, bool kMask = false>
+void channel_sums(const Layout& l, const T* a, const T* ka, const T* b, const T* kb, const T* mask,
+                  int64_t c0, int64_t c1, double* s1, double* s2) {
   std::fill(s1, s1 + (c1 - c0), 0.0);
   std::fill(s2, s2 + (c1 - c0), 0.0);
   if (l.S >= kRowMin) {
@@ -110,7 +118,8 @@ void channel_sums(const Layout& l, const T* a, const T* ka, const T* b, const T*
         const int64_t off = (n * l.C + c) * l.S;
         for (int64_t i = 0; i < l.S; i += kFold) {
           const int64_t len = std::min(kFold, l.S - i);
-          lane_sums(a + off + i, ka[c], b + off + i, kb[c], len, a1, a2);
+          lane_sums<T, kMask>(a + off + i, ka[c], b + off + i, kb[c],
+                              kMask ? mask + off + i : nullptr, len, a1, a2);
           pending += len;
           if (pending >= kFold) fold();
         }
@@ -123,8 +132,10 @@ void channel_sums(const Layout& l, const T* a, const T* ka, const T* b, const T*
     for (int64_t s = 0; s < l.S; ++s) {
       const T* ar = a + n * l.C * l.S + s;
       const T* br = b + n * l.C * l.S + s;
+      const T* mr = kMask ? mask + n * l.C * l.S + s : nullptr;
       for (int64_t c = c0; c < c1; ++c) {
-        const double u = double(ar[c * l.S]) - double(ka[c]);
+        const T av = kMask && !(mr[c * l.S] > T(0)) ? T(0) : ar[c * l.S];
+        const double u = double(av) - double(ka[c]);
         s1[c - c0] += u;
         s2[c - c0] += u * (double(br[c * l.S]) - double(kb[c]));
       }
@@ -133,33 +144,52 @@ void channel_sums(const Layout& l, const T* a, const T* ka, const T* b, const T*
 
 // out = p * (x - xm) + q * (y - ym) + r per channel (y may be null: then q, ym are ignored).
 // Centering first, rather than folding the means into r, keeps f32 accurate when a channel's mean
-// is large against its spread (x * scale and the folded shift would nearly cancel).
-template <class T>
-void channel_affine(const Layout& l, const T* x, const T* xm, const T* y, const T* ym, T* out,
-                    const T* p, const T* q, const T* r, int64_t c0, int64_t c1) {
+// is large against its spread (x * scale and the folded shift would nearly cancel). The epilogues
+// of the fused ReLU: kMask reads x as 0 where mask <= 0 (ReLU's backward on dy), kRelu stores
+// relu(out) (ReLU's forward, NaN kept as relu keeps it); both are selects inside the vectorized
+// loop.
+template <class T, bool kMask = false, bool kRelu = false>
+void channel_affine(const Layout& l, const T* x, const T* xm, const T* y, const T* ym,
+                    const T* mask, T* out, const T* p, const T* q, const T* r, int64_t c0,
+                    int64_t c1) {
+  const auto xv = [](const T* xr, const T* mr, int64_t i) {
+    if constexpr (kMask)
+      return mr[i] > T(0) ? xr[i] : T(0);
+    else
+      return xr[i];
+  };
+  const auto store = [](T v) {
+    if constexpr (kRelu)
+      return v < T(0) ? T(0) : v;  // as stoke::relu: NaN stays NaN
+    else
+      return v;
+  };
   for (int64_t n = 0; n < l.N; ++n) {
     if (l.S == 1) {
       const T* xr = x + n * l.C;
+      const T* mr = kMask ? mask + n * l.C : nullptr;
       const T* yr = y ? y + n * l.C : nullptr;
       T* o = out + n * l.C;
       if (yr)
         for (int64_t c = c0; c < c1; ++c)
-          o[c] = p[c] * (xr[c] - xm[c]) + q[c] * (yr[c] - ym[c]) + r[c];
+          o[c] = store(p[c] * (xv(xr, mr, c) - xm[c]) + q[c] * (yr[c] - ym[c]) + r[c]);
       else
-        for (int64_t c = c0; c < c1; ++c) o[c] = p[c] * (xr[c] - xm[c]) + r[c];
+        for (int64_t c = c0; c < c1; ++c) o[c] = store(p[c] * (xv(xr, mr, c) - xm[c]) + r[c]);
       continue;
     }
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t off = (n * l.C + c) * l.S;
       const T pc = p[c], xmc = xm[c], rc = r[c];
       const T* xr = x + off;
+      const T* mr = kMask ? mask + off : nullptr;
       T* o = out + off;
       if (y) {
         const T qc = q[c], ymc = ym[c];
         const T* yr = y + off;
-        for (int64_t s = 0; s < l.S; ++s) o[s] = pc * (xr[s] - xmc) + qc * (yr[s] - ymc) + rc;
+        for (int64_t s = 0; s < l.S; ++s)
+          o[s] = store(pc * (xv(xr, mr, s) - xmc) + qc * (yr[s] - ymc) + rc);
       } else {
-        for (int64_t s = 0; s < l.S; ++s) o[s] = pc * (xr[s] - xmc) + rc;
+        for (int64_t s = 0; s < l.S; ++s) o[s] = store(pc * (xv(xr, mr, s) - xmc) + rc);
       }
     }
   }
@@ -220,7 +250,8 @@ BatchNormForward CpuBackend::batch_norm_forward(const Tensor& input, const Tenso
       std::vector<double> var(l.C);
       for_channels(l, [&](int64_t c0, int64_t c1) {
         std::vector<double> s1(c1 - c0), s2(c1 - c0);
-        channel_sums<T>(l, xp, first.data(), xp, first.data(), c0, c1, s1.data(), s2.data());
+        channel_sums<T>(l, xp, first.data(), xp, first.data(), nullptr, c0, c1, s1.data(),
+                        s2.data());
         for (int64_t c = c0; c < c1; ++c) {
           const double m1 = s1[c - c0] / double(M);
           const double v = std::max(0.0, s2[c - c0] / double(M) - m1 * m1);
@@ -255,8 +286,12 @@ BatchNormForward CpuBackend::batch_norm_forward(const Tensor& input, const Tenso
     }
     T* out = r.output.data<T>();
     for_channels(l, [&](int64_t c0, int64_t c1) {
-      channel_affine<T>(l, xp, first.data(), nullptr, nullptr, out, scale.data(), nullptr,
-                        shift.data(), c0, c1);
+      if (options.relu)
+        channel_affine<T, false, true>(l, xp, first.data(), nullptr, nullptr, nullptr, out,
+                                       scale.data(), nullptr, shift.data(), c0, c1);
+      else
+        channel_affine<T>(l, xp, first.data(), nullptr, nullptr, nullptr, out, scale.data(),
+                          nullptr, shift.data(), c0, c1);
     });
   });
   return r;
@@ -265,7 +300,8 @@ BatchNormForward CpuBackend::batch_norm_forward(const Tensor& input, const Tenso
 BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_output, const Tensor& input,
                                                const Tensor& weight, const Tensor& save_mean,
                                                const Tensor& save_invstd, bool training,
-                                               std::array<bool, 3> output_mask) {
+                                               std::array<bool, 3> output_mask,
+                                               const Tensor& relu_output) {
   const char* op = "batch_norm_backward";
   check_float(op, input, "input");
   check_same_dtype(op, input, "input", grad_output, "grad_output");
@@ -273,7 +309,9 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_output, const 
   check_channel_tensor(op, weight, "weight", input);
   check_channel_tensor(op, save_mean, "save_mean", input);
   check_channel_tensor(op, save_invstd, "save_invstd", input);
+  if (relu_output.defined()) check_same_dtype(op, input, "input", relu_output, "relu_output");
   const Tensor x = input.contiguous(), dy = grad_output.contiguous();
+  const Tensor relu_y = relu_output.defined() ? relu_output.contiguous() : Tensor();
   const Layout l = layout_of(x);
   const int64_t M = l.N * l.S;
   BatchNormGrads g;
@@ -286,6 +324,7 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_output, const 
     using T = typename decltype(tag)::type;
     const T* xp = x.data<T>();
     const T* dyp = dy.data<T>();
+    const T* mask = relu_y.defined() ? relu_y.data<T>() : nullptr;
     std::vector<T> mean(l.C), invstd(l.C), zero(l.C, T(0)), k1(l.C), k2(l.C), k3(l.C);
     for (int64_t c = 0; c < l.C; ++c) {
       mean[c] = T(at<T>(save_mean, c, 0));
@@ -293,8 +332,11 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_output, const 
     }
     for_channels(l, [&](int64_t c0, int64_t c1) {
       std::vector<double> sum_dy(c1 - c0, 0.0), sum_dy_xmu(c1 - c0, 0.0);
-      if (need_sums)
-        channel_sums<T>(l, dyp, zero.data(), xp, mean.data(), c0, c1, sum_dy.data(),
+      if (need_sums && mask)
+        channel_sums<T, true>(l, dyp, zero.data(), xp, mean.data(), mask, c0, c1, sum_dy.data(),
+                              sum_dy_xmu.data());
+      else if (need_sums)
+        channel_sums<T>(l, dyp, zero.data(), xp, mean.data(), nullptr, c0, c1, sum_dy.data(),
                         sum_dy_xmu.data());
       for (int64_t c = c0; c < c1; ++c) {
         const double is = double(invstd[c]), w = at<T>(weight, c, 1);
@@ -310,8 +352,11 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_output, const 
         k2[c] = T(b);
         k3[c] = T(d);
       }
-      if (output_mask[0])
-        channel_affine<T>(l, dyp, zero.data(), training ? xp : nullptr, mean.data(),
+      if (output_mask[0] && mask)
+        channel_affine<T, true>(l, dyp, zero.data(), training ? xp : nullptr, mean.data(), mask,
+                                g.grad_input.data<T>(), k1.data(), k2.data(), k3.data(), c0, c1);
+      else if (output_mask[0])
+        channel_affine<T>(l, dyp, zero.data(), training ? xp : nullptr, mean.data(), nullptr,
                           g.grad_input.data<T>(), k1.data(), k2.data(), k3.data(), c0, c1);
     });
   });

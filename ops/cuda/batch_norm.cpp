@@ -88,7 +88,7 @@ BatchNormForward CudaBackend::batch_norm_forward(const Tensor& input, const Tens
       cuda::batch_norm_forward_training(
           l, typed<T>(x), typed<T>(r.output), f32_or_null(w), f32_or_null(b), rm.data(), rv.data(),
           static_cast<float>(options.momentum), static_cast<float>(options.eps),
-          typed<float>(r.save_mean), typed<float>(r.save_invstd), launch_stream());
+          typed<float>(r.save_mean), typed<float>(r.save_invstd), launch_stream(), options.relu);
       rm.write_back();
       rv.write_back();
     } else {
@@ -96,7 +96,7 @@ BatchNormForward CudaBackend::batch_norm_forward(const Tensor& input, const Tens
       cuda::batch_norm_forward_eval(l, typed<T>(x), typed<T>(r.output), f32_or_null(w),
                                     f32_or_null(b), typed<float>(rm), typed<float>(rv),
                                     static_cast<float>(options.eps), typed<float>(r.save_mean),
-                                    typed<float>(r.save_invstd), launch_stream());
+                                    typed<float>(r.save_invstd), launch_stream(), options.relu);
     }
   });
   return r;
@@ -105,7 +105,8 @@ BatchNormForward CudaBackend::batch_norm_forward(const Tensor& input, const Tens
 BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_output, const Tensor& input,
                                                 const Tensor& weight, const Tensor& save_mean,
                                                 const Tensor& save_invstd, bool training,
-                                                std::array<bool, 3> output_mask) {
+                                                std::array<bool, 3> output_mask,
+                                                const Tensor& relu_output) {
   const char* op = "batch_norm_backward";
   check_float_dtype(op, input);
   check_same_dtype(op, input, "input", grad_output, "grad_output");
@@ -113,7 +114,9 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_output, const
   check_channel(op, weight, "weight", input);
   check_channel(op, save_mean, "save_mean", input);
   check_channel(op, save_invstd, "save_invstd", input);
+  if (relu_output.defined()) check_same_dtype(op, input, "input", relu_output, "relu_output");
   const Tensor x = input.contiguous(), dy = grad_output.contiguous();
+  const Tensor relu_y = relu_output.defined() ? relu_output.contiguous() : Tensor();
   const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   const Tensor mean = save_mean.contiguous(), invstd = save_invstd.contiguous();
   const cuda::BatchNormLayout l = layout_of(x);
@@ -134,12 +137,12 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_output, const
       empty_on({cuda::batch_norm_backward_workspace_floats(l.channels)}, DType::f32, dev);
   cuda::ew::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
-    cuda::batch_norm_backward(l, typed<T>(dy), typed<T>(x), f32_or_null(w), typed<float>(mean),
-                              typed<float>(invstd), training,
-                              g.grad_input.defined() ? typed<T>(g.grad_input) : nullptr,
-                              g.grad_weight.defined() ? typed<float>(g.grad_weight) : nullptr,
-                              g.grad_bias.defined() ? typed<float>(g.grad_bias) : nullptr,
-                              typed<float>(workspace), launch_stream());
+    cuda::batch_norm_backward(
+        l, typed<T>(dy), typed<T>(x), f32_or_null(w), typed<float>(mean), typed<float>(invstd),
+        training, g.grad_input.defined() ? typed<T>(g.grad_input) : nullptr,
+        g.grad_weight.defined() ? typed<float>(g.grad_weight) : nullptr,
+        g.grad_bias.defined() ? typed<float>(g.grad_bias) : nullptr, typed<float>(workspace),
+        launch_stream(), relu_y.defined() ? typed<T>(relu_y) : nullptr);
   });
   return g;
 }

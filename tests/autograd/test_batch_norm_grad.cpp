@@ -109,3 +109,32 @@ TEST_CASE("norm grad: dropout backward uses the forward's mask", "[autograd][dro
   const auto yv = y.to_vector<float>(), gv = x.grad().to_vector<float>();
   for (size_t i = 0; i < yv.size(); ++i) REQUIRE(gv[i] == yv[i]);  // both 0 or 2
 }
+
+TEST_CASE("norm grad: batch_norm with the fused ReLU, gradcheck and the unfused chain's gradients",
+          "[autograd][batch_norm][relu]") {
+  const int64_t C = 3;
+  const Tensor rm = zeros({C}, {.dtype = DType::f64}), rv = ones({C}, {.dtype = DType::f64});
+  for (bool training : {true, false}) {
+    INFO("training " << training);
+    require_gradcheck(
+        [&](const std::vector<Tensor>& in) {
+          return batch_norm(in[0], rm, rv, in[1], in[2], {.training = training, .relu = true});
+        },
+        {leaf({4, C, 3, 2}), leaf({C}), leaf({C})});
+  }
+  // The node is one (BatchNormReluBackward) and its gradients are relu(batch_norm)'s.
+  const Tensor x = leaf({5, C, 4}), w = leaf({C}), b = leaf({C});
+  const Tensor fused = batch_norm(x, Tensor(), Tensor(), w, b, {.relu = true});
+  REQUIRE(fused.grad_fn());
+  CHECK(fused.grad_fn()->name() == "BatchNormReluBackward");
+  const Tensor g = randn({5, C, 4}, {.dtype = DType::f64});
+  fused.backward(g);
+  const std::vector<double> gx = x.grad().to_vector<double>(), gw = w.grad().to_vector<double>();
+  x.set_grad(Tensor());
+  w.set_grad(Tensor());
+  relu(batch_norm(x, Tensor(), Tensor(), w, b)).backward(g);
+  const auto rx = x.grad().to_vector<double>(), rw = w.grad().to_vector<double>();
+  REQUIRE(rx.size() == gx.size());
+  for (size_t i = 0; i < rx.size(); ++i) CHECK(gx[i] == Approx(rx[i]).margin(1e-14));
+  for (size_t i = 0; i < rw.size(); ++i) CHECK(gw[i] == Approx(rw[i]).margin(1e-14));
+}

@@ -197,3 +197,59 @@ TEST_CASE("cuda kernels: batch norm backward with partial outputs and argument e
                                                   nullptr, 1e-5f, nullptr, nullptr, nullptr),
                     Catch::Contains("expected running_mean and running_var in evaluation"));
 }
+
+TEST_CASE(
+    "cuda kernels: batch_norm_apply_kernel and the backward kernels with the fused ReLU match "
+    "ops::batch_norm_forward and batch_norm_backward with relu",
+    "[cuda][kernels][batch_norm]") {
+  uint64_t seed = 1300;
+  for (const Shape& shape : kBnShapes)
+    for (DType d : kFloatDtypes)
+      for (bool training : {true, false}) {
+        INFO(
+            detail::str_cat("input ", shape, " ", dtype_name(d), training ? " training" : " eval"));
+        const int64_t C = shape[1];
+        const Tensor x = input(shape, d, true, -2, 3, seed++);
+        const Tensor gz = input(shape, d, false, -1, 1, seed++);
+        const Tensor w = input({C}, DType::f32, false, 0.5, 1.5, seed++);
+        const Tensor b = input({C}, DType::f32, false, -1, 1, seed++);
+        const Tensor rm = input({C}, DType::f32, false, -1, 1, seed++);
+        const Tensor rv = input({C}, DType::f32, false, 0.5, 2, seed++);
+        const BatchNormOptions o{.training = training, .relu = true};
+        const auto ref = ops::batch_norm_forward(x.to(DType::f32), training ? Tensor() : rm,
+                                                 training ? Tensor() : rv, w, b, o);
+        const Tensor z = output(shape, d, true);
+        const Tensor mean = output({C}, DType::f32, false), invstd = output({C}, DType::f32, false);
+        with_float_type(d, [&](auto tag) {
+          using T = decltype(tag);
+          if (training)
+            cuda::batch_norm_forward_training(
+                layout_of(shape), ptr<T>(x), ptr<T>(z), w.data<float>(), b.data<float>(), nullptr,
+                nullptr, 0.1f, 1e-5f, mean.data<float>(), invstd.data<float>(), nullptr, true);
+          else
+            cuda::batch_norm_forward_eval(layout_of(shape), ptr<T>(x), ptr<T>(z), w.data<float>(),
+                                          b.data<float>(), rm.data<float>(), rv.data<float>(),
+                                          1e-5f, mean.data<float>(), invstd.data<float>(), nullptr,
+                                          true);
+        });
+        require_close(z, rounded(ref.output, d), elem_tol(d), "relu output");
+        // The backward masks by the device's own output (its zeros are where the mask is).
+        const Tensor z32 = z.to(DType::f32);
+        const auto gref =
+            ops::batch_norm_backward(gz.to(DType::f32), x.to(DType::f32), w, ref.save_mean,
+                                     ref.save_invstd, training, {true, true, true}, z32);
+        const Tensor gx = output(shape, d, false);
+        const Tensor gw = output({C}, DType::f32, false), gb = output({C}, DType::f32, false);
+        std::vector<float> ws(static_cast<size_t>(cuda::batch_norm_backward_workspace_floats(C)));
+        with_float_type(d, [&](auto tag) {
+          using T = decltype(tag);
+          cuda::batch_norm_backward(layout_of(shape), ptr<T>(gz), ptr<T>(x), w.data<float>(),
+                                    ref.save_mean.data<float>(), ref.save_invstd.data<float>(),
+                                    training, ptr<T>(gx), gw.data<float>(), gb.data<float>(),
+                                    ws.data(), nullptr, ptr<T>(z));
+        });
+        require_close(gw, gref.grad_weight, kStatTol, "relu grad_weight");
+        require_close(gb, gref.grad_bias, kStatTol, "relu grad_bias");
+        require_close(gx, rounded(gref.grad_input, d), elem_tol(d), "relu grad_input");
+      }
+}

@@ -141,3 +141,53 @@ TEST_CASE("batch_norm: errors", "[ops][batch_norm]") {
   CHECK_NOTHROW(ops::batch_norm(randn({1, 3}), zeros({3}), ones({3}), Tensor(), Tensor(),
                                 {.training = false}));
 }
+
+TEST_CASE("batch_norm: the fused ReLU equals relu(batch_norm) forward and backward, bit for bit",
+          "[ops][batch_norm][relu]") {
+  // S = 1 (channel-vectorized), S < 16 (short rows), S >= 16 (lane sums); f32 and f64; training
+  // with running statistics, training without, and evaluation.
+  for (const Shape& shape : {Shape{9, 5}, Shape{4, 3, 3, 3}, Shape{3, 4, 7, 5}})
+    for (DType dt : {DType::f32, DType::f64})
+      for (int mode = 0; mode < 3; ++mode) {
+        INFO("shape " << shape << " " << dt << " mode " << mode);
+        Generator g(7);
+        const int64_t C = shape[1];
+        const Tensor x = randn(shape, {.dtype = dt}, &g), dz = randn(shape, {.dtype = dt}, &g);
+        const Tensor w = randn({C}, {.dtype = dt}, &g), b = randn({C}, {.dtype = dt}, &g);
+        Tensor rm1 = randn({C}, {.dtype = dt}, &g), rv1 = rand({C}, {.dtype = dt}, &g);
+        Tensor rm2 = rm1.clone(), rv2 = rv1.clone();
+        const bool running = mode != 1;
+        BatchNormOptions o{.training = mode != 2};
+        const ops::BatchNormForward plain =
+            ops::batch_norm_forward(x, running ? rm1 : Tensor(), running ? rv1 : Tensor(), w, b, o);
+        o.relu = true;
+        const ops::BatchNormForward fused =
+            ops::batch_norm_forward(x, running ? rm2 : Tensor(), running ? rv2 : Tensor(), w, b, o);
+        const Tensor z = ops::relu(plain.output);
+        CHECK(fused.output.to_vector<double>() == z.to_vector<double>());
+        CHECK(rm2.to_vector<double>() == rm1.to_vector<double>());
+        CHECK(rv2.to_vector<double>() == rv1.to_vector<double>());
+        // Some outputs clipped, some not: the mask matters.
+        const auto zv = z.to_vector<double>();
+        CHECK(std::count(zv.begin(), zv.end(), 0.0) > 0);
+        CHECK(std::count(zv.begin(), zv.end(), 0.0) < static_cast<long>(zv.size()));
+        // The unfused chain: ReLU's backward (dz where z > 0), then batch norm's backward.
+        const bool batch_stats = mode != 2;
+        const Tensor dy = ops::relu_backward(dz, z);
+        const ops::BatchNormGrads want =
+            ops::batch_norm_backward(dy, x, w, plain.save_mean, plain.save_invstd, batch_stats);
+        const ops::BatchNormGrads got =
+            ops::batch_norm_backward(dz, x, w, fused.save_mean, fused.save_invstd, batch_stats,
+                                     {true, true, true}, fused.output);
+        CHECK(got.grad_input.to_vector<double>() == want.grad_input.to_vector<double>());
+        CHECK(got.grad_weight.to_vector<double>() == want.grad_weight.to_vector<double>());
+        CHECK(got.grad_bias.to_vector<double>() == want.grad_bias.to_vector<double>());
+      }
+  const Tensor x = randn({4, 3, 2, 2});
+  const ops::BatchNormForward f =
+      ops::batch_norm_forward(x, Tensor(), Tensor(), Tensor(), Tensor(), {.relu = true});
+  CHECK_THROWS_WITH(ops::batch_norm_backward(x, x, Tensor(), f.save_mean, f.save_invstd, true,
+                                             {true, true, true}, f.output.narrow(0, 0, 2)),
+                    Catch::Contains("batch_norm_backward") &&
+                        Catch::Contains("expected relu_output of the input's shape and dtype"));
+}
