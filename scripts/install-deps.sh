@@ -3,7 +3,7 @@
 # Idempotent and quiet: when every package is already installed, apt is not touched at all.
 #
 #   bash scripts/install-deps.sh             # everything, including python3-torch
-#   bash scripts/install-deps.sh --no-torch  # skip python3-torch and python3-pil (only the
+#   bash scripts/install-deps.sh --no-torch  # skip python3-torch, -torchvision and -pil (only the
 #                                            # benchmarks' PyTorch peers and the fixture generator
 #                                            # tests/fixtures/make_fixtures.py use them)
 set -euo pipefail
