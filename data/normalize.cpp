@@ -21,8 +21,9 @@ Tensor normalize(const Tensor& images, const NormalizeOptions& options) {
   STOKE_CHECK(images.defined() && images.dim() == 4, kOp,
               "expected images of shape (N, H, W, C), got ",
               images.defined() ? images.shape() : Shape{});
-  STOKE_CHECK(options.dtype == DType::f32 || options.dtype == DType::f16, kOp,
-              "expected dtype f32 or f16, got ", options.dtype);
+  STOKE_CHECK(
+      options.dtype == DType::f32 || options.dtype == DType::f16 || options.dtype == DType::bf16,
+      kOp, "expected dtype f32 or f16 (or bf16), got ", options.dtype);
   Tensor out = empty({images.size(0), images.size(3), images.size(1), images.size(2)},
                      {.dtype = options.dtype, .device = images.device()});
   normalize_into(images, out, options);

@@ -47,8 +47,8 @@ void normalize_u8_nhwc(const Tensor& images, const Tensor& out, const std::vecto
   constexpr const char* kOp = "normalize";
   check_images(kOp, images, out);
   const int64_t n = images.size(0), h = images.size(1), w = images.size(2), c = images.size(3);
-  STOKE_CHECK(out.dtype() == DType::f32 || out.dtype() == DType::f16, kOp,
-              "expected an f32 or f16 output, got ", out.dtype());
+  STOKE_CHECK(out.dtype() == DType::f32 || out.dtype() == DType::f16 || out.dtype() == DType::bf16,
+              kOp, "expected an f32 or f16 (or bf16) output, got ", out.dtype());
   STOKE_CHECK(out.shape() == Shape({n, c, h, w}) && out.is_contiguous(), kOp,
               "expected a contiguous output of shape ", Shape({n, c, h, w}), ", got ", out.shape());
   // The backends take mean/std per channel (each folds them into its scale and bias).

@@ -28,13 +28,6 @@ Tensor host_crops(int64_t n, Device device) {
   return empty({n, 3}, {.dtype = DType::i32});
 }
 
-// Crops that change nothing (top 0, left 0, no flip).
-Tensor identity_crops(int64_t n, Device device) {
-  Tensor k = host_crops(n, device);
-  std::fill(k.data<int32_t>(), k.data<int32_t>() + 3 * n, 0);
-  return k;
-}
-
 }  // namespace
 
 // The u8 images cross the bus as bytes (non-blocking) and are normalized there; labels likewise.
@@ -47,12 +40,7 @@ DeviceBatch to_device(const data::Batch& batch, Device device, const BatchFinish
       device.is_cpu() ? batch.images : batch.images.to(device, /*non_blocking=*/true);
   const Tensor labels =
       device.is_cpu() ? batch.labels : batch.labels.to(device, /*non_blocking=*/true);
-  if (!finish.augment) {
-    if (norm.dtype == DType::bf16)  // normalize() writes f32 or f16: bf16 comes from the fused op
-      return {data::crop_flip_normalize(images, identity_crops(batch.images.size(0), device), norm),
-              labels};
-    return {data::normalize(images, norm), labels};
-  }
+  if (!finish.augment) return {data::normalize(images, norm), labels};
   const int64_t n = batch.images.size(0);
   Tensor crops = host_crops(n, device);
   data::draw_crops_into(crops, batch.indices, batch.images.size(1), batch.images.size(2),

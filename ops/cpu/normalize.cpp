@@ -44,7 +44,7 @@ inline void row_f32(const uint8_t* src, float* dst, int64_t w, int64_t c, float 
 }
 
 template <int64_t kC>
-void run(const uint8_t* in, void* out, bool half, int64_t n, int64_t c, int64_t h, int64_t w,
+void run(const uint8_t* in, void* out, DType dt, int64_t n, int64_t c, int64_t h, int64_t w,
          const float* scale, const float* bias) {
   const int64_t rows = n * c * h;  // output rows (n, ch, y)
   // Rows per chunk: ~16 KiB of input per chunk outweighs the pool's dispatch cost.
@@ -55,7 +55,7 @@ void run(const uint8_t* in, void* out, bool half, int64_t n, int64_t c, int64_t 
     for (int64_t r = b; r < e; ++r) {
       const int64_t y = r % h, ch = (r / h) % c, img = r / (h * c);
       const uint8_t* src = in + ((img * h + y) * w) * c + ch;
-      if (!half) {
+      if (dt == DType::f32) {
         row_f32<kC>(src, static_cast<float*>(out) + r * w, w, c, scale[ch], bias[ch]);
         continue;
       }
@@ -63,7 +63,10 @@ void run(const uint8_t* in, void* out, bool half, int64_t n, int64_t c, int64_t 
       for (int64_t x0 = 0; x0 < w; x0 += static_cast<int64_t>(buf.size())) {
         const int64_t len = std::min<int64_t>(w - x0, static_cast<int64_t>(buf.size()));
         row_f32<kC>(src + x0 * c, buf.data(), len, c, scale[ch], bias[ch]);
-        floats_to_half(buf.data(), dst + x0, len);
+        if (dt == DType::f16)
+          floats_to_half(buf.data(), dst + x0, len);
+        else
+          floats_to_bf16(buf.data(), dst + x0, len);
       }
     }
   });
@@ -153,13 +156,13 @@ void CpuBackend::normalize_u8_nhwc(const Tensor& images, const Tensor& out,
   }
   const auto* in = images.data<uint8_t>();
   void* o = out.data_ptr();
-  const bool half = out.dtype() == DType::f16;
+  const DType dt = out.dtype();
   if (c == 1) {
-    run<1>(in, o, half, n, c, h, w, scale.data(), bias.data());
+    run<1>(in, o, dt, n, c, h, w, scale.data(), bias.data());
   } else if (c == 3) {
-    run<3>(in, o, half, n, c, h, w, scale.data(), bias.data());
+    run<3>(in, o, dt, n, c, h, w, scale.data(), bias.data());
   } else {
-    run<0>(in, o, half, n, c, h, w, scale.data(), bias.data());
+    run<0>(in, o, dt, n, c, h, w, scale.data(), bias.data());
   }
 }
 
