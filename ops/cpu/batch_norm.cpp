@@ -64,10 +64,13 @@ inline void lane_sums(const T* a, T ka, const T* b, T kb, const T* mask, int64_t
     l2[j] = a2[j];
   }
   const auto av = [&](int64_t i) {
+    // a[i] is loaded whatever the mask says: a select between two loaded values vectorizes as a
+    // blend, where a load under the condition may not.
+    const T ai = a[i];
     if constexpr (kMask)
-      return mask[i] > T(0) ? a[i] : T(0);
+      return mask[i] > T(0) ? ai : T(0);
     else
-      return a[i];
+      return ai;
   };
   int64_t i = 0;
   for (; i + L <= n; i += L)
@@ -153,10 +156,11 @@ void channel_affine(const Layout& l, const T* x, const T* xm, const T* y, const 
                     const T* mask, T* out, const T* p, const T* q, const T* r, int64_t c0,
                     int64_t c1) {
   const auto xv = [](const T* xr, const T* mr, int64_t i) {
+    const T xi = xr[i];  // loaded unconditionally, as in lane_sums
     if constexpr (kMask)
-      return mr[i] > T(0) ? xr[i] : T(0);
+      return mr[i] > T(0) ? xi : T(0);
     else
-      return xr[i];
+      return xi;
   };
   const auto store = [](T v) {
     if constexpr (kRelu)
