@@ -123,16 +123,43 @@ Tensor grad_like_output(const std::function<Tensor()>& forward) {
   return randn(forward().shape());
 }
 
-Measured bench_conv2d(const std::string& name, const Args& a) {
+// conv2d ("N64_C32_K64_H14_k3"): bias, stride 1, "same" padding. The conv2d_resnet8 cases are
+// ResNet-8's nine convolutions at batch 128 as the model runs them: no bias, stride "s2" where the
+// stage halves the plane, and "data" for the stem, whose input (the images) needs no gradient.
+Measured time_conv2d(const std::string& name, const Args& a, bool bias) {
   auto p = parse_case(name);
-  int64_t n = p["N"], c = p["C"], k = p["K"], h = p["H"], ks = p["k"];
-  Tensor x = randn({n, c, h, h}, leaf_options());
+  const int64_t n = p["N"], c = p["C"], k = p["K"], h = p["H"], ks = p["k"];
+  const int64_t stride = p.count("s") ? p["s"] : 1;
+  const bool data = p.count("data") > 0;
+  Tensor x = randn({n, c, h, h}, data ? TensorOptions{} : leaf_options());
   Tensor w = randn({k, c, ks, ks}, leaf_options());
-  Tensor b = randn({k}, leaf_options());
+  Tensor b = bias ? randn({k}, leaf_options()) : Tensor();
   std::function<Tensor()> f = [&] {
-    return conv2d(x, w, b, {.stride = {1, 1}, .padding = {ks / 2, ks / 2}});
+    return conv2d(x, w, b, {.stride = {stride, stride}, .padding = {ks / 2, ks / 2}});
   };
-  return time_autograd(f, {x, w, b}, grad_like_output(f), a);
+  std::vector<Tensor> leaves = {w};
+  if (!data) leaves.push_back(x);
+  if (bias) leaves.push_back(b);
+  return time_autograd(f, leaves, grad_like_output(f), a);
+}
+
+Measured bench_conv2d(const std::string& name, const Args& a) {
+  return time_conv2d(name, a, true);
+}
+
+Measured bench_conv2d_resnet8(const std::string& name, const Args& a) {
+  return time_conv2d(name, a, false);
+}
+
+// FLOPs of one forward + backward of a conv2d case: the forward's 2*N*K*C*k*k*OH*OW multiply-adds
+// again for the weight gradient and, unless the input is data, for the input gradient.
+double conv2d_fwdbwd_flops(const std::string& name) {
+  auto p = parse_case(name);
+  const int64_t stride = p.count("s") ? p["s"] : 1, ks = p["k"], h = p["H"];
+  const int64_t oh = (h + 2 * (ks / 2) - ks) / stride + 1;
+  const double fwd =
+      2.0 * double(p["N"]) * double(p["K"]) * double(p["C"]) * double(ks * ks) * double(oh * oh);
+  return fwd * (p.count("data") ? 2.0 : 3.0);
 }
 
 Measured bench_linear(const std::string& name, const Args& a) {
@@ -301,11 +328,23 @@ struct OpSpec {
   std::string name;
   std::vector<std::string> cases;  // names exactly as in bench/ops_cpu_torch.py, smallest first
   Measured (*run)(const std::string& name, const Args& a);
+  // FLOPs of one forward + backward of a case: when set, the GFLOP/s columns show both sides'
+  // forward + backward rate.
+  double (*fwdbwd_flops)(const std::string& name) = nullptr;
 };
 
 const std::vector<OpSpec>& op_specs() {
   static const std::vector<OpSpec> specs = {
-      {"conv2d", {"N64_C1_K32_H28_k3", "N64_C32_K64_H14_k3", "N64_C64_K64_H8_k3"}, bench_conv2d},
+      {"conv2d",
+       {"N64_C1_K32_H28_k3", "N64_C32_K64_H14_k3", "N64_C64_K64_H8_k3"},
+       bench_conv2d,
+       conv2d_fwdbwd_flops},
+      {"conv2d_resnet8",
+       {"N128_C1_K16_H28_k3_data", "N128_C16_K16_H28_k3", "N128_C16_K32_H28_k3_s2",
+        "N128_C16_K32_H28_k1_s2", "N128_C32_K32_H14_k3", "N128_C32_K64_H14_k3_s2",
+        "N128_C32_K64_H14_k1_s2", "N128_C64_K64_H7_k3"},
+       bench_conv2d_resnet8,
+       conv2d_fwdbwd_flops},
       {"linear", {"N128_784_256"}, bench_linear},
       {"batch_norm", {"N64_C32_H28"}, bench_batch_norm},
       {"batch_norm_relu", {"N64_C32_H28_unfused", "N64_C32_H28_fused"}, bench_batch_norm},
@@ -481,6 +520,12 @@ int main(int argc, char** argv) {
           if (it != theirs.end()) rows[i].torch = it->second;
         }
       }
+      if (spec.fwdbwd_flops)
+        for (size_t i = first; i < rows.size(); ++i) {
+          const double flops = spec.fwdbwd_flops(rows[i].name);
+          rows[i].stoke.gflops = flops / (rows[i].stoke.fwdbwd_ms * 1e6);
+          rows[i].torch.gflops = flops / (rows[i].torch.fwdbwd_ms * 1e6);
+        }
     }
 
     bench::Table table({"op", "case", "stoke fwd", "stoke fwd+bwd", "torch fwd", "torch fwd+bwd",
@@ -507,7 +552,9 @@ int main(int argc, char** argv) {
     }
     std::cout << "\n";
     table.print(std::cout);
-    std::cout << "(times: median ms; ratio = torch / stoke, above 1: stoke is faster)\n";
+    std::cout << "(times: median ms; ratio = torch / stoke, above 1: stoke is faster; conv2d's "
+                 "GFLOP/s: forward + backward, 3x the forward's 2*N*K*C*k*k*OH*OW, 2x for "
+                 "\"data\" inputs)\n";
     std::cout << bench::JsonObject()
                      .add("bench", "ops_cpu")
                      .add("threads", num_threads())

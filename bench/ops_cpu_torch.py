@@ -33,6 +33,10 @@ import torch.nn.functional as F
 
 OPS = {
     "conv2d": ["N64_C1_K32_H28_k3", "N64_C32_K64_H14_k3", "N64_C64_K64_H8_k3"],
+    # ResNet-8's nine convolutions at batch 128 (no bias; s2: stride 2; data: no input gradient)
+    "conv2d_resnet8": ["N128_C1_K16_H28_k3_data", "N128_C16_K16_H28_k3", "N128_C16_K32_H28_k3_s2",
+                       "N128_C16_K32_H28_k1_s2", "N128_C32_K32_H14_k3", "N128_C32_K64_H14_k3_s2",
+                       "N128_C32_K64_H14_k1_s2", "N128_C64_K64_H7_k3"],
     "linear": ["N128_784_256"],
     "batch_norm": ["N64_C32_H28"],
     "batch_norm_relu": ["N64_C32_H28_unfused", "N64_C32_H28_fused"],
@@ -114,6 +118,16 @@ def run_case(op, case, reps, warmup):
         with torch.no_grad():
             gout = torch.randn_like(fwd())
         return bench_autograd(fwd, [x, w, b], gout, reps, warmup)
+    if op == "conv2d_resnet8":
+        n, c, k, h, ks = int(p["N"]), int(p["C"]), int(p["K"]), int(p["H"]), int(p["k"])
+        stride = int(p["s"]) if "s" in p else 1
+        data = "data" in p
+        x = torch.randn(n, c, h, h) if data else leaf(n, c, h, h)
+        w = leaf(k, c, ks, ks)
+        fwd = lambda: F.conv2d(x, w, None, stride=stride, padding=ks // 2)
+        with torch.no_grad():
+            gout = torch.randn_like(fwd())
+        return bench_autograd(fwd, [w] if data else [w, x], gout, reps, warmup)
     if op == "linear":
         # N128_784_256 -> N=128, in=784, out=256
         parts = case.split("_")
