@@ -5,6 +5,7 @@
 
 #include "core/device_copy.h"
 #include "core/grad_mode.h"
+#include "core/profiler.h"
 #include "core/strided.h"
 
 namespace stoke {
@@ -360,6 +361,9 @@ Tensor Tensor::clone() const {
 
 Tensor Tensor::to(DType t) const {
   if (t == dtype()) return *this;
+  // A range of its own (torch's aten::_to_copy): under autocast the casts are a visible part of
+  // the step, which would otherwise be counted as the caller's self time.
+  const profiler::Range range("to_copy", profiler::Category::op);
   Tensor out = empty(shape(), {.dtype = t, .device = device()});
   copy_strided(out, *this);
   if (should_record(*this)) {

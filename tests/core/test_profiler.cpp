@@ -4,6 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include <chrono>
+#include <cstring>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -180,6 +181,29 @@ TEST_CASE("profiler: autograd nodes, the thread pool and the step breakdown", "[
   const std::string text = prof::summary();
   CHECK_THAT(text, Catch::Contains("3 steps") && Catch::Contains("forward") &&
                        Catch::Contains("(other)") && Catch::Contains("binary mul"));
+}
+
+TEST_CASE("profiler: a dtype cast is an op range, in forward and in ToCopyBackward", "[profiler]") {
+  {
+    Session s;
+    Tensor x = randn({64, 64}).set_requires_grad(true);
+    CHECK(x.to(DType::f32).data_ptr() == x.data_ptr());  // no cast, no range
+    sum(x.to(DType::bf16).to(DType::f32)).backward();
+  }
+  int casts = 0, in_node = 0;
+  const auto events = prof::events();
+  for (const prof::Event& e : events) {
+    if (std::strcmp(e.name, "to_copy") != 0) continue;
+    CHECK(e.category == prof::Category::op);
+    ++casts;
+    for (const prof::Event& p : events)
+      if (p.tid == e.tid && std::strcmp(p.name, "ToCopyBackward") == 0 &&
+          p.begin_ns <= e.begin_ns && e.end_ns <= p.end_ns)
+        ++in_node;
+  }
+  // Forward: f32 -> bf16 -> f32. Backward: each ToCopyBackward casts the gradient back.
+  CHECK(casts == 4);
+  CHECK(in_node == 2);
 }
 
 TEST_CASE("profiler: a trace that cannot be written names the path", "[profiler]") {
