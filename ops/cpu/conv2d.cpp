@@ -121,9 +121,10 @@ void backward_gemm(const ConvGeometry& g, const T* gout, const T* x, const T* w,
   if (per_chunk > 0) scratch = empty({chunks, per_chunk}, {.dtype = dtype_of<T>()});
   // Each chunk sums its samples' weight gradients into its own buffer; the buffers are added in
   // chunk order afterwards, so the result does not depend on thread timing. A chunk holds each
-  // group's gradient transposed, (R, Kg): OpenBLAS runs colsᵀ-major products with R rows faster
-  // than Kg rows (one thread here, ResNet-8's shapes: SkylakeX kernels 1.12-1.42x, Haswell's
-  // 1.08-1.18x, Zen's level), so dWᵀ = cols · goutᵀ is computed and transposed once at the end.
+  // group's gradient transposed, (R, Kg): OpenBLAS runs the product with R = Cg*kh*kw output rows
+  // faster than the one with Kg (one thread here, ResNet-8's shapes: SkylakeX kernels
+  // 1.12-1.42x, Haswell's 1.08-1.18x, Zen's level), so dWᵀ = cols · goutᵀ is computed and
+  // transposed once at the end.
   if (gw) partial = zeros({chunks, g.K * R}, {.dtype = dtype_of<T>()});
   parallel_chunks(0, batches, 1, [&](int64_t chunk, int64_t i0, int64_t i1) {
     T* col = per_chunk > 0 ? scratch.data<T>() + chunk * per_chunk : nullptr;
