@@ -8,11 +8,7 @@ namespace stoke {
 using autograd::GradList;
 using autograd::NeedList;
 
-namespace {
-Tensor detached(const Tensor& t) {
-  return t.defined() ? t.detach() : Tensor();
-}
-}  // namespace
+using autograd::detached;
 
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, const BatchNormOptions& options) {

@@ -37,4 +37,9 @@ extern const bool autograd_hooks_registered;
 void record(const std::string& name, const std::vector<Tensor>& inputs,
             const std::vector<Tensor>& outputs, BackwardFn backward);
 
+/// t.detach(), or an undefined tensor where t is undefined (an op's optional inputs).
+inline Tensor detached(const Tensor& t) {
+  return t.defined() ? t.detach() : Tensor();
+}
+
 }  // namespace stoke::autograd

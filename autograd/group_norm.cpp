@@ -8,11 +8,7 @@ namespace stoke {
 using autograd::GradList;
 using autograd::NeedList;
 
-namespace {
-Tensor detached(const Tensor& t) {
-  return t.defined() ? t.detach() : Tensor();
-}
-}  // namespace
+using autograd::detached;
 
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias,
                   const NormOptions& options) {

@@ -10,28 +10,31 @@
 namespace stoke::data {
 
 namespace {
-constexpr const char* kOp = "InMemoryBatcher";
+constexpr const char* kBatcherOp = "InMemoryBatcher";
 }
 
 InMemoryBatcher::InMemoryBatcher(Tensor images_u8, Tensor labels_i64, BatcherOptions options)
     : options_(options) {
-  STOKE_CHECK(images_u8.defined() && labels_i64.defined(), kOp, "expected defined tensors");
-  STOKE_CHECK(images_u8.device().is_cpu() && labels_i64.device().is_cpu(), kOp,
+  STOKE_CHECK(images_u8.defined() && labels_i64.defined(), kBatcherOp, "expected defined tensors");
+  STOKE_CHECK(images_u8.device().is_cpu() && labels_i64.device().is_cpu(), kBatcherOp,
               "expected CPU tensors, got images on ", images_u8.device(), " and labels on ",
               labels_i64.device());
-  STOKE_CHECK(images_u8.dtype() == DType::u8, kOp, "expected u8 images, got ", images_u8.dtype());
-  STOKE_CHECK(images_u8.dim() == 3 || images_u8.dim() == 4, kOp,
+  STOKE_CHECK(images_u8.dtype() == DType::u8, kBatcherOp, "expected u8 images, got ",
+              images_u8.dtype());
+  STOKE_CHECK(images_u8.dim() == 3 || images_u8.dim() == 4, kBatcherOp,
               "expected images of shape (N, H, W) or (N, H, W, C), got ", images_u8.shape());
-  STOKE_CHECK(labels_i64.dtype() == DType::i64, kOp, "expected i64 labels, got ",
+  STOKE_CHECK(labels_i64.dtype() == DType::i64, kBatcherOp, "expected i64 labels, got ",
               labels_i64.dtype());
-  STOKE_CHECK(labels_i64.dim() == 1, kOp, "expected 1-D labels (N), got ", labels_i64.shape());
-  STOKE_CHECK(labels_i64.size(0) == images_u8.size(0), kOp, "expected one label per image, got ",
-              images_u8.size(0), " images ", images_u8.shape(), " and ", labels_i64.size(0),
-              " labels");
-  STOKE_CHECK(options.batch_size > 0, kOp, "expected batch_size > 0, got ", options.batch_size);
-  STOKE_CHECK(options.std != 0.f, kOp, "expected std != 0");
-  STOKE_CHECK(options.random_crop_padding >= 0, kOp, "expected random_crop_padding >= 0, got ",
-              options.random_crop_padding);
+  STOKE_CHECK(labels_i64.dim() == 1, kBatcherOp, "expected 1-D labels (N), got ",
+              labels_i64.shape());
+  STOKE_CHECK(labels_i64.size(0) == images_u8.size(0), kBatcherOp,
+              "expected one label per image, got ", images_u8.size(0), " images ",
+              images_u8.shape(), " and ", labels_i64.size(0), " labels");
+  STOKE_CHECK(options.batch_size > 0, kBatcherOp, "expected batch_size > 0, got ",
+              options.batch_size);
+  STOKE_CHECK(options.std != 0.f, kBatcherOp, "expected std != 0");
+  STOKE_CHECK(options.random_crop_padding >= 0, kBatcherOp,
+              "expected random_crop_padding >= 0, got ", options.random_crop_padding);
   // Detached: the dataset is data, never part of a graph.
   images_ = images_u8.detach().contiguous();
   labels_ = labels_i64.detach().contiguous();
@@ -70,7 +73,7 @@ void InMemoryBatcher::set_epoch(int64_t epoch) {
 
 InMemoryBatcher::Batch InMemoryBatcher::batch(int64_t index) const {
   const int64_t nb = num_batches();
-  STOKE_CHECK(index >= 0 && index < nb, kOp, "batch index ", index, " out of range: ", nb,
+  STOKE_CHECK(index >= 0 && index < nb, kBatcherOp, "batch index ", index, " out of range: ", nb,
               " batches (", n_, " samples, batch_size ", options_.batch_size,
               options_.drop_last ? ", drop_last" : "", ")");
   const int64_t start = index * options_.batch_size;

@@ -12,12 +12,13 @@
 namespace stoke::data {
 namespace {
 
-constexpr const char* kOp = "CifarDataset";
+constexpr const char* kCifarOp = "CifarDataset";
 namespace fs = std::filesystem;
 
 std::vector<std::string> batch_files(const std::string& input, const CifarOptions& o) {
   if (!fs::is_directory(input)) {
-    STOKE_CHECK(fs::exists(input), kOp, "'", input, "' does not exist (expected a directory of ",
+    STOKE_CHECK(fs::exists(input), kCifarOp, "'", input,
+                "' does not exist (expected a directory of ",
                 o.variant == CifarVariant::cifar10 ? "CIFAR-10" : "CIFAR-100",
                 " batch files or one .bin file)");
     return {input};
@@ -25,7 +26,8 @@ std::vector<std::string> batch_files(const std::string& input, const CifarOption
   std::vector<std::string> names;
   if (o.variant == CifarVariant::cifar10) {
     if (o.train) {
-      for (int i = 1; i <= 5; ++i) names.push_back(detail::str_cat("data_batch_", i, ".bin"));
+      for (int i = 1; i <= 5; ++i)
+        names.push_back(stoke::detail::str_cat("data_batch_", i, ".bin"));
     } else {
       names.push_back("test_batch.bin");
     }
@@ -35,7 +37,7 @@ std::vector<std::string> batch_files(const std::string& input, const CifarOption
   std::vector<std::string> paths;
   for (const auto& name : names) {
     const fs::path p = fs::path(input) / name;
-    STOKE_CHECK(fs::exists(p), kOp, "'", p.string(), "' does not exist (",
+    STOKE_CHECK(fs::exists(p), kCifarOp, "'", p.string(), "' does not exist (",
                 o.train ? "train" : "test", " split of ",
                 o.variant == CifarVariant::cifar10 ? "CIFAR-10" : "CIFAR-100", ")");
     paths.push_back(p.string());
@@ -64,14 +66,14 @@ CifarDataset::CifarDataset(const std::string& input, CifarOptions options) {
   // CIFAR-100 records are (coarse, fine): the fine label is the second byte.
   const int64_t label_at = c10 ? 0 : (options.coarse_labels ? 0 : 1);
   num_classes_ = c10 ? 10 : (options.coarse_labels ? 20 : 100);
-  STOKE_CHECK(!(c10 && options.coarse_labels), kOp,
+  STOKE_CHECK(!(c10 && options.coarse_labels), kCifarOp,
               "coarse_labels is a CIFAR-100 option; CIFAR-10 has one label per record");
 
   std::vector<uint8_t> bytes;
   for (const auto& path : batch_files(input, options)) {
     read_file_bytes(path, bytes);
     const int64_t len = static_cast<int64_t>(bytes.size());
-    STOKE_CHECK(len > 0 && len % record == 0, kOp, "'", path, "': file length ", len,
+    STOKE_CHECK(len > 0 && len % record == 0, kCifarOp, "'", path, "': file length ", len,
                 " bytes is not a positive multiple of the ", record, "-byte record (", label_bytes,
                 " label byte", label_bytes > 1 ? "s" : "", " + ", kImageBytes, " pixel bytes)");
     const int64_t count = len / record;
@@ -80,8 +82,8 @@ CifarDataset::CifarDataset(const std::string& input, CifarOptions options) {
     labels_.resize(static_cast<size_t>(n_ + count));
     for (int64_t r = 0; r < count; ++r) {
       const uint8_t label = bytes[static_cast<size_t>(r * record + label_at)];
-      STOKE_CHECK(label < num_classes_, kOp, "'", path, "': record ", r, " has label ", int(label),
-                  ", expected < ", num_classes_);
+      STOKE_CHECK(label < num_classes_, kCifarOp, "'", path, "': record ", r, " has label ",
+                  int(label), ", expected < ", num_classes_);
       labels_[static_cast<size_t>(n_ + r)] = label;
     }
     // CHW planes -> HWC, the layout every stoke dataset serves.
@@ -110,7 +112,8 @@ CifarDataset::CifarDataset(const std::string& input, CifarOptions options) {
 }
 
 void CifarDataset::get(int64_t index, Example& out) const {
-  STOKE_CHECK(index >= 0 && index < n_, kOp, "::get: index ", index, " out of range [0, ", n_, ")");
+  STOKE_CHECK(index >= 0 && index < n_, kCifarOp, "::get: index ", index, " out of range [0, ", n_,
+              ")");
   out.pixels.resize(kImageBytes);
   std::memcpy(out.pixels.data(), pixels_.data() + index * kImageBytes, kImageBytes);
   out.height = kHeight;
@@ -123,9 +126,9 @@ std::string CifarDataset::describe(int64_t index) const {
   auto it = std::upper_bound(files_.begin(), files_.end(), index,
                              [](int64_t i, const File& f) { return i < f.first; });
   if (it == files_.begin() || index < 0 || index >= n_)
-    return detail::str_cat("CIFAR record ", index, " (out of range)");
+    return stoke::detail::str_cat("CIFAR record ", index, " (out of range)");
   --it;
-  return detail::str_cat(it->path, ", record ", index - it->first);
+  return stoke::detail::str_cat(it->path, ", record ", index - it->first);
 }
 
 }  // namespace stoke::data

@@ -20,14 +20,14 @@
 namespace stoke::data {
 namespace {
 
-constexpr const char* kOp = "read_idx";
+constexpr const char* kIdxOp = "read_idx";
 constexpr int kMaxDims = 8;
 // The most that one read()/inflate() call is asked for: zlib counts in 32-bit uInt.
 constexpr size_t kMaxChunk = size_t{1} << 30;
 
 template <class... Args>
 [[noreturn]] void fail(const std::string& path, const Args&... args) {
-  STOKE_FAIL(kOp, "'", path, "': ", args...);
+  STOKE_FAIL(kIdxOp, "'", path, "': ", args...);
 }
 
 std::string hex_byte(uint8_t b) {

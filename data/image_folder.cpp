@@ -11,7 +11,7 @@
 namespace stoke::data {
 namespace {
 
-constexpr const char* kOp = "ImageFolderDataset";
+constexpr const char* kImageFolderOp = "ImageFolderDataset";
 namespace fs = std::filesystem;
 
 bool is_image(const fs::path& p) {
@@ -44,20 +44,20 @@ ImageFolderDataset::ImageFolderDataset(const std::string& root, ImageFolderOptio
       decode_{.max_width = options.max_width,
               .max_height = options.max_height,
               .channels = options.channels} {
-  STOKE_CHECK(options.channels == 0 || options.channels == 1 || options.channels == 3, kOp,
-              "expected channels 0 (as stored), 1 or 3, got ", options.channels);
-  STOKE_CHECK(fs::is_directory(root), kOp, "root '", root, "' ",
+  STOKE_CHECK(options.channels == 0 || options.channels == 1 || options.channels == 3,
+              kImageFolderOp, "expected channels 0 (as stored), 1 or 3, got ", options.channels);
+  STOKE_CHECK(fs::is_directory(root), kImageFolderOp, "root '", root, "' ",
               fs::exists(root) ? "is not a directory" : "does not exist");
   for (const auto& entry : fs::directory_iterator(root)) {
     if (entry.is_directory()) classes_.push_back(entry.path().filename().string());
   }
   std::sort(classes_.begin(), classes_.end());
-  STOKE_CHECK(!classes_.empty(), kOp, "root '", root,
+  STOKE_CHECK(!classes_.empty(), kImageFolderOp, "root '", root,
               "' has no class directories (expected root/<class>/<image files>)");
   for (size_t c = 0; c < classes_.size(); ++c) {
     const fs::path dir = fs::path(root) / classes_[c];
     std::vector<std::string> files = scan_class(dir);
-    STOKE_CHECK(!files.empty(), kOp, "class directory '", dir.string(),
+    STOKE_CHECK(!files.empty(), kImageFolderOp, "class directory '", dir.string(),
                 "' has no image files (.png, .jpg, .jpeg, .bmp)");
     for (auto& f : files) {
       files_.push_back(std::move(f));
@@ -67,8 +67,8 @@ ImageFolderDataset::ImageFolderDataset(const std::string& root, ImageFolderOptio
 }
 
 const std::string& ImageFolderDataset::path(int64_t index) const {
-  STOKE_CHECK(index >= 0 && index < size(), kOp, "index ", index, " out of range [0, ", size(),
-              ") for root '", root_, "'");
+  STOKE_CHECK(index >= 0 && index < size(), kImageFolderOp, "index ", index, " out of range [0, ",
+              size(), ") for root '", root_, "'");
   return files_[static_cast<size_t>(index)];
 }
 
@@ -84,7 +84,7 @@ void ImageFolderDataset::decode(int64_t index, const uint8_t* data, size_t size,
     decode_image(data, size, file, decode_, out);
   } catch (const Error& e) {
     // The message already names the file; the dataset contract also wants the index.
-    STOKE_FAIL(kOp, "sample ", index, ": ", e.what());
+    STOKE_FAIL(kImageFolderOp, "sample ", index, ": ", e.what());
   }
   out.label = labels_[static_cast<size_t>(index)];
 }
@@ -96,7 +96,7 @@ void ImageFolderDataset::get(int64_t index, Example& out) const {
   try {
     read_file_bytes(file, bytes);
   } catch (const Error& e) {
-    STOKE_FAIL(kOp, "sample ", index, ": ", e.what());
+    STOKE_FAIL(kImageFolderOp, "sample ", index, ": ", e.what());
   }
   decode(index, bytes.data(), bytes.size(), out);
 }

@@ -11,11 +11,11 @@ namespace stoke::data {
 
 namespace {
 
-constexpr const char* kOp = "DataLoader";
+constexpr const char* kLoaderOp = "DataLoader";
 
 std::shared_ptr<Sampler> default_sampler(const std::shared_ptr<const Dataset>& dataset,
                                          const LoaderOptions& options) {
-  STOKE_CHECK(dataset != nullptr, kOp, "expected a dataset, got null");
+  STOKE_CHECK(dataset != nullptr, kLoaderOp, "expected a dataset, got null");
   if (options.shuffle) return std::make_shared<RandomSampler>(dataset->size(), options.seed);
   return std::make_shared<SequentialSampler>(dataset->size());
 }
@@ -26,7 +26,7 @@ std::string describe_safely(const Dataset& dataset, int64_t index) {
   try {
     return dataset.describe(index);
   } catch (const std::exception& e) {
-    return detail::str_cat("<describe failed: ", e.what(), ">");
+    return stoke::detail::str_cat("<describe failed: ", e.what(), ">");
   }
 }
 
@@ -47,9 +47,9 @@ DataLoader::DataLoader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<S
       options_(std::move(options)),
       batches_(std::move(sampler),
                {.batch_size = options_.batch_size, .drop_last = options_.drop_last}) {
-  STOKE_CHECK(dataset_ != nullptr, kOp, "expected a dataset, got null");
-  STOKE_CHECK(options_.workers >= 0, kOp, "expected workers >= 0, got ", options_.workers);
-  STOKE_CHECK(options_.prefetch >= 1, kOp, "expected prefetch >= 1, got ", options_.prefetch);
+  STOKE_CHECK(dataset_ != nullptr, kLoaderOp, "expected a dataset, got null");
+  STOKE_CHECK(options_.workers >= 0, kLoaderOp, "expected workers >= 0, got ", options_.workers);
+  STOKE_CHECK(options_.prefetch >= 1, kLoaderOp, "expected prefetch >= 1, got ", options_.prefetch);
   epoch_ = batches_.epoch();
 }
 
@@ -71,7 +71,7 @@ void DataLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   join_workers();
   batches_.set_epoch(epoch);
   const int64_t nb = batches_.num_batches();
-  STOKE_CHECK(start_batch >= 0 && start_batch <= nb, kOp, "start batch ", start_batch,
+  STOKE_CHECK(start_batch >= 0 && start_batch <= nb, kLoaderOp, "start batch ", start_batch,
               " out of range: epoch ", epoch, " has ", nb, " batches");
   epoch_ = epoch;
   next_ = start_batch;
@@ -161,7 +161,7 @@ std::shared_ptr<Storage> DataLoader::acquire_buffer(size_t nbytes) {
   std::shared_ptr<Storage> s = options_.allocator
                                    ? options_.allocator(nbytes)
                                    : std::make_shared<Storage>(nbytes, Device::cpu());
-  STOKE_CHECK(s != nullptr && s->nbytes() >= nbytes, kOp, "the batch allocator returned ",
+  STOKE_CHECK(s != nullptr && s->nbytes() >= nbytes, kLoaderOp, "the batch allocator returned ",
               s ? s->nbytes() : 0, " bytes, expected at least ", nbytes);
   return s;
 }
@@ -198,11 +198,11 @@ DataLoader::Item DataLoader::build(int64_t b, Scratch& s) {
         pixels = reinterpret_cast<uint8_t*>(indices + count);
       }
       STOKE_CHECK(
-          ex.height == item.height && ex.width == item.width && ex.channels == item.channels, kOp,
-          "expected every image of a batch to be ", item.height, "x", item.width, "x",
+          ex.height == item.height && ex.width == item.width && ex.channels == item.channels,
+          kLoaderOp, "expected every image of a batch to be ", item.height, "x", item.width, "x",
           item.channels, " (as its first sample) after the transforms, got ", ex.height, "x",
           ex.width, "x", ex.channels, "; add a Resize or crop transform to make them equal");
-      STOKE_CHECK(static_cast<int64_t>(ex.pixels.size()) == sample_bytes, kOp, "expected ",
+      STOKE_CHECK(static_cast<int64_t>(ex.pixels.size()) == sample_bytes, kLoaderOp, "expected ",
                   sample_bytes, " pixel bytes, got ", ex.pixels.size());
       std::memcpy(pixels + k * sample_bytes, ex.pixels.data(), static_cast<size_t>(sample_bytes));
       labels[k] = ex.label;
@@ -210,9 +210,9 @@ DataLoader::Item DataLoader::build(int64_t b, Scratch& s) {
     }
   } catch (const std::exception& e) {
     const int64_t i = idx[static_cast<size_t>(k)];
-    item.error = std::make_exception_ptr(
-        Error(detail::str_cat("stoke::DataLoader: epoch ", epoch_, ", batch ", b, ", sample ", i,
-                              " (", describe_safely(*dataset_, i), "): ", e.what())));
+    item.error = std::make_exception_ptr(Error(
+        stoke::detail::str_cat("stoke::DataLoader: epoch ", epoch_, ", batch ", b, ", sample ", i,
+                               " (", describe_safely(*dataset_, i), "): ", e.what())));
   } catch (...) {
     item.error = std::current_exception();
   }

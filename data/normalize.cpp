@@ -8,7 +8,7 @@ namespace stoke::data {
 
 namespace {
 
-constexpr const char* kOp = "normalize";
+constexpr const char* kNormalizeOp = "normalize";
 
 }  // namespace
 
@@ -18,12 +18,12 @@ void normalize_into(const Tensor& images, const Tensor& out, const NormalizeOpti
 }
 
 Tensor normalize(const Tensor& images, const NormalizeOptions& options) {
-  STOKE_CHECK(images.defined() && images.dim() == 4, kOp,
+  STOKE_CHECK(images.defined() && images.dim() == 4, kNormalizeOp,
               "expected images of shape (N, H, W, C), got ",
               images.defined() ? images.shape() : Shape{});
   STOKE_CHECK(
       options.dtype == DType::f32 || options.dtype == DType::f16 || options.dtype == DType::bf16,
-      kOp, "expected dtype f32 or f16 (or bf16), got ", options.dtype);
+      kNormalizeOp, "expected dtype f32 or f16 (or bf16), got ", options.dtype);
   Tensor out = empty({images.size(0), images.size(3), images.size(1), images.size(2)},
                      {.dtype = options.dtype, .device = images.device()});
   normalize_into(images, out, options);

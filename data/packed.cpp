@@ -394,9 +394,9 @@ void PackedDataset::get(int64_t index, Example& out) const {
 
 std::string PackedDataset::describe(int64_t index) const {
   if (index < 0 || index >= num_records_)
-    return detail::str_cat(dir_, ", record ", index, " (out of range)");
-  return detail::str_cat(packed_shard_path(dir_, index / records_per_shard_), ", record ",
-                         index % records_per_shard_);
+    return stoke::detail::str_cat(dir_, ", record ", index, " (out of range)");
+  return stoke::detail::str_cat(packed_shard_path(dir_, index / records_per_shard_), ", record ",
+                                index % records_per_shard_);
 }
 
 }  // namespace stoke::data

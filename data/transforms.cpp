@@ -74,8 +74,8 @@ RandomCrop::RandomCrop(RandomCropOptions options) : o_(options) {
 }
 
 std::string RandomCrop::name() const {
-  return detail::str_cat("RandomCrop(", o_.height, "x", o_.width, ", padding ", o_.padding,
-                         o_.padding_mode == PaddingMode::reflect ? ", reflect)" : ")");
+  return stoke::detail::str_cat("RandomCrop(", o_.height, "x", o_.width, ", padding ", o_.padding,
+                                o_.padding_mode == PaddingMode::reflect ? ", reflect)" : ")");
 }
 
 void RandomCrop::apply(Example& image, Example& scratch, SampleRng& rng) const {
@@ -129,7 +129,7 @@ HorizontalFlip::HorizontalFlip(HorizontalFlipOptions options) : o_(options) {
 }
 
 std::string HorizontalFlip::name() const {
-  return detail::str_cat("HorizontalFlip(p ", o_.p, ")");
+  return stoke::detail::str_cat("HorizontalFlip(p ", o_.p, ")");
 }
 
 void HorizontalFlip::apply(Example& image, Example&, SampleRng& rng) const {
@@ -157,7 +157,7 @@ Resize::Resize(ResizeOptions options) : o_(options) {
 }
 
 std::string Resize::name() const {
-  return detail::str_cat("Resize(", o_.height, "x", o_.width, ")");
+  return stoke::detail::str_cat("Resize(", o_.height, "x", o_.width, ")");
 }
 
 void Resize::apply(Example& image, Example& scratch, SampleRng&) const {
@@ -179,7 +179,7 @@ CenterCrop::CenterCrop(CenterCropOptions options) : o_(options) {
 }
 
 std::string CenterCrop::name() const {
-  return detail::str_cat("CenterCrop(", o_.height, "x", o_.width, ")");
+  return stoke::detail::str_cat("CenterCrop(", o_.height, "x", o_.width, ")");
 }
 
 void CenterCrop::apply(Example& image, Example& scratch, SampleRng&) const {
@@ -205,7 +205,7 @@ Cutout::Cutout(CutoutOptions options) : o_(options) {
 }
 
 std::string Cutout::name() const {
-  return detail::str_cat("Cutout(", o_.size, ", count ", o_.count, ")");
+  return stoke::detail::str_cat("Cutout(", o_.size, ", count ", o_.count, ")");
 }
 
 void Cutout::apply(Example& image, Example&, SampleRng& rng) const {

@@ -25,9 +25,9 @@ AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name, const std:
 
 namespace {
 
-constexpr const char* kOp = "stoke::DistributedDataParallel";
+constexpr const char* kDdpOp = "stoke::DistributedDataParallel";
 
-struct Bucket {
+struct GradBucket {
   std::vector<int64_t> params;   // indices into State::params, in bucket order
   std::vector<int64_t> offsets;  // where each one's gradient starts in flat
   Tensor flat;                   // the gradients, packed; averaged in place
@@ -89,7 +89,7 @@ void check_same_structure(Communicator& comm, const nn::Module& m, Device device
       return k < v.size() ? v[k] : std::string("nothing (its list ends)");
     };
     throw Error(::stoke::detail::str_cat(
-        kOp, ": the module differs across ranks: entry ", k, " is ", at(ref), " on rank 0 but ",
+        kDdpOp, ": the module differs across ranks: entry ", k, " is ", at(ref), " on rank 0 but ",
         at(other), " on rank ", r, " (rank 0 has ", ref.size(), " parameters and buffers, rank ", r,
         " has ", other.size(), "); every rank must build the same model"));
   }
@@ -156,7 +156,7 @@ struct DistributedDataParallel::State {
   DdpOptions options;
   std::vector<std::string> names;
   std::vector<Tensor> params;
-  std::vector<Bucket> buckets;
+  std::vector<GradBucket> buckets;
   std::vector<int64_t> bucket_of, slot_of;  // per parameter: its bucket and index within it
 
   bool require_sync = true;  // false inside no_sync()
@@ -198,7 +198,7 @@ struct DistributedDataParallel::State {
         buckets.emplace_back();
         bytes = 0;
       }
-      Bucket& bk = buckets.back();
+      GradBucket& bk = buckets.back();
       bucket_of[static_cast<size_t>(i)] = static_cast<int64_t>(buckets.size()) - 1;
       slot_of[static_cast<size_t>(i)] = static_cast<int64_t>(bk.params.size());
       bk.offsets.push_back(bk.params.empty()
@@ -208,7 +208,7 @@ struct DistributedDataParallel::State {
       bk.params.push_back(i);
       bytes += b;
     }
-    for (Bucket& bk : buckets) {
+    for (GradBucket& bk : buckets) {
       const Tensor& first = params[static_cast<size_t>(bk.params.front())];
       const Tensor& last = params[static_cast<size_t>(bk.params.back())];
       bk.flat = zeros({bk.offsets.back() + last.numel()},
@@ -217,7 +217,7 @@ struct DistributedDataParallel::State {
   }
 
   Tensor slot(int64_t i) {
-    const Bucket& bk = buckets[static_cast<size_t>(bucket_of[static_cast<size_t>(i)])];
+    const GradBucket& bk = buckets[static_cast<size_t>(bucket_of[static_cast<size_t>(i)])];
     const Tensor& p = params[static_cast<size_t>(i)];
     return bk.flat.narrow(0, bk.offsets[static_cast<size_t>(slot_of[static_cast<size_t>(i)])],
                           p.numel());
@@ -227,7 +227,7 @@ struct DistributedDataParallel::State {
     ready.assign(params.size(), 0);
     n_ready = 0;
     next_launch = 0;
-    for (Bucket& bk : buckets) {
+    for (GradBucket& bk : buckets) {
       bk.pending = static_cast<int64_t>(bk.params.size());
       bk.work = Work();
     }
@@ -237,7 +237,7 @@ struct DistributedDataParallel::State {
   void on_grad_ready(int64_t i) {
     if (!prepared) return;  // inside no_sync(), or a backward not preceded by our forward
     const size_t k = static_cast<size_t>(i);
-    STOKE_CHECK(!ready[k], kOp, "parameter '", names[k],
+    STOKE_CHECK(!ready[k], kDdpOp, "parameter '", names[k],
                 "' got a gradient twice in one iteration (a second backward without a forward "
                 "through the wrapper?)");
     record(DdpEvent::grad_ready, i);
@@ -273,7 +273,7 @@ struct DistributedDataParallel::State {
   // Every gradient is in and every bucket launched: wait, then write the averages back.
   void finish() {
     prepared = false;
-    for (Bucket& bk : buckets) bk.work.wait();
+    for (GradBucket& bk : buckets) bk.work.wait();
     for (size_t i = 0; i < params.size(); ++i) {
       const Tensor avg = slot(static_cast<int64_t>(i)).reshape(params[i].shape());
       Tensor g = params[i].grad();
@@ -303,7 +303,7 @@ struct DistributedDataParallel::State {
 
   // Waits for launched work (after an error elsewhere), keeping the first error for the caller.
   void drain() noexcept {
-    for (Bucket& bk : buckets) {
+    for (GradBucket& bk : buckets) {
       try {
         if (bk.work.valid()) bk.work.wait();
       } catch (...) {
@@ -315,8 +315,8 @@ struct DistributedDataParallel::State {
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
                                                  Communicator& comm, DdpOptions options)
     : module_(std::move(module)), comm_(comm), state_(std::make_shared<State>()) {
-  STOKE_CHECK(module_ != nullptr, kOp, "expected a module, got null");
-  STOKE_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0, kOp,
+  STOKE_CHECK(module_ != nullptr, kDdpOp, "expected a module, got null");
+  STOKE_CHECK(options.bucket_cap_mb > 0 && options.first_bucket_cap_mb > 0, kDdpOp,
               "expected positive bucket caps, got bucket_cap_mb=", options.bucket_cap_mb,
               " first_bucket_cap_mb=", options.first_bucket_cap_mb);
   State& s = *state_;
@@ -359,7 +359,7 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
     s.drain();
     s.prepared = false;
     throw Error(::stoke::detail::str_cat(
-        kOp, ": the last backward gave no gradient to ", missing,
+        kDdpOp, ": the last backward gave no gradient to ", missing,
         ", so its gradients were never averaged; use every parameter in forward, or pass "
         "find_unused_parameters = true"));
   }
@@ -401,7 +401,7 @@ DistributedDataParallel::NoSync::~NoSync() {
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucket_parameter_names() const {
   std::vector<std::vector<std::string>> out;
-  for (const Bucket& bk : state_->buckets) {
+  for (const GradBucket& bk : state_->buckets) {
     out.emplace_back();
     for (int64_t i : bk.params) out.back().push_back(state_->names[static_cast<size_t>(i)]);
   }

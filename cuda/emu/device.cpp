@@ -14,9 +14,7 @@ using stoke::emu::detail::kOptinShared;
 
 thread_local int current_device = 0;
 
-cudaError_t fail(cudaError_t e) {
-  return stoke::emu::detail::set_last_error(e);
-}
+using stoke::emu::detail::fail;
 
 void fill_properties(cudaDeviceProp& p) {
   std::memset(&p, 0, sizeof p);

@@ -18,6 +18,10 @@ std::size_t device_memory_limit();
 
 /// Records `error` as the calling host thread's last error (cudaGetLastError) and returns it.
 cudaError_t set_last_error(cudaError_t error);
+/// The runtime API's error return: set_last_error(e), named for the call sites that return it.
+inline cudaError_t fail(cudaError_t e) {
+  return set_last_error(e);
+}
 
 /// Records the detail message that last_failure_detail() returns.
 void set_failure_detail(std::string detail);

@@ -58,9 +58,7 @@ State& state() {
 thread_local cudaError_t last_error = cudaSuccess;
 thread_local std::string failure_detail;
 
-cudaError_t fail(cudaError_t e) {
-  return detail::set_last_error(e);
-}
+using detail::fail;
 
 // True when [p, p + bytes) lies inside one cudaMalloc'd block; called with the state locked.
 bool in_device_block(const State& s, const void* p, std::size_t bytes) {

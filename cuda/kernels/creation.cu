@@ -25,10 +25,7 @@ __host__ __device__ __forceinline__ D convert(S s) {
   }
 }
 
-template <class T>
-struct alignas(4 * sizeof(T)) Quad {
-  T v[4];
-};
+using ew::Quad;
 
 // Contiguous: with vec, quads of 4 elements move as one access each; then a scalar tail.
 template <class S, class D>

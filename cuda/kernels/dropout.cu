@@ -23,11 +23,7 @@ __host__ __device__ __forceinline__ void philox(uint64_t ctr, uint64_t key, uint
   r[3] = c3;
 }
 
-// Four elements, aligned for one vector access.
-template <class T>
-struct alignas(4 * sizeof(T)) Quad {
-  T v[4];
-};
+using ew::Quad;
 
 // Thread b (grid-stride) handles elements 4b .. 4b+3 with Philox block offset + b. `vec`: x and
 // out are aligned to 4 elements and mask to 4 bytes, so full quads move as single accesses.

@@ -14,11 +14,11 @@ using ew::from_float;
 using ew::Pack;
 using ew::to_float;
 
-constexpr int kThreads = 256;
+constexpr int kEwThreads = 256;
 
 // out[i] = f(x[i]). With vec, the first n / Pack::kN packs move as 128-bit words.
 template <class T, class F>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kEwThreads)
     ew_unary_kernel(const T* x, T* out, int64_t n, F f, bool vec) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // out[i] = f(a[i], b[i]) for contiguous operands; vec as in ew_unary_kernel.
 template <class T, class F>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kEwThreads)
     ew_binary_kernel(const T* a, const T* b, T* out, int64_t n, F f, bool vec) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // out[o0] = f(a[o1], b[o2]) with the offsets of a broadcast (or any strided) iteration space.
 template <class T, class F>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kEwThreads)
     ew_binary_strided_kernel(const T* a, const T* b, T* out, BinaryOffsets offsets, int64_t n,
                              F f) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -192,7 +192,7 @@ void launch_unary(const void* x, void* out, int64_t n, F f, cudaStream_t stream)
   const bool vec = ew::aligned(x, 16) && ew::aligned(out, 16);
   const int64_t work = vec ? n / Pack<T>::kN + n % Pack<T>::kN : n;
   auto* k = &ew_unary_kernel<T, F>;
-  STOKE_LAUNCH(k, ew::grid_for(work, kThreads), kThreads, 0, stream)
+  STOKE_LAUNCH(k, ew::grid_for(work, kEwThreads), kEwThreads, 0, stream)
   (static_cast<const T*>(x), static_cast<T*>(out), n, f, vec);
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
@@ -203,7 +203,7 @@ void launch_binary(const void* a, const void* b, void* out, int64_t n, F f, cuda
   const bool vec = ew::aligned(a, 16) && ew::aligned(b, 16) && ew::aligned(out, 16);
   const int64_t work = vec ? n / Pack<T>::kN + n % Pack<T>::kN : n;
   auto* k = &ew_binary_kernel<T, F>;
-  STOKE_LAUNCH(k, ew::grid_for(work, kThreads), kThreads, 0, stream)
+  STOKE_LAUNCH(k, ew::grid_for(work, kEwThreads), kEwThreads, 0, stream)
   (static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n, f, vec);
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
@@ -213,7 +213,7 @@ void launch_binary_strided(const void* a, const void* b, void* out, const Binary
                            int64_t n, F f, cudaStream_t stream) {
   if (n <= 0) return;
   auto* k = &ew_binary_strided_kernel<T, F>;
-  STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)
+  STOKE_LAUNCH(k, ew::grid_for(n, kEwThreads), kEwThreads, 0, stream)
   (static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), offsets, n, f);
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
@@ -373,7 +373,7 @@ namespace {
 
 // out[o0] = f(a[o1], b[o2], c[o3]) over a broadcast (or any strided) iteration space.
 template <class T, class F>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kEwThreads)
     ew_ternary_strided_kernel(const T* a, const T* b, const T* c, T* out, TernaryOffsets offsets,
                               int64_t n, F f) {
   const int64_t tid = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -483,7 +483,7 @@ void ternary_backward(TernaryBackwardOp op, DType dtype, const void* grad, const
     using T = decltype(tag);
     auto run = [&](auto f) {
       auto* k = &ew_ternary_strided_kernel<T, decltype(f)>;
-      STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)
+      STOKE_LAUNCH(k, ew::grid_for(n, kEwThreads), kEwThreads, 0, stream)
       (static_cast<const T*>(grad), static_cast<const T*>(a), static_cast<const T*>(b),
        static_cast<T*>(out), offsets, n, f);
       STOKE_CUDA_CHECK(cudaGetLastError());

@@ -8,7 +8,7 @@
 namespace stoke::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kCompareThreads = 256;
 
 // The value a comparison sees: half types as f32 (exact), everything else as itself.
 template <class T>
@@ -30,7 +30,7 @@ __host__ __device__ __forceinline__ bool apply(A a, B b) {
 }
 
 template <class T, CompareOp Op>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kCompareThreads)
     compare_kernel(const T* a, const T* b, bool* out, StridedOffsets<3> offsets, int64_t n) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
@@ -41,7 +41,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T, CompareOp Op>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kCompareThreads)
     compare_scalar_kernel(const T* x, double s, bool* out, int64_t n) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class E>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kCompareThreads)
     where_kernel(const bool* cond, const E* a, const E* b, E* out, StridedOffsets<4> offsets,
                  int64_t n) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class E>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kCompareThreads)
     select_or_zero_kernel(const bool* cond, bool keep, const E* value, E* out,
                           StridedOffsets<3> offsets, int64_t n) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -117,7 +117,7 @@ void compare(CompareOp op, DType dtype, const void* a, const void* b, bool* out,
     using T = decltype(tag);
     dispatch_op(op, [&](auto o) {
       auto* k = &compare_kernel<T, decltype(o)::value>;
-      STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)
+      STOKE_LAUNCH(k, ew::grid_for(n, kCompareThreads), kCompareThreads, 0, stream)
       (static_cast<const T*>(a), static_cast<const T*>(b), out, offsets, n);
     });
   });
@@ -132,7 +132,7 @@ void compare_scalar(CompareOp op, DType dtype, const void* x, double s, bool* ou
     using T = decltype(tag);
     dispatch_op(op, [&](auto o) {
       auto* k = &compare_scalar_kernel<T, decltype(o)::value>;
-      STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)
+      STOKE_LAUNCH(k, ew::grid_for(n, kCompareThreads), kCompareThreads, 0, stream)
       (static_cast<const T*>(x), s, out, n);
     });
   });
@@ -146,7 +146,7 @@ void where(const bool* cond, const void* a, const void* b, void* out, size_t ele
   dispatch_size("cuda::where", element_size, [&](auto tag) {
     using E = decltype(tag);
     auto* k = &where_kernel<E>;
-    STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)
+    STOKE_LAUNCH(k, ew::grid_for(n, kCompareThreads), kCompareThreads, 0, stream)
     (cond, static_cast<const E*>(a), static_cast<const E*>(b), static_cast<E*>(out), offsets, n);
   });
   STOKE_CUDA_CHECK(cudaGetLastError());
@@ -159,7 +159,7 @@ void select_or_zero(const bool* cond, bool keep, const void* value, void* out, s
   dispatch_size("cuda::select_or_zero", element_size, [&](auto tag) {
     using E = decltype(tag);
     auto* k = &select_or_zero_kernel<E>;
-    STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)
+    STOKE_LAUNCH(k, ew::grid_for(n, kCompareThreads), kCompareThreads, 0, stream)
     (cond, keep, static_cast<const E*>(value), static_cast<E*>(out), offsets, n);
   });
   STOKE_CUDA_CHECK(cudaGetLastError());

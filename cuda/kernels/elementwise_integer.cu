@@ -8,7 +8,7 @@
 namespace stoke::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kIntegerThreads = 256;
 
 template <BinaryOp Op, class T>
 __host__ __device__ __forceinline__ T apply(T a, T b) {
@@ -21,7 +21,7 @@ __host__ __device__ __forceinline__ T apply(T a, T b) {
 }
 
 template <class T, BinaryOp Op>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kIntegerThreads)
     int_binary_kernel(const T* a, const T* b, T* out, BinaryOffsets offsets, int64_t n, T alpha) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step) {
@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T, BinaryOp Op>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kIntegerThreads)
     int_binary_scalar_kernel(const T* x, T s, T* out, int64_t n, bool scalar_first) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
@@ -43,9 +43,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kIntegerThreads)
     int_sum_kernel(const T* x, int64_t* out, int64_t n, int64_t inner) {
-  __shared__ int64_t partial[kThreads];
+  __shared__ int64_t partial[kIntegerThreads];
   const int64_t o = blockIdx.x;  // output index: outer * inner + k
   const int64_t outer_i = o / inner, k = o % inner;
   const T* base = x + outer_i * n * inner + k;
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads)
     acc += static_cast<uint64_t>(static_cast<int64_t>(base[j * inner]));
   partial[threadIdx.x] = static_cast<int64_t>(acc);
   __syncthreads();
-  for (int width = kThreads / 2; width > 0; width /= 2) {
+  for (int width = kIntegerThreads / 2; width > 0; width /= 2) {
     if (static_cast<int>(threadIdx.x) < width)
       partial[threadIdx.x] =
           static_cast<int64_t>(static_cast<uint64_t>(partial[threadIdx.x]) +
@@ -108,7 +108,7 @@ void int_binary(BinaryOp op, DType dtype, const void* a, const void* b, void* ou
     dispatch_op(op, name, [&](auto o) {
       if (n == 0) return;
       auto* k = &int_binary_kernel<T, decltype(o)::value>;
-      STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)
+      STOKE_LAUNCH(k, ew::grid_for(n, kIntegerThreads), kIntegerThreads, 0, stream)
       (static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), offsets, n,
        static_cast<T>(alpha));
       STOKE_CUDA_CHECK(cudaGetLastError());
@@ -125,7 +125,7 @@ void int_binary_scalar(BinaryOp op, DType dtype, const void* x, int64_t s, void*
     dispatch_op(op, name, [&](auto o) {
       if (n == 0) return;
       auto* k = &int_binary_scalar_kernel<T, decltype(o)::value>;
-      STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)
+      STOKE_LAUNCH(k, ew::grid_for(n, kIntegerThreads), kIntegerThreads, 0, stream)
       (static_cast<const T*>(x), static_cast<T>(s), static_cast<T*>(out), n, scalar_first);
       STOKE_CUDA_CHECK(cudaGetLastError());
     });
@@ -144,7 +144,7 @@ void int_sum(DType dtype, const void* x, int64_t* out, int64_t outer, int64_t n,
   auto run = [&](auto tag) {
     using T = decltype(tag);
     auto* k = &int_sum_kernel<T>;
-    STOKE_LAUNCH(k, static_cast<unsigned>(outputs), kThreads, 0, stream)
+    STOKE_LAUNCH(k, static_cast<unsigned>(outputs), kIntegerThreads, 0, stream)
     (static_cast<const T*>(x), out, n, inner);
     STOKE_CUDA_CHECK(cudaGetLastError());
   };

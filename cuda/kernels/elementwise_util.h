@@ -241,5 +241,11 @@ inline unsigned grid_for(int64_t work, int threads, int64_t cap = 4096) {
   return static_cast<unsigned>(b);
 }
 
+// Four elements, aligned for one vector access (the vectorized paths of cast and dropout).
+template <class T>
+struct alignas(4 * sizeof(T)) Quad {
+  T v[4];
+};
+
 }  // namespace ew
 }  // namespace stoke::cuda

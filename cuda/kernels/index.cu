@@ -5,12 +5,12 @@
 namespace stoke::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kIndexThreads = 256;
 
 // p[0, n) = value. Used instead of cudaMemsetAsync so that the launchers work on any memory the
 // kernels can reach (emu's runtime only memsets its own allocations) and set non-byte patterns.
 template <class E>
-__global__ void __launch_bounds__(kThreads) index_fill_kernel(E* p, int64_t n, E value) {
+__global__ void __launch_bounds__(kIndexThreads) index_fill_kernel(E* p, int64_t n, E value) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += step)
     p[i] = value;
@@ -18,7 +18,7 @@ __global__ void __launch_bounds__(kThreads) index_fill_kernel(E* p, int64_t n, E
 
 // dst [outer, total_cols] columns [col0, col0 + cols) = src [outer, cols].
 template <class E>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kIndexThreads)
     cat_copy_kernel(const E* src, E* dst, int64_t outer, int64_t cols, int64_t total_cols,
                     int64_t col0) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // out [outer, k, inner] = x [outer, n, inner] at index along the middle dim; 0 if out of range.
 template <class E>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kIndexThreads)
     index_select_kernel(const E* x, const int64_t* index, E* out, int64_t outer, int64_t n,
                         int64_t k, int64_t inner) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // grad_in [outer, n, inner] += grad [outer, k, inner] at index (atomically: indices repeat).
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kIndexThreads)
     index_add_kernel(const T* grad, const int64_t* index, T* grad_in, int64_t outer, int64_t n,
                      int64_t k, int64_t inner) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -71,7 +71,7 @@ __host__ __device__ __forceinline__ int64_t gather_offset(const GatherShape& s,
 }
 
 template <class E>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kIndexThreads)
     gather_kernel(const E* x, const int64_t* index, E* out, GatherShape shape, int64_t numel) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < numel;
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kIndexThreads)
     gather_backward_kernel(const T* grad, const int64_t* index, T* grad_in, GatherShape shape,
                            int64_t numel) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -93,7 +93,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kIndexThreads)
     check_indices_kernel(const int64_t* index, int64_t n, int64_t bound, int32_t* first_bad) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   const int64_t limit = n < kNoBadIndex - 1 ? n : kNoBadIndex - 1;
@@ -106,7 +106,7 @@ template <class E>
 void fill(E* p, int64_t n, E value, cudaStream_t stream) {
   if (n <= 0) return;
   auto* k = &index_fill_kernel<E>;
-  STOKE_LAUNCH(k, ew::grid_for(n, kThreads), kThreads, 0, stream)(p, n, value);
+  STOKE_LAUNCH(k, ew::grid_for(n, kIndexThreads), kIndexThreads, 0, stream)(p, n, value);
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -139,7 +139,7 @@ void launch_index_add(const void* grad, const int64_t* index, void* grad_in, int
   fill(static_cast<T*>(grad_in), outer * n * inner, ew::from_float<T>(0.f), stream);
   if (outer * k * inner == 0) return;
   auto* kern = &index_add_kernel<T>;
-  STOKE_LAUNCH(kern, ew::grid_for(outer * k * inner, kThreads), kThreads, 0, stream)
+  STOKE_LAUNCH(kern, ew::grid_for(outer * k * inner, kIndexThreads), kIndexThreads, 0, stream)
   (static_cast<const T*>(grad), index, static_cast<T*>(grad_in), outer, n, k, inner);
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
@@ -165,7 +165,7 @@ void cat(size_t elem_size, int count, const void* const* srcs, const int64_t* si
       const int64_t cols = sizes[i] * inner;
       if (outer * cols > 0) {
         auto* k = &cat_copy_kernel<E>;
-        STOKE_LAUNCH(k, ew::grid_for(outer * cols, kThreads), kThreads, 0, stream)
+        STOKE_LAUNCH(k, ew::grid_for(outer * cols, kIndexThreads), kIndexThreads, 0, stream)
         (static_cast<const E*>(srcs[i]), static_cast<E*>(dst), outer, cols, total * inner, col0);
         STOKE_CUDA_CHECK(cudaGetLastError());
       }
@@ -183,7 +183,7 @@ void index_select(size_t elem_size, const void* x, const int64_t* index, void* o
   dispatch_size(elem_size, op, [&](auto tag) {
     using E = decltype(tag);
     auto* kern = &index_select_kernel<E>;
-    STOKE_LAUNCH(kern, ew::grid_for(outer * k * inner, kThreads), kThreads, 0, stream)
+    STOKE_LAUNCH(kern, ew::grid_for(outer * k * inner, kIndexThreads), kIndexThreads, 0, stream)
     (static_cast<const E*>(x), index, static_cast<E*>(out), outer, n, k, inner);
     STOKE_CUDA_CHECK(cudaGetLastError());
   });
@@ -240,7 +240,7 @@ void gather(size_t elem_size, const void* x, const int64_t* index, void* out,
   dispatch_size(elem_size, op, [&](auto tag) {
     using E = decltype(tag);
     auto* kern = &gather_kernel<E>;
-    STOKE_LAUNCH(kern, ew::grid_for(numel, kThreads), kThreads, 0, stream)
+    STOKE_LAUNCH(kern, ew::grid_for(numel, kIndexThreads), kIndexThreads, 0, stream)
     (static_cast<const E*>(x), index, static_cast<E*>(out), shape, numel);
     STOKE_CUDA_CHECK(cudaGetLastError());
   });
@@ -256,7 +256,7 @@ void gather_backward(DType dtype, const void* grad, const int64_t* index, void* 
     fill(static_cast<T*>(grad_in), x_numel, ew::from_float<T>(0.f), stream);
     if (numel <= 0) return;
     auto* kern = &gather_backward_kernel<T>;
-    STOKE_LAUNCH(kern, ew::grid_for(numel, kThreads), kThreads, 0, stream)
+    STOKE_LAUNCH(kern, ew::grid_for(numel, kIndexThreads), kIndexThreads, 0, stream)
     (static_cast<const T*>(grad), index, static_cast<T*>(grad_in), shape, numel);
     STOKE_CUDA_CHECK(cudaGetLastError());
   });
@@ -268,7 +268,8 @@ void check_indices(const int64_t* index, int64_t n, int64_t bound, int32_t* firs
   fill(first_bad, 1, kNoBadIndex, stream);
   if (n <= 0) return;
   auto* kern = &check_indices_kernel;
-  STOKE_LAUNCH(kern, ew::grid_for(n, kThreads), kThreads, 0, stream)(index, n, bound, first_bad);
+  STOKE_LAUNCH(kern, ew::grid_for(n, kIndexThreads), kIndexThreads, 0, stream)
+  (index, n, bound, first_bad);
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -13,7 +13,7 @@
 namespace stoke::cuda {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kOptimizerThreads = 256;
 constexpr int kMaxLists = 5;
 
 // What one launch covers; 5 * 36 * 8 + 36 * 8 + 320 * 5 + 8 = 3,336 bytes, under the 4 KiB of
@@ -166,7 +166,8 @@ __host__ __device__ __forceinline__ void adam_update(float& w, float g, float& m
 
 // Lists: param, grad, momentum buffer (when s.use_momentum).
 template <class T>
-__global__ void __launch_bounds__(kThreads) fused_sgd_kernel(TensorListMeta meta, SgdScalars s) {
+__global__ void __launch_bounds__(kOptimizerThreads)
+    fused_sgd_kernel(TensorListMeta meta, SgdScalars s) {
   const ChunkView c = chunk_of(meta);
   T* p = list<T>(meta, 0, c);
   const T* g = list<T>(meta, 1, c);
@@ -187,7 +188,8 @@ __global__ void __launch_bounds__(kThreads) fused_sgd_kernel(TensorListMeta meta
 
 // Lists: param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq (when s.amsgrad).
 template <class T>
-__global__ void __launch_bounds__(kThreads) fused_adam_kernel(TensorListMeta meta, AdamScalars s) {
+__global__ void __launch_bounds__(kOptimizerThreads)
+    fused_adam_kernel(TensorListMeta meta, AdamScalars s) {
   const ChunkView c = chunk_of(meta);
   T* p = list<T>(meta, 0, c);
   const T* g = list<T>(meta, 1, c);
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(kThreads) fused_adam_kernel(TensorListMeta met
 // One list: the gradients. A block reduces its non-finite flag, and one thread per block that
 // saw one stores 1 (an atomic exchange: every writer stores the same value).
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kOptimizerThreads)
     unscale_kernel(TensorListMeta meta, float* found_inf, const float* inv_scale) {
   const ChunkView c = chunk_of(meta);
   T* g = list<T>(meta, 0, c);
@@ -237,7 +239,7 @@ __global__ void __launch_bounds__(kThreads)
 
 // One list; block b writes the sum of squares of its chunk to partials[meta.first_chunk + b].
 template <class T>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kOptimizerThreads)
     sum_of_squares_kernel(TensorListMeta meta, float* partials) {
   const ChunkView c = chunk_of(meta);
   const T* a = list<T>(meta, 0, c);
@@ -254,7 +256,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // One block: *out = the sum of partials[0, n) (n may be 0).
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kOptimizerThreads)
     sum_partials_kernel(const float* partials, int64_t n, float* out) {
   float acc = 0.f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
@@ -313,7 +315,7 @@ void fused_sgd(DType dtype, const std::vector<void*>& params, const std::vector<
     auto* k = &fused_sgd_kernel<T>;
     multi_tensor_apply(use_momentum ? 3 : 2, lists, sizes,
                        [&](const TensorListMeta& meta, int blocks) {
-                         STOKE_LAUNCH(k, blocks, kThreads, 0, stream)(meta, s);
+                         STOKE_LAUNCH(k, blocks, kOptimizerThreads, 0, stream)(meta, s);
                          STOKE_CUDA_CHECK(cudaGetLastError());
                        });
   });
@@ -346,7 +348,7 @@ void fused_adam(DType dtype, const std::vector<void*>& params,
     auto* k = &fused_adam_kernel<T>;
     multi_tensor_apply(a.amsgrad ? 5 : 4, lists, sizes,
                        [&](const TensorListMeta& meta, int blocks) {
-                         STOKE_LAUNCH(k, blocks, kThreads, 0, stream)(meta, s);
+                         STOKE_LAUNCH(k, blocks, kOptimizerThreads, 0, stream)(meta, s);
                          STOKE_CUDA_CHECK(cudaGetLastError());
                        });
   });
@@ -364,7 +366,7 @@ void non_finite_check_and_unscale(DType dtype, const std::vector<void*>& grads,
     using T = decltype(tag);
     auto* k = &unscale_kernel<T>;
     multi_tensor_apply(1, lists, sizes, [&](const TensorListMeta& meta, int blocks) {
-      STOKE_LAUNCH(k, blocks, kThreads, 0, stream)(meta, found_inf, inv_scale);
+      STOKE_LAUNCH(k, blocks, kOptimizerThreads, 0, stream)(meta, found_inf, inv_scale);
       STOKE_CUDA_CHECK(cudaGetLastError());
     });
   });
@@ -383,12 +385,12 @@ void sum_of_squares(DType dtype, const std::vector<const void*>& tensors,
     using T = decltype(tag);
     auto* k = &sum_of_squares_kernel<T>;
     multi_tensor_apply(1, lists, sizes, [&](const TensorListMeta& meta, int blocks) {
-      STOKE_LAUNCH(k, blocks, kThreads, 0, stream)(meta, partials);
+      STOKE_LAUNCH(k, blocks, kOptimizerThreads, 0, stream)(meta, partials);
       STOKE_CUDA_CHECK(cudaGetLastError());
     });
   });
   auto* k = &sum_partials_kernel;
-  STOKE_LAUNCH(k, 1, kThreads, 0, stream)(partials, chunks, out);
+  STOKE_LAUNCH(k, 1, kOptimizerThreads, 0, stream)(partials, chunks, out);
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -14,7 +14,7 @@
 namespace stoke::dist {
 namespace {
 
-constexpr const char* kOp = "stoke::NcclCommunicator";
+constexpr const char* kNcclOp = "stoke::NcclCommunicator";
 
 ncclDataType_t nccl_dtype(DType t, const std::string& label) {
   switch (t) {
@@ -60,9 +60,9 @@ ncclUniqueId NcclCommunicator::make_unique_id() {
 NcclCommunicator::NcclCommunicator(const ncclUniqueId& id, int rank, int size, int device,
                                    NcclOptions options)
     : rank_(rank), size_(size), local_rank_(device), device_(device), options_(options) {
-  STOKE_CHECK(size >= 1 && rank >= 0 && rank < size, kOp, "expected 0 <= rank < size, got rank ",
-              rank, " of ", size);
-  STOKE_CHECK(device >= 0, kOp, "expected a CUDA device index >= 0, got ", device);
+  STOKE_CHECK(size >= 1 && rank >= 0 && rank < size, kNcclOp,
+              "expected 0 <= rank < size, got rank ", rank, " of ", size);
+  STOKE_CHECK(device >= 0, kNcclOp, "expected a CUDA device index >= 0, got ", device);
   STOKE_CUDA_CHECK(cudaSetDevice(device));
   STOKE_NCCL_CHECK(ncclCommInitRank(&comm_, size, id, rank));
   STOKE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));

@@ -14,7 +14,7 @@ namespace stoke::nn::amp {
 
 namespace {
 
-constexpr const char* kOp = "GradScaler";
+constexpr const char* kScalerOp = "GradScaler";
 
 Tensor scalar_f64(double v) {
   Tensor t = empty({}, {.dtype = DType::f64});
@@ -31,16 +31,17 @@ Tensor scalar_i64(int64_t v) {
 }  // namespace
 
 GradScaler::GradScaler(GradScalerOptions o) : options_(o), scale_(o.init_scale) {
-  STOKE_CHECK(o.init_scale > 0 && std::isfinite(o.init_scale), kOp, "invalid init_scale ",
+  STOKE_CHECK(o.init_scale > 0 && std::isfinite(o.init_scale), kScalerOp, "invalid init_scale ",
               o.init_scale);
-  STOKE_CHECK(o.growth_factor > 1, kOp, "growth_factor must be > 1, got ", o.growth_factor);
-  STOKE_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, kOp,
+  STOKE_CHECK(o.growth_factor > 1, kScalerOp, "growth_factor must be > 1, got ", o.growth_factor);
+  STOKE_CHECK(o.backoff_factor > 0 && o.backoff_factor < 1, kScalerOp,
               "backoff_factor must be in (0, 1), got ", o.backoff_factor);
-  STOKE_CHECK(o.growth_interval >= 1, kOp, "growth_interval must be >= 1, got ", o.growth_interval);
+  STOKE_CHECK(o.growth_interval >= 1, kScalerOp, "growth_interval must be >= 1, got ",
+              o.growth_interval);
   STOKE_CHECK(o.min_scale > 0 && o.min_scale <= o.init_scale && o.init_scale <= o.max_scale &&
                   std::isfinite(o.max_scale),
-              kOp, "expected 0 < min_scale <= init_scale <= max_scale < inf, got ", o.min_scale,
-              ", ", o.init_scale, ", ", o.max_scale);
+              kScalerOp, "expected 0 < min_scale <= init_scale <= max_scale < inf, got ",
+              o.min_scale, ", ", o.init_scale, ", ", o.max_scale);
 }
 
 Tensor GradScaler::scale(const Tensor& loss) const {

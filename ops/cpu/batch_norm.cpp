@@ -44,8 +44,8 @@ void for_channels(const Layout& l, F&& f) {
 
 // Lanes per accumulator array (two vector registers) and elements per block before folding.
 template <class T>
-constexpr int64_t kLanes = 128 / sizeof(T);
-constexpr int64_t kFold = 1024;
+constexpr int64_t kBnLanes = 128 / sizeof(T);
+constexpr int64_t kBnFold = 1024;
 
 // Per-lane sums of (a[i] - ka) and (a[i] - ka) * (b[i] - kb) over n elements, added into the
 // lane accumulators a1, a2 (the tail goes into the first lanes). With b == a this gives the
@@ -55,7 +55,7 @@ constexpr int64_t kFold = 1024;
 template <class T, bool kMask = false>
 inline void lane_sums(const T* a, T ka, const T* b, T kb, const T* mask, int64_t n,
                       T* __restrict a1, T* __restrict a2) {
-  constexpr int64_t L = kLanes<T>;
+  constexpr int64_t L = kBnLanes<T>;
   // Local copies stay in registers through the loop; accumulating into a1/a2 directly kept them
   // on the stack (a store-to-load chain per block).
   T l1[L], l2[L];
@@ -92,7 +92,7 @@ inline void lane_sums(const T* a, T ka, const T* b, T kb, const T* mask, int64_t
 
 // Per channel in [c0, c1): s1[c - c0] += sum(a - ka[c]), s2 += sum((a - ka[c]) * (b - kb[c])),
 // a masked by mask > 0 when kMask (see lane_sums).
-// The lanes run on across the channel's rows and are folded into double once about kFold elements
+// The lanes run on across the channel's rows and are folded into double once about kBnFold elements
 // went in, not once per row: ResNet's 7x7 and 14x14 planes are 49 and 196 elements, where a fold
 // (and a scalar tail in double) per row cost more than the row's vector work.
 template <class T, bool kMask = false>
@@ -101,7 +101,7 @@ void channel_sums(const Layout& l, const T* a, const T* ka, const T* b, const T*
   std::fill(s1, s1 + (c1 - c0), 0.0);
   std::fill(s2, s2 + (c1 - c0), 0.0);
   if (l.S >= kRowMin) {
-    constexpr int64_t L = kLanes<T>;
+    constexpr int64_t L = kBnLanes<T>;
     for (int64_t c = c0; c < c1; ++c) {
       T a1[L] = {}, a2[L] = {};
       int64_t pending = 0;
@@ -119,12 +119,12 @@ void channel_sums(const Layout& l, const T* a, const T* ka, const T* b, const T*
       };
       for (int64_t n = 0; n < l.N; ++n) {
         const int64_t off = (n * l.C + c) * l.S;
-        for (int64_t i = 0; i < l.S; i += kFold) {
-          const int64_t len = std::min(kFold, l.S - i);
+        for (int64_t i = 0; i < l.S; i += kBnFold) {
+          const int64_t len = std::min(kBnFold, l.S - i);
           lane_sums<T, kMask>(a + off + i, ka[c], b + off + i, kb[c],
                               kMask ? mask + off + i : nullptr, len, a1, a2);
           pending += len;
-          if (pending >= kFold) fold();
+          if (pending >= kBnFold) fold();
         }
       }
       fold();

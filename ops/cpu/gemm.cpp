@@ -23,7 +23,7 @@ namespace {
 constexpr int64_t kSplitMacs = int64_t{1} << 20;
 // Chunk boundaries are multiples of this many rows/columns so that OpenBLAS's register blocks are
 // not cut into ragged pieces.
-constexpr int64_t kBlock = 16;
+constexpr int64_t kGemmBlock = 16;
 
 // OpenBLAS 0.3.21 (Debian 12) does not know recent Xeons (Sapphire/Emerald Rapids): its
 // DYNAMIC_ARCH detection falls back to the SSE3 "Prescott" kernels, 5-15x slower than the AVX-512
@@ -103,16 +103,16 @@ void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
   // Split the larger side of C so that each chunk keeps a tall/wide, cache-friendly panel; the
   // other operand is shared (read-only) by all chunks.
   if (m >= n) {
-    const int64_t blocks = (m + kBlock - 1) / kBlock;
+    const int64_t blocks = (m + kGemmBlock - 1) / kGemmBlock;
     parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-      const int64_t r0 = b0 * kBlock, r1 = std::min(m, b1 * kBlock);
+      const int64_t r0 = b0 * kGemmBlock, r1 = std::min(m, b1 * kGemmBlock);
       const T* ap = ta ? a + r0 : a + r0 * lda;
       blas(ta, tb, r1 - r0, n, k, alpha, ap, lda, b, ldb, beta, c + r0 * ldc, ldc);
     });
   } else {
-    const int64_t blocks = (n + kBlock - 1) / kBlock;
+    const int64_t blocks = (n + kGemmBlock - 1) / kGemmBlock;
     parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
-      const int64_t c0 = b0 * kBlock, c1 = std::min(n, b1 * kBlock);
+      const int64_t c0 = b0 * kGemmBlock, c1 = std::min(n, b1 * kGemmBlock);
       const T* bp = tb ? b + c0 * ldb : b + c0;
       blas(ta, tb, m, c1 - c0, k, alpha, a, lda, bp, ldb, beta, c + c0, ldc);
     });

@@ -1,7 +1,7 @@
 // CPU group / layer norm on the (N, G, K, S) view (ops/group_norm.h). Rows (n, g) of M = K * S
 // contiguous values are independent: the forward and the input gradient run parallel over rows,
 // the weight / bias gradients parallel over channels c = (g, k). Sums run in SIMD-width lanes of
-// the input type over blocks of kFold values, folded into double after each block (vectorized,
+// the input type over blocks of kGnFold values, folded into double after each block (vectorized,
 // and double-ish accurate for f32). The variance is two-pass: the second pass sums (x - m) and
 // (x - m)^2 around the rounded mean m, so a large offset does not cancel as in E[x^2] - E[x]^2.
 #include <algorithm>
@@ -17,16 +17,16 @@ namespace stoke::ops::cpu {
 namespace {
 
 template <class T>
-constexpr int64_t kLanes = 64 / sizeof(T);
-constexpr int64_t kFold = 1024;
+constexpr int64_t kGnLanes = 64 / sizeof(T);
+constexpr int64_t kGnFold = 1024;
 
 // s1 += sum f1(i), s2 += sum f2(i) over i in [0, n), where f(i, u, v) sets u and v; lanes of T
-// folded into double every kFold values.
+// folded into double every kGnFold values.
 template <class T, class F>
 inline void lane_sums2(int64_t n, F&& f, double& s1, double& s2) {
-  constexpr int64_t L = kLanes<T>;
-  for (int64_t i0 = 0; i0 < n; i0 += kFold) {
-    const int64_t i1 = std::min(n, i0 + kFold);
+  constexpr int64_t L = kGnLanes<T>;
+  for (int64_t i0 = 0; i0 < n; i0 += kGnFold) {
+    const int64_t i1 = std::min(n, i0 + kGnFold);
     T a1[L] = {}, a2[L] = {};
     int64_t i = i0;
     for (; i + L <= i1; i += L)

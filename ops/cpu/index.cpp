@@ -14,7 +14,7 @@ namespace stoke::ops::cpu {
 
 namespace {
 
-constexpr int64_t kGrain = 1 << 15;
+constexpr int64_t kIndexGrain = 1 << 15;
 
 // Copies element runs of `bytes` bytes: the dtype does not matter for pure copies.
 inline void copy_bytes(char* dst, const char* src, size_t bytes) {
@@ -27,7 +27,7 @@ template <class T>
 void index_add_rows(T* out, const T* grad, const int64_t* idx, int64_t outer, int64_t size,
                     int64_t n, int64_t inner) {
   const int64_t work_per_row = std::max<int64_t>(1, n * inner / std::max<int64_t>(size, 1));
-  parallel_for(0, outer * size, std::max<int64_t>(1, kGrain / work_per_row),
+  parallel_for(0, outer * size, std::max<int64_t>(1, kIndexGrain / work_per_row),
                [&](int64_t b, int64_t e) {
                  for (int64_t o = b / size; o * size < e; ++o) {
                    const int64_t lo = std::max(b - o * size, int64_t(0));
@@ -93,7 +93,7 @@ Tensor CpuBackend::index_select(const Tensor& x, int64_t dim, const Tensor& inde
   const int64_t* idx = index.data<int64_t>();
   const char* src = static_cast<const char*>(xc.data_ptr());
   char* dst = static_cast<char*>(out.data_ptr());
-  parallel_for(0, outer * n, std::max<int64_t>(1, kGrain / inner), [&](int64_t b, int64_t e) {
+  parallel_for(0, outer * n, std::max<int64_t>(1, kIndexGrain / inner), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
       const int64_t o = r / n, j = r % n;
       copy_bytes(dst + r * row_bytes, src + (o * size + idx[j]) * row_bytes, row_bytes);
@@ -133,7 +133,7 @@ Tensor CpuBackend::gather(const Tensor& x, int64_t dim, const Tensor& idx) {
     const T* xp = static_cast<const T*>(x.data_ptr());
     T* op = static_cast<T*>(out.data_ptr());
     const int64_t xs = geo.x_dim_stride;
-    parallel_for_each_row(geo.g, kGrain, [&](const auto& off, int64_t n, const auto& st) {
+    parallel_for_each_row(geo.g, kIndexGrain, [&](const auto& off, int64_t n, const auto& st) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t p = off[0] + i * st[0];
         op[p] = xp[off[1] + i * st[1] + ip[p] * xs];
@@ -156,7 +156,7 @@ Tensor CpuBackend::gather_backward(const Tensor& grad, int64_t dim, const Tensor
     const T* gp = gc.data<T>();
     T* op = out.data<T>();
     const int64_t xs = geo.x_dim_stride;
-    parallel_for_each_row(geo.g, kGrain, [&](const auto& off, int64_t n, const auto& st) {
+    parallel_for_each_row(geo.g, kIndexGrain, [&](const auto& off, int64_t n, const auto& st) {
       for (int64_t i = 0; i < n; ++i) {
         const int64_t p = off[0] + i * st[0];
         op[off[1] + i * st[1] + ip[p] * xs] += gp[p];

@@ -15,7 +15,7 @@
 namespace stoke::ops::cpu {
 namespace {
 
-constexpr int64_t kGrain = 32768;
+constexpr int64_t kLossGrain = 32768;
 
 // Checks (N, C) input and (N) i64 target, and every target value (serially, so the first bad row
 // is the one reported).
@@ -102,26 +102,27 @@ CrossEntropyForward CpuBackend::cross_entropy_forward(const Tensor& logits, cons
     const int64_t* pt = t.data<int64_t>();
     T *pr = rows.data<T>(), *pl = lse.data<T>();
     const T eps = static_cast<T>(options.label_smoothing);
-    parallel_for(
-        0, n, std::max<int64_t>(1, kGrain / std::max<int64_t>(c, 1)), [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            const T* xr = px + i * c;
-            const T m = cpu::row_max(xr, c);
-            const T s = cpu::lane_sum<T>(c, [&](int64_t j) { return cpu::vexp(xr[j] - m); });
-            const T l = m + std::log(s);
-            pl[i] = l;
-            if (pt[i] == options.ignore_index) {
-              pr[i] = 0;
-              continue;
-            }
-            T loss = (1 - eps) * (l - xr[pt[i]]);
-            if (eps > 0) {
-              const T sx = cpu::lane_sum<T>(c, [&](int64_t j) { return xr[j]; });
-              loss += eps * (l - sx / static_cast<T>(c));
-            }
-            pr[i] = loss;
-          }
-        });
+    parallel_for(0, n, std::max<int64_t>(1, kLossGrain / std::max<int64_t>(c, 1)),
+                 [&](int64_t b, int64_t e) {
+                   for (int64_t i = b; i < e; ++i) {
+                     const T* xr = px + i * c;
+                     const T m = cpu::row_max(xr, c);
+                     const T s =
+                         cpu::lane_sum<T>(c, [&](int64_t j) { return cpu::vexp(xr[j] - m); });
+                     const T l = m + std::log(s);
+                     pl[i] = l;
+                     if (pt[i] == options.ignore_index) {
+                       pr[i] = 0;
+                       continue;
+                     }
+                     T loss = (1 - eps) * (l - xr[pt[i]]);
+                     if (eps > 0) {
+                       const T sx = cpu::lane_sum<T>(c, [&](int64_t j) { return xr[j]; });
+                       loss += eps * (l - sx / static_cast<T>(c));
+                     }
+                     pr[i] = loss;
+                   }
+                 });
   });
   const double count = static_cast<double>(count_valid(t, options.ignore_index));
   return {reduce_rows(rows, options.reduction, count), lse};
@@ -148,7 +149,7 @@ Tensor CpuBackend::cross_entropy_backward(const Tensor& grad, const Tensor& logi
     T* pg = gx.data<T>();
     const T eps = static_cast<T>(options.label_smoothing);
     const T off = eps / static_cast<T>(c);
-    parallel_for(0, n, std::max<int64_t>(1, kGrain / std::max<int64_t>(c, 1)),
+    parallel_for(0, n, std::max<int64_t>(1, kLossGrain / std::max<int64_t>(c, 1)),
                  [&](int64_t b, int64_t e) {
                    for (int64_t i = b; i < e; ++i) {
                      const T* xr = px + i * c;
@@ -236,7 +237,7 @@ Tensor CpuBackend::mse_loss(const Tensor& input, const Tensor& target, Reduction
     using T = typename decltype(tag)::type;
     const T *px = x.data<T>(), *py = y.data<T>();
     T* ps = sq.data<T>();
-    parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+    parallel_for(0, x.numel(), kLossGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) ps[i] = (px[i] - py[i]) * (px[i] - py[i]);
     });
   });
@@ -262,14 +263,14 @@ Tensor CpuBackend::mse_loss_backward(const Tensor& grad, const Tensor& input, co
     const T *px = x.data<T>(), *py = y.data<T>(), *pg = g.data<T>();
     T* po = gx.data<T>();
     if (reduction == Reduction::none) {
-      parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+      parallel_for(0, x.numel(), kLossGrain, [&](int64_t b, int64_t e) {
         for (int64_t i = b; i < e; ++i) po[i] = 2 * (px[i] - py[i]) * pg[i];
       });
       return;
     }
     T s = 2 * pg[0];
     if (reduction == Reduction::mean) s /= static_cast<T>(x.numel());
-    parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+    parallel_for(0, x.numel(), kLossGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) po[i] = s * (px[i] - py[i]);
     });
   });

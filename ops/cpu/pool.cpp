@@ -39,17 +39,17 @@ inline T max_step(T m, T v) {
   return v != v ? v : (v > m ? v : m);
 }
 
-// The 2x2 stride-2 max pool works on blocks of kBlock outputs with a compile-time trip count, so
-// that the compiler turns each block into a few vector instructions even for short rows (a 28-wide
-// input gives 14 outputs: a runtime-length loop would run mostly in its scalar remainder). The
-// row's tail runs as one more block that overlaps the previous one (see max_pool_row_k2s2).
-constexpr int64_t kBlock = 8;
+// The 2x2 stride-2 max pool works on blocks of kPoolBlock outputs with a compile-time trip count,
+// so that the compiler turns each block into a few vector instructions even for short rows (a
+// 28-wide input gives 14 outputs: a runtime-length loop would run mostly in its scalar remainder).
+// The row's tail runs as one more block that overlaps the previous one (see max_pool_row_k2s2).
+constexpr int64_t kPoolBlock = 8;
 
-// kBlock outputs from rows r0 and r1 (r1 = r0 + W in the plane); k0 is r0's index in the plane.
+// kPoolBlock outputs from rows r0 and r1 (r1 = r0 + W in the plane); k0 is r0's index in the plane.
 template <class T, bool kIndices>
 inline void max_pool_block_k2s2(const T* __restrict r0, const T* __restrict r1, int64_t W,
                                 int64_t k0, T* __restrict out, int64_t* __restrict ind) {
-  for (int64_t ow = 0; ow < kBlock; ++ow) {
+  for (int64_t ow = 0; ow < kPoolBlock; ++ow) {
     const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
     T m = a;
     if constexpr (kIndices) {
@@ -71,14 +71,14 @@ inline void max_pool_block_k2s2(const T* __restrict r0, const T* __restrict r1, 
 
 // One output row of the 2x2 stride-2 max pool; `base` is the plane index of r0's first element.
 // Kept out of line: inlined into the plane loop, the blocks were no longer vectorized. A row of at
-// least kBlock outputs ends with one block that overlaps the previous one (recomputing a few
+// least kPoolBlock outputs ends with one block that overlaps the previous one (recomputing a few
 // outputs is cheaper than a scalar or scratch-buffer tail); shorter rows (LeNet's 5-wide second
 // pool) run the same rule one output at a time.
 template <class T, bool kIndices>
 [[gnu::noinline]] void max_pool_row_k2s2(const T* r0, int64_t W, int64_t OW, int64_t base, T* out,
                                          int64_t* ind) {
   const T* r1 = r0 + W;
-  if (OW < kBlock) {
+  if (OW < kPoolBlock) {
     for (int64_t ow = 0; ow < OW; ++ow) {
       const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
       T m = a;
@@ -100,11 +100,11 @@ template <class T, bool kIndices>
     return;
   }
   int64_t ow = 0;
-  for (; ow + kBlock <= OW; ow += kBlock)
+  for (; ow + kPoolBlock <= OW; ow += kPoolBlock)
     max_pool_block_k2s2<T, kIndices>(r0 + 2 * ow, r1 + 2 * ow, W, base + 2 * ow, out + ow,
                                      kIndices ? ind + ow : nullptr);
   if (ow == OW) return;
-  ow = OW - kBlock;
+  ow = OW - kPoolBlock;
   max_pool_block_k2s2<T, kIndices>(r0 + 2 * ow, r1 + 2 * ow, W, base + 2 * ow, out + ow,
                                    kIndices ? ind + ow : nullptr);
 }
@@ -118,7 +118,7 @@ void max_pool_plane(const PoolGeometry& g, const T* in, T* out, int64_t* ind) {
                                      kIndices ? ind + oh * g.OW : nullptr);
     return;
   }
-  // Columns whose windows lie fully inside the row: [ow_lo, ow_hi). They run kBlock at a time
+  // Columns whose windows lie fully inside the row: [ow_lo, ow_hi). They run kPoolBlock at a time
   // with independent running maxima (the scalar loop is one long dependency chain); the edge
   // columns, clipped by the padding, run one by one.
   const int64_t ow_lo = std::min(g.OW, (g.pw + g.sw - 1) / g.sw);
@@ -164,11 +164,11 @@ void max_pool_plane(const PoolGeometry& g, const T* in, T* out, int64_t* ind) {
     };
     int64_t ow = 0;
     for (; ow < ow_lo; ++ow) one(ow);
-    for (; ow + kBlock <= ow_hi; ow += kBlock) {
-      T m[kBlock], z[kBlock];
-      int64_t k[kBlock];
+    for (; ow + kPoolBlock <= ow_hi; ow += kPoolBlock) {
+      T m[kPoolBlock], z[kPoolBlock];
+      int64_t k[kPoolBlock];
       const int64_t w0 = ow * g.sw - g.pw;
-      for (int64_t t = 0; t < kBlock; ++t) {
+      for (int64_t t = 0; t < kPoolBlock; ++t) {
         m[t] = -std::numeric_limits<T>::infinity();
         z[t] = 0;
         k[t] = hs * W + w0 + t * g.sw;
@@ -177,14 +177,14 @@ void max_pool_plane(const PoolGeometry& g, const T* in, T* out, int64_t* ind) {
         for (int64_t j = 0; j < g.kw; ++j) {
           const int64_t base = h * W + w0 + j;
           const T* src = in + base;
-          for (int64_t t = 0; t < kBlock; ++t) {
+          for (int64_t t = 0; t < kPoolBlock; ++t) {
             const T v = src[t * g.sw];
             if constexpr (kIndices) k[t] = v > m[t] ? base + t * g.sw : k[t];
             m[t] = v > m[t] ? v : m[t];
             z[t] += v * T(0);
           }
         }
-      for (int64_t t = 0; t < kBlock; ++t) {
+      for (int64_t t = 0; t < kPoolBlock; ++t) {
         orow[ow + t] = m[t];
         if constexpr (kIndices) irow[ow + t] = k[t];
         if (z[t] != z[t]) exact(ow + t);

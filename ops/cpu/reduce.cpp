@@ -23,10 +23,10 @@ namespace stoke::ops::cpu {
 using namespace reduce_detail;
 namespace {
 
-constexpr int64_t kGrain = 32768;  // elements per parallel chunk, at least
-constexpr int kLanes = 16;         // independent accumulators: vectorizable without fast-math
-constexpr int64_t kBlock = 1024;   // elements summed in lane precision before widening to A
-constexpr int64_t kTile = 512;     // inner-dim width of one column-reduction task
+constexpr int64_t kReduceGrain = 32768;  // elements per parallel chunk, at least
+constexpr int kReduceLanes = 16;         // independent accumulators: vectorizable without fast-math
+constexpr int64_t kReduceBlock = 1024;   // elements summed in lane precision before widening to A
+constexpr int64_t kReduceTile = 512;     // inner-dim width of one column-reduction task
 
 struct Layout {
   Tensor x;  // contiguous
@@ -81,15 +81,15 @@ Layout plan(const Tensor& x, const std::vector<bool>& mask) {
   return l;
 }
 
-// Sum of f(p[i]) for i < n: kLanes accumulators of type L over blocks of kBlock elements, each
-// block's total added in A (f64 for floats) so long sums keep their accuracy.
-// Two 512-bit vectors' worth of lanes hide the add latency.
+// Sum of f(p[i]) for i < n: kReduceLanes accumulators of type L over blocks of kReduceBlock
+// elements, each block's total added in A (f64 for floats) so long sums keep their accuracy. Two
+// 512-bit vectors' worth of lanes hide the add latency.
 template <class L, class A, class T, class F>
 A row_accumulate(const T* p, int64_t n, F&& f) {
   constexpr int lanes = 128 / sizeof(L);
   A total = 0;
-  for (int64_t b = 0; b < n; b += kBlock) {
-    const int64_t e = std::min(n, b + kBlock);
+  for (int64_t b = 0; b < n; b += kReduceBlock) {
+    const int64_t e = std::min(n, b + kReduceBlock);
     L lane[lanes] = {};
     int64_t i = b;
     for (; i + lanes <= e; i += lanes)
@@ -106,8 +106,8 @@ A row_accumulate(const T* p, int64_t n, F&& f) {
 // out[o] = sum_r f(x[o, r], o) for x of shape [outer, red].
 template <class L, class A, class T, class F>
 void reduce_rows(const T* x, int64_t outer, int64_t red, A* out, F&& f) {
-  if (outer >= 4 * num_threads() || red < 2 * kGrain) {
-    const int64_t grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(red, 1));
+  if (outer >= 4 * num_threads() || red < 2 * kReduceGrain) {
+    const int64_t grain = std::max<int64_t>(1, kReduceGrain / std::max<int64_t>(red, 1));
     parallel_for(0, outer, grain, [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o)
         out[o] = row_accumulate<L, A>(x + o * red, red, [&](T v) { return f(v, o); });
@@ -115,10 +115,10 @@ void reduce_rows(const T* x, int64_t outer, int64_t red, A* out, F&& f) {
     return;
   }
   // Few long rows: split each row over the pool.
-  std::vector<A> partial(parallel_chunk_count(red, kGrain));
+  std::vector<A> partial(parallel_chunk_count(red, kReduceGrain));
   for (int64_t o = 0; o < outer; ++o) {
     std::fill(partial.begin(), partial.end(), A(0));
-    parallel_chunks(0, red, kGrain, [&](int64_t c, int64_t b, int64_t e) {
+    parallel_chunks(0, red, kReduceGrain, [&](int64_t c, int64_t b, int64_t e) {
       partial[c] = row_accumulate<L, A>(x + o * red + b, e - b, [&](T v) { return f(v, o); });
     });
     A s = 0;
@@ -150,31 +150,33 @@ void column_tile(const T* x, int64_t inner, int64_t r0, int64_t r1, int64_t k0, 
 // out[o, k] = sum_r f(x[o, r, k], o * inner + k) for x of shape [outer, red, inner].
 template <class A, class T, class F>
 void reduce_columns(const T* x, int64_t outer, int64_t red, int64_t inner, A* out, F&& f) {
-  const int64_t tiles = (inner + kTile - 1) / kTile;
+  const int64_t tiles = (inner + kReduceTile - 1) / kReduceTile;
   const int64_t tasks = outer * tiles;
-  if (tasks >= num_threads() || outer * red * inner < 2 * kGrain) {
-    const int64_t per_task = std::max<int64_t>(1, red * std::min(inner, kTile));
-    parallel_for(0, tasks, std::max<int64_t>(1, kGrain / per_task), [&](int64_t b, int64_t e) {
-      A acc[kTile];
-      for (int64_t t = b; t < e; ++t) {
-        const int64_t o = t / tiles, k0 = (t % tiles) * kTile, w = std::min(kTile, inner - k0);
-        std::fill(acc, acc + w, A(0));
-        column_tile(x + o * red * inner, inner, 0, red, k0, w, acc, o * inner, f);
-        std::copy(acc, acc + w, out + o * inner + k0);
-      }
-    });
+  if (tasks >= num_threads() || outer * red * inner < 2 * kReduceGrain) {
+    const int64_t per_task = std::max<int64_t>(1, red * std::min(inner, kReduceTile));
+    parallel_for(0, tasks, std::max<int64_t>(1, kReduceGrain / per_task),
+                 [&](int64_t b, int64_t e) {
+                   A acc[kReduceTile];
+                   for (int64_t t = b; t < e; ++t) {
+                     const int64_t o = t / tiles, k0 = (t % tiles) * kReduceTile,
+                                   w = std::min(kReduceTile, inner - k0);
+                     std::fill(acc, acc + w, A(0));
+                     column_tile(x + o * red * inner, inner, 0, red, k0, w, acc, o * inner, f);
+                     std::copy(acc, acc + w, out + o * inner + k0);
+                   }
+                 });
     return;
   }
   // Few outputs, long reduced range: one partial result per chunk of the reduced range.
   const int64_t nout = outer * inner;
-  const int64_t grain = std::max<int64_t>(1, kGrain / inner);
+  const int64_t grain = std::max<int64_t>(1, kReduceGrain / inner);
   const int64_t chunks = parallel_chunk_count(red, grain);
   std::vector<A> partial(chunks * nout, A(0));
   parallel_chunks(0, red, grain, [&](int64_t c, int64_t b, int64_t e) {
     A* p = partial.data() + c * nout;
     for (int64_t o = 0; o < outer; ++o)
-      for (int64_t k0 = 0; k0 < inner; k0 += kTile)
-        column_tile(x + o * red * inner, inner, b, e, k0, std::min(kTile, inner - k0),
+      for (int64_t k0 = 0; k0 < inner; k0 += kReduceTile)
+        column_tile(x + o * red * inner, inner, b, e, k0, std::min(kReduceTile, inner - k0),
                     p + o * inner + k0, o * inner, f);
   });
   for (int64_t i = 0; i < nout; ++i) {
@@ -269,15 +271,15 @@ void extremum_row(const T* p, int64_t b, int64_t e, T& best, int64_t& idx) {
           return;
         }
   } else {
-    T lane[kLanes];
-    for (int j = 0; j < kLanes; ++j) lane[j] = p[b];
+    T lane[kReduceLanes];
+    for (int j = 0; j < kReduceLanes; ++j) lane[j] = p[b];
     int64_t i = b;
-    for (; i + kLanes <= e; i += kLanes)
-      for (int j = 0; j < kLanes; ++j)
+    for (; i + kReduceLanes <= e; i += kReduceLanes)
+      for (int j = 0; j < kReduceLanes; ++j)
         lane[j] = (IsMax ? p[i + j] > lane[j] : p[i + j] < lane[j]) ? p[i + j] : lane[j];
     for (; i < e; ++i) lane[0] = (IsMax ? p[i] > lane[0] : p[i] < lane[0]) ? p[i] : lane[0];
     m = lane[0];
-    for (int j = 1; j < kLanes; ++j) m = (IsMax ? lane[j] > m : lane[j] < m) ? lane[j] : m;
+    for (int j = 1; j < kReduceLanes; ++j) m = (IsMax ? lane[j] > m : lane[j] < m) ? lane[j] : m;
   }
   int64_t k = b;
   while (p[k] != m) ++k;
@@ -289,18 +291,18 @@ void extremum_row(const T* p, int64_t b, int64_t e, T& best, int64_t& idx) {
 template <bool IsMax, class T>
 void extremum_kernel(const T* x, int64_t outer, int64_t n, int64_t inner, T* vals, int64_t* idx) {
   if (inner == 1) {
-    if (outer >= 4 * num_threads() || n < 2 * kGrain) {
-      parallel_for(0, outer, std::max<int64_t>(1, kGrain / n), [&](int64_t b, int64_t e) {
+    if (outer >= 4 * num_threads() || n < 2 * kReduceGrain) {
+      parallel_for(0, outer, std::max<int64_t>(1, kReduceGrain / n), [&](int64_t b, int64_t e) {
         for (int64_t o = b; o < e; ++o) extremum_row<IsMax>(x + o * n, 0, n, vals[o], idx[o]);
       });
       return;
     }
-    const int64_t chunks = parallel_chunk_count(n, kGrain);
+    const int64_t chunks = parallel_chunk_count(n, kReduceGrain);
     std::vector<T> pv(chunks);
     std::vector<int64_t> pi(chunks, -1);
     for (int64_t o = 0; o < outer; ++o) {
       std::fill(pi.begin(), pi.end(), -1);
-      parallel_chunks(0, n, kGrain, [&](int64_t c, int64_t b, int64_t e) {
+      parallel_chunks(0, n, kReduceGrain, [&](int64_t c, int64_t b, int64_t e) {
         extremum_row<IsMax>(x + o * n, b, e, pv[c], pi[c]);
       });
       T best = pv[0];
@@ -315,32 +317,34 @@ void extremum_kernel(const T* x, int64_t outer, int64_t n, int64_t inner, T* val
     }
     return;
   }
-  const int64_t tiles = (inner + kTile - 1) / kTile;
-  const int64_t per_task = n * std::min(inner, kTile);
-  parallel_for(
-      0, outer * tiles, std::max<int64_t>(1, kGrain / per_task), [&](int64_t b, int64_t e) {
-        for (int64_t t = b; t < e; ++t) {
-          const int64_t o = t / tiles, k0 = (t % tiles) * kTile, w = std::min(kTile, inner - k0);
-          T* bv = vals + o * inner + k0;
-          int64_t* bi = idx + o * inner + k0;
-          const T* base = x + o * n * inner + k0;
-          for (int64_t k = 0; k < w; ++k) {
-            bv[k] = base[k];
-            bi[k] = 0;
-          }
-          for (int64_t d = 1; d < n; ++d) {
-            const T* row = base + d * inner;
-            for (int64_t k = 0; k < w; ++k) {
-              // Branch-free select (same rule as better()) so the loop vectorizes.
-              const T v = row[k], cur = bv[k];
-              bool take = IsMax ? v > cur : v < cur;
-              if constexpr (std::is_floating_point_v<T>) take = take | ((v != v) & (cur == cur));
-              bv[k] = take ? v : cur;
-              bi[k] = take ? d : bi[k];
-            }
-          }
-        }
-      });
+  const int64_t tiles = (inner + kReduceTile - 1) / kReduceTile;
+  const int64_t per_task = n * std::min(inner, kReduceTile);
+  parallel_for(0, outer * tiles, std::max<int64_t>(1, kReduceGrain / per_task),
+               [&](int64_t b, int64_t e) {
+                 for (int64_t t = b; t < e; ++t) {
+                   const int64_t o = t / tiles, k0 = (t % tiles) * kReduceTile,
+                                 w = std::min(kReduceTile, inner - k0);
+                   T* bv = vals + o * inner + k0;
+                   int64_t* bi = idx + o * inner + k0;
+                   const T* base = x + o * n * inner + k0;
+                   for (int64_t k = 0; k < w; ++k) {
+                     bv[k] = base[k];
+                     bi[k] = 0;
+                   }
+                   for (int64_t d = 1; d < n; ++d) {
+                     const T* row = base + d * inner;
+                     for (int64_t k = 0; k < w; ++k) {
+                       // Branch-free select (same rule as better()) so the loop vectorizes.
+                       const T v = row[k], cur = bv[k];
+                       bool take = IsMax ? v > cur : v < cur;
+                       if constexpr (std::is_floating_point_v<T>)
+                         take = take | ((v != v) & (cur == cur));
+                       bv[k] = take ? v : cur;
+                       bi[k] = take ? d : bi[k];
+                     }
+                   }
+                 }
+               });
 }
 
 // The CPU's max/min along a dim; `op` names it in messages. The entry point has checked dim and
@@ -449,7 +453,7 @@ Tensor CpuBackend::mean_backward(const Tensor& grad, const Shape& input_shape,
     using T = typename decltype(tag)::type;
     const T scale = T(1) / static_cast<T>(count);
     T* p = out.data<T>();
-    parallel_for(0, out.numel(), kGrain, [&](int64_t b, int64_t e) {
+    parallel_for(0, out.numel(), kReduceGrain, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) p[i] *= scale;
     });
   });
@@ -469,7 +473,7 @@ Tensor CpuBackend::var_backward(const Tensor& g, const Tensor& x, const std::vec
     T* po = out.data<T>();
     const T *px = x.data<T>(), *pg = g.data<T>(), *pm = m.data<T>();
     const T s = static_cast<T>(scale);
-    parallel_for_each_row(geo, kGrain, [&](const auto& off, int64_t n, const auto& st) {
+    parallel_for_each_row(geo, kReduceGrain, [&](const auto& off, int64_t n, const auto& st) {
       for (int64_t i = 0; i < n; ++i)
         po[off[0] + i * st[0]] =
             pg[off[2] + i * st[2]] * s * (px[off[1] + i * st[1]] - pm[off[3] + i * st[3]]);
@@ -501,7 +505,7 @@ Tensor CpuBackend::index_reduce_backward(const Tensor& grad, const Tensor& indic
     T* po = out.data<T>();
     const T* pg = g.data<T>();
     const int64_t* pi = idx.data<int64_t>();
-    parallel_for(0, outer * inner, kGrain, [&](int64_t b, int64_t e) {
+    parallel_for(0, outer * inner, kReduceGrain, [&](int64_t b, int64_t e) {
       for (int64_t j = b; j < e; ++j) {
         const int64_t o = j / inner, k = j % inner;
         po[(o * n + pi[j]) * inner + k] = pg[j];

@@ -1,7 +1,7 @@
 // CPU softmax / log_softmax. The input is viewed as [outer, n, inner] with `n` the softmax dim.
 // inner == 1 (the last dim, the common case): one row at a time, three short vectorizable passes
-// (max, exp-and-sum, scale). Otherwise tiles of up to kTile positions along `inner` are processed
-// together, so the inner loops run over contiguous memory as well.
+// (max, exp-and-sum, scale). Otherwise tiles of up to kSoftmaxTile positions along `inner` are
+// processed together, so the inner loops run over contiguous memory as well.
 #include <cmath>
 
 #include "core/parallel.h"
@@ -18,8 +18,8 @@ double vexp(double x) {
 
 namespace {
 
-constexpr int64_t kGrain = 32768;
-constexpr int64_t kTile = 256;
+constexpr int64_t kSoftmaxGrain = 32768;
+constexpr int64_t kSoftmaxTile = 256;
 
 struct Geometry {
   int64_t outer = 1, n = 1, inner = 1;
@@ -40,18 +40,18 @@ template <class Row, class Tile>
 void drive(const Geometry& g, Row&& row, Tile&& tile) {
   if (g.n == 0) return;
   if (g.inner == 1) {
-    parallel_for(0, g.outer, std::max<int64_t>(1, kGrain / g.n), [&](int64_t b, int64_t e) {
+    parallel_for(0, g.outer, std::max<int64_t>(1, kSoftmaxGrain / g.n), [&](int64_t b, int64_t e) {
       for (int64_t o = b; o < e; ++o) row(o);
     });
     return;
   }
-  const int64_t tiles = (g.inner + kTile - 1) / kTile;
-  const int64_t per_task = g.n * std::min(g.inner, kTile);
-  parallel_for(0, g.outer * tiles, std::max<int64_t>(1, kGrain / per_task),
+  const int64_t tiles = (g.inner + kSoftmaxTile - 1) / kSoftmaxTile;
+  const int64_t per_task = g.n * std::min(g.inner, kSoftmaxTile);
+  parallel_for(0, g.outer * tiles, std::max<int64_t>(1, kSoftmaxGrain / per_task),
                [&](int64_t b, int64_t e) {
                  for (int64_t t = b; t < e; ++t) {
-                   const int64_t o = t / tiles, k0 = (t % tiles) * kTile;
-                   tile(o, k0, std::min(kTile, g.inner - k0));
+                   const int64_t o = t / tiles, k0 = (t % tiles) * kSoftmaxTile;
+                   tile(o, k0, std::min(kSoftmaxTile, g.inner - k0));
                  }
                });
 }
@@ -82,7 +82,7 @@ Tensor softmax_forward(const Tensor& x_in, int64_t dim, const char* op) {
       }
     };
     auto tile = [&](int64_t o, int64_t k0, int64_t w) {
-      T m[kTile], s[kTile];
+      T m[kSoftmaxTile], s[kSoftmaxTile];
       const T* xb = px + o * n * inner + k0;
       T* yb = py + o * n * inner + k0;
       for (int64_t k = 0; k < w; ++k) {
@@ -138,7 +138,7 @@ Tensor softmax_grad(const Tensor& grad_in, const Tensor& out_in, int64_t dim, co
       }
     };
     auto tile = [&](int64_t o, int64_t k0, int64_t w) {
-      T s[kTile];
+      T s[kSoftmaxTile];
       const int64_t base = o * n * inner + k0;
       const T *gb = pg + base, *yb = py + base;
       T* xb = px + base;

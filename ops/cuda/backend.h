@@ -45,4 +45,9 @@ T* typed(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
 
+// The float pointer of an optional f32 tensor (BN's and GN's affine parameters), or null.
+inline const float* f32_or_null(const Tensor& t) {
+  return t.defined() ? typed<float>(t) : nullptr;
+}
+
 }  // namespace stoke::ops::cuda_glue

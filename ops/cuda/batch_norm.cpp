@@ -46,10 +46,6 @@ struct ContiguousInOut {
   }
 };
 
-const float* f32_or_null(const Tensor& t) {
-  return t.defined() ? typed<float>(t) : nullptr;
-}
-
 }  // namespace
 
 BatchNormForward CudaBackend::batch_norm_forward(const Tensor& input, const Tensor& running_mean,

@@ -56,7 +56,7 @@ Geometry geometry_of(const Tensor& x, const Tensor& w, const Conv2dOptions& o) {
           w.size(3), out[0],    out[1],    o.groups,  o};
 }
 
-Tensor as_f32(const Tensor& t) {
+Tensor contiguous_f32(const Tensor& t) {
   return t.dtype() == DType::f32 ? t.contiguous() : t.to(DType::f32).contiguous();
 }
 
@@ -79,8 +79,8 @@ cuda::Conv2dGeometry kernel_geometry(const Geometry& g) {
 }
 
 Tensor stoke_forward(const Geometry& g, const Tensor& x, const Tensor& w, const Tensor& bias) {
-  const Tensor xf = as_f32(x), wf = as_f32(w);
-  const Tensor bf = bias.defined() ? as_f32(bias) : Tensor();
+  const Tensor xf = contiguous_f32(x), wf = contiguous_f32(w);
+  const Tensor bf = bias.defined() ? contiguous_f32(bias) : Tensor();
   Tensor y = empty_on({g.N, g.K, g.OH, g.OW}, DType::f32, x.device());
   cuda::conv2d_implicit_gemm_forward(kernel_geometry(g), typed<float>(xf), typed<float>(wf),
                                      bf.defined() ? typed<float>(bf) : nullptr, typed<float>(y),
@@ -92,7 +92,7 @@ Tensor stoke_forward(const Geometry& g, const Tensor& x, const Tensor& w, const 
 // chunk of samples at a time under the column budget.
 void stoke_backward(const Geometry& g, const Tensor& gy_in, const Tensor& x_in, const Tensor& w_in,
                     Tensor* grad_input, Tensor* grad_weight) {
-  const Tensor gy = as_f32(gy_in), x = as_f32(x_in), w = as_f32(w_in);
+  const Tensor gy = contiguous_f32(gy_in), x = contiguous_f32(x_in), w = contiguous_f32(w_in);
   const Device dev = x.device();
   if (grad_input) *grad_input = empty_on(x.shape(), DType::f32, dev);
   if (grad_weight) *grad_weight = empty_on(w.shape(), DType::f32, dev);

@@ -31,10 +31,6 @@ cuda::GroupNormLayout kernel_layout(const GroupNormLayout& l) {
           .spatial = l.spatial};
 }
 
-const float* f32_or_null(const Tensor& t) {
-  return t.defined() ? typed<float>(t) : nullptr;
-}
-
 }  // namespace
 
 GroupNormForward CudaBackend::group_norm_forward(const Tensor& input, const Tensor& weight,

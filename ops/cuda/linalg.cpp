@@ -45,7 +45,7 @@ bool half_via_f32(DType dtype) {
 #endif
 }
 
-Tensor as_f32(const Tensor& t) {
+Tensor detached_f32(const Tensor& t) {
   return t.defined() ? t.detach().to(DType::f32) : t;
 }
 
@@ -69,7 +69,8 @@ Tensor CudaBackend::matmul(const Tensor& a_in, const Tensor& b_in) {
   STOKE_CHECK(a2.size(-1) == b2.size(-2), "matmul", "expected a's last dim to equal b's ",
               b_in.dim() == 1 ? "only" : "second-to-last", " dim, got shapes ", a_in.shape(),
               " and ", b_in.shape());
-  if (half_via_f32(a_in.dtype())) return matmul(as_f32(a_in), as_f32(b_in)).to(a_in.dtype());
+  if (half_via_f32(a_in.dtype()))
+    return matmul(detached_f32(a_in), detached_f32(b_in)).to(a_in.dtype());
   const int64_t m = a2.size(-2), k = a2.size(-1), n = b2.size(-1);
   const Shape batch = broadcast_shapes(Shape(a2.shape().begin(), a2.shape().end() - 2),
                                        Shape(b2.shape().begin(), b2.shape().end() - 2), "matmul");
@@ -106,7 +107,7 @@ Tensor CudaBackend::linear(const Tensor& x_in, const Tensor& w_in, const Tensor&
               "expected input (..., in_features) and weight (out_features, in_features), got ",
               x_in.shape(), " and ", w_in.shape());
   if (half_via_f32(x_in.dtype()))
-    return linear(as_f32(x_in), as_f32(w_in), as_f32(bias)).to(x_in.dtype());
+    return linear(detached_f32(x_in), detached_f32(w_in), detached_f32(bias)).to(x_in.dtype());
   const int64_t in = w_in.size(1), out_f = w_in.size(0);
   Shape out_shape(x_in.shape().begin(), x_in.shape().end() - 1);
   out_shape.push_back(out_f);
@@ -132,8 +133,8 @@ LinearGrads CudaBackend::linear_backward(const Tensor& grad_out, const Tensor& x
   check_gemm_operands("linear_backward", x_in, "input", w_in, "weight");
   check_same_dtype("linear_backward", grad_out, "grad_out", x_in, "input");
   if (half_via_f32(x_in.dtype())) {
-    LinearGrads r = linear_backward(as_f32(grad_out), as_f32(x_in), as_f32(w_in), need_input,
-                                    need_weight, need_bias);
+    LinearGrads r = linear_backward(detached_f32(grad_out), detached_f32(x_in), detached_f32(w_in),
+                                    need_input, need_weight, need_bias);
     for (Tensor* t : {&r.grad_input, &r.grad_weight, &r.grad_bias})
       if (t->defined()) *t = t->to(x_in.dtype());
     return r;
