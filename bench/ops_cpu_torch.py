@@ -37,6 +37,10 @@ OPS = {
     "conv2d_resnet8": ["N128_C1_K16_H28_k3_data", "N128_C16_K16_H28_k3", "N128_C16_K32_H28_k3_s2",
                        "N128_C16_K32_H28_k1_s2", "N128_C32_K32_H14_k3", "N128_C32_K64_H14_k3_s2",
                        "N128_C32_K64_H14_k1_s2", "N128_C64_K64_H7_k3"],
+    # VGG-11's convolutions on 28x28 images at batch 128 (its last two share one shape)
+    "conv2d_vgg11": ["N128_C1_K64_H28_k3_data", "N128_C64_K128_H14_k3", "N128_C128_K256_H7_k3",
+                     "N128_C256_K256_H7_k3", "N128_C256_K512_H3_k3", "N128_C512_K512_H3_k3",
+                     "N128_C512_K512_H1_k3"],
     "linear": ["N128_784_256"],
     "batch_norm": ["N64_C32_H28"],
     "batch_norm_relu": ["N64_C32_H28_unfused", "N64_C32_H28_fused"],
@@ -118,7 +122,7 @@ def run_case(op, case, reps, warmup):
         with torch.no_grad():
             gout = torch.randn_like(fwd())
         return bench_autograd(fwd, [x, w, b], gout, reps, warmup)
-    if op == "conv2d_resnet8":
+    if op in ("conv2d_resnet8", "conv2d_vgg11"):
         n, c, k, h, ks = int(p["N"]), int(p["C"]), int(p["K"]), int(p["H"]), int(p["k"])
         stride = int(p["s"]) if "s" in p else 1
         data = "data" in p

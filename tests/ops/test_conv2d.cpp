@@ -123,6 +123,17 @@ TEST_CASE("conv2d: larger shapes against a naive loop, every code path", "[ops][
        {5, 3, 3, 3},
        {.stride = {2, 1}, .padding = {0, 0}}},
       {"unit-stride padding beyond the kernel", {2, 2, 5, 6}, {3, 2, 3, 3}, {.padding = {3, 3}}},
+      // Kernel taps that only ever meet padding are cut off (ops/cpu/conv2d.cpp, live_conv):
+      // 3x3 on a 1x1 plane (a 1x1 convolution with the center tap), taps dead on one side only,
+      // strided and dilated hulls, grouped.
+      {"dead taps: 3x3 on 1x1", {4, 16, 1, 1}, {8, 16, 3, 3}, {.padding = {1, 1}}},
+      {"dead taps: 5x5 on 2x3", {3, 4, 2, 3}, {5, 4, 5, 5}, {.padding = {2, 2}}},
+      {"dead taps: one-sided, strided, dilated",
+       {2, 3, 3, 5},
+       {4, 3, 3, 3},
+       {.stride = {2, 2}, .padding = {2, 1}, .dilation = {2, 1}}},
+      {"dead taps: grouped", {2, 4, 1, 2}, {6, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}},
+      {"1x1 planes, batch > 16 (one GEMM)", {40, 24, 1, 1}, {20, 24, 1, 1}, {}},
   };
   for (const Case& c : cases) {
     INFO(c.name);
@@ -156,7 +167,12 @@ TEST_CASE("conv2d: backward against a naive adjoint in f64", "[ops][conv]") {
       {{3, 8, 9, 9}, {8, 1, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}, .groups = 8}},
       {{3, 6, 14, 14}, {16, 6, 5, 5}, {}},
       {{2, 3, 12, 23}, {5, 3, 3, 3}, {.stride = {2, 1}, .padding = {0, 2}}},
-      {{2, 2, 5, 6}, {3, 2, 3, 3}, {.padding = {3, 3}}}};
+      {{2, 2, 5, 6}, {3, 2, 3, 3}, {.padding = {3, 3}}},
+      {{4, 16, 1, 1}, {8, 16, 3, 3}, {.padding = {1, 1}}},
+      {{3, 4, 2, 3}, {5, 4, 5, 5}, {.padding = {2, 2}}},
+      {{2, 3, 3, 5}, {4, 3, 3, 3}, {.stride = {2, 2}, .padding = {2, 1}, .dilation = {2, 1}}},
+      {{2, 4, 1, 2}, {6, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}},
+      {{40, 24, 1, 1}, {20, 24, 3, 3}, {.padding = {1, 1}}}};
   for (const Case& c : cases) {
     INFO("x " << c.x << " w " << c.w);
     const TensorOptions f64{.dtype = DType::f64};
