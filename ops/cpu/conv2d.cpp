@@ -5,6 +5,7 @@
 // each GEMM is split over the pool instead. 1x1 stride-1 unpadded convolutions read the input as
 // the column matrix directly; depthwise ones use the direct kernels in conv2d_kernels.cpp.
 #include <algorithm>
+#include <type_traits>
 
 #include "core/parallel.h"
 #include "ops/check.h"
@@ -119,6 +120,25 @@ int64_t samples_per_gemm(const ConvGeometry& g) {
   const int64_t P = g.out_plane();
   if (is_pointwise(g) || g.groups > 1 || P > 128) return 1;
   return std::clamp<int64_t>(400 / std::max<int64_t>(1, P), 1, 16);
+}
+
+// f32 convolutions with a spatial kernel, stride 1 and one group run the direct kernels
+// (conv2d_direct.cpp) where the CPU has AVX-512 and the shape suits them: forward and input
+// gradient without the column matrix; the weight gradient too where its per-task partial sums
+// stay small (ResNet's layers; VGG's wide ones keep im2col + GEMM).
+template <class T>
+bool direct_forward(const ConvGeometry& g) {
+  return std::is_same_v<T, float> && !is_pointwise(g) && cpu::direct_conv_forward_fits(g);
+}
+
+template <class T>
+bool direct_backward_input(const ConvGeometry& g) {
+  return std::is_same_v<T, float> && !is_pointwise(g) && cpu::direct_conv_backward_input_fits(g);
+}
+
+template <class T>
+bool direct_backward_weight(const ConvGeometry& g) {
+  return std::is_same_v<T, float> && !is_pointwise(g) && cpu::direct_conv_backward_weight_fits(g);
 }
 
 // A pointwise convolution of 1x1 planes (VGG's last stage, cut down to its center tap) is a linear
@@ -310,6 +330,9 @@ Tensor CpuBackend::conv2d(const Tensor& input_in, const Tensor& weight_in, const
     const T* bp = b.defined() ? b.data<T>() : nullptr;
     if (is_depthwise(g))
       cpu::depthwise_forward(g, x.data<T>(), w.data<T>(), bp, out.data<T>());
+    else if (direct_forward<T>(live.g))
+      cpu::direct_conv_forward(live.g, x.data<float>(), w.data<float>(),
+                               b.defined() ? b.data<float>() : nullptr, out.data<float>());
     else
       forward_gemm(live.g, x.data<T>(), w.data<T>(), bp, out.data<T>());
   });
@@ -344,6 +367,18 @@ Conv2dGrads CpuBackend::conv2d_backward(const Tensor& grad_out_in, const Tensor&
     if (is_depthwise(g)) {
       if (gin) cpu::depthwise_backward_input(g, gout.data<T>(), w.data<T>(), gin);
       if (gw) cpu::depthwise_backward_weight(g, gout.data<T>(), x.data<T>(), gw);
+    } else if (direct_backward_input<T>(live.g) || direct_backward_weight<T>(live.g)) {
+      const bool direct_in = gin && direct_backward_input<T>(live.g);
+      const bool direct_w = gw && direct_backward_weight<T>(live.g);
+      if (direct_in)
+        cpu::direct_conv_backward_input(live.g, gout.data<float>(), w.data<float>(),
+                                        r.grad_input.data<float>());
+      if (direct_w)
+        cpu::direct_conv_backward_weight(live.g, gout.data<float>(), x.data<float>(),
+                                         live_gw.data<float>());
+      if ((gin && !direct_in) || (gw && !direct_w))
+        backward_gemm<T>(live.g, gout.data<T>(), x.data<T>(), w.data<T>(),
+                         direct_in ? nullptr : gin, direct_w ? nullptr : gw);
     } else {
       backward_gemm(live.g, gout.data<T>(), x.data<T>(), w.data<T>(), gin, gw);
     }

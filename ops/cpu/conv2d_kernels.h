@@ -43,6 +43,24 @@ void depthwise_backward_input(const ConvGeometry& g, const T* grad_out, const T*
 template <class T>
 void depthwise_backward_weight(const ConvGeometry& g, const T* grad_out, const T* x, T* grad_w);
 
+// Direct convolution (ops/cpu/conv2d_direct.cpp): f32, stride 1, dilation 1, one group, on CPUs
+// with AVX-512 (checked at run time; STOKE_CONV_DIRECT=0 turns it off). No column matrix: the
+// input is read in place through a zero-padded copy of each sample. Parallel over the batch. The
+// _fits checks also say whether the shape is one where it beats im2col + GEMM.
+bool direct_conv_forward_fits(const ConvGeometry& g);
+bool direct_conv_backward_input_fits(const ConvGeometry& g);
+bool direct_conv_backward_weight_fits(const ConvGeometry& g);
+// out (N, K, OH, OW) = conv(x, w) + bias (bias may be null).
+void direct_conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                         float* out);
+// grad_in (N, C, H, W) = the input gradient, overwritten: a direct convolution of grad_out with
+// the weight transposed and flipped.
+void direct_conv_backward_input(const ConvGeometry& g, const float* grad_out, const float* w,
+                                float* grad_in);
+// grad_w (K, C, kh, kw) = the weight gradient summed over the batch, overwritten (deterministic).
+void direct_conv_backward_weight(const ConvGeometry& g, const float* grad_out, const float* x,
+                                 float* grad_w);
+
 // Sum of n contiguous values with independent partial sums (vectorizes without -ffast-math).
 template <class T>
 T sum_contiguous(const T* p, int64_t n);

@@ -198,6 +198,44 @@ TEST_CASE("conv2d: backward against a naive adjoint in f64", "[ops][conv]") {
   }
 }
 
+TEST_CASE("conv2d: f32 stride-1 shapes of the direct kernels against f64", "[ops][conv]") {
+  // On CPUs with AVX-512, f32 stride-1 convolutions with >= 64 multiply-adds per output run the
+  // direct kernels of ops/cpu/conv2d_direct.cpp (forward, input gradient, and for small layers on
+  // planes of 14x14 and up the weight gradient); f64 runs im2col + GEMM. Shapes: output channels not a multiple of the register tile, 5x5, asymmetric kernel and
+  // padding, padding beyond the kernel's reach (the input gradient's grid then clips grad_out).
+  struct Case {
+    const char* name;
+    Shape x, w;
+    ops::Conv2dOptions o;
+  };
+  const Case cases[] = {
+      {"13 output channels", {3, 16, 12, 10}, {13, 16, 3, 3}, {.padding = {1, 1}}},
+      {"5x5 valid", {2, 8, 14, 13}, {10, 8, 5, 5}, {}},
+      {"3x5, padding 1x2", {2, 12, 9, 11}, {6, 12, 3, 5}, {.padding = {1, 2}}},
+      {"padding 3 on 3x3", {2, 16, 8, 8}, {8, 16, 3, 3}, {.padding = {3, 3}}},
+      {"ResNet 7x7", {4, 64, 7, 7}, {64, 64, 3, 3}, {.padding = {1, 1}}},
+      // The direct weight gradient: one sample per block of grids (28x28), four per block with a
+      // partial last block (14x14, 13 samples).
+      {"ResNet 28x28", {3, 16, 28, 28}, {16, 16, 3, 3}, {.padding = {1, 1}}},
+      {"ResNet 14x14, 13 samples", {13, 32, 14, 14}, {24, 32, 3, 3}, {.padding = {1, 1}}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const TensorOptions f64{.dtype = DType::f64};
+    Tensor x = randn(c.x, f64), w = randn(c.w, f64), b = randn({c.w[0]}, f64);
+    Tensor y = ops::conv2d(x, w, b, c.o);
+    Tensor g = randn(y.shape(), f64);
+    ops::Conv2dGrads r = ops::conv2d_backward(g, x, w, c.o, true, true, true);
+    auto f32 = [](const Tensor& t) { return t.to(DType::f32); };
+    Tensor y32 = ops::conv2d(f32(x), f32(w), f32(b), c.o);
+    ops::Conv2dGrads r32 = ops::conv2d_backward(f32(g), f32(x), f32(w), c.o, true, true, true);
+    CHECK(max_rel_error(y32, y, 1e-4, 1e-4) <= 1);
+    CHECK(max_rel_error(r32.grad_input, r.grad_input, 1e-4, 1e-4) <= 1);
+    CHECK(max_rel_error(r32.grad_weight, r.grad_weight, 1e-3, 1e-4) <= 1);
+    CHECK(max_rel_error(y, naive_conv2d(x, w, b, c.o), 1e-10, 1e-10) <= 1);
+  }
+}
+
 TEST_CASE("conv2d: non-contiguous operands and deterministic backward", "[ops][conv]") {
   // A channels-last buffer viewed as NCHW.
   Tensor x = randn({4, 9, 10, 6}).permute({0, 3, 1, 2});
