@@ -3,7 +3,9 @@
 // allocated once per call as a Tensor so the caching allocator recycles it), single-threaded GEMM
 // inside. When the batch is smaller than the pool, samples run in order and
 // each GEMM is split over the pool instead. 1x1 stride-1 unpadded convolutions read the input as
-// the column matrix directly; depthwise ones use the direct kernels in conv2d_kernels.cpp.
+// the column matrix directly; depthwise ones use the direct kernels in conv2d_kernels.cpp; f32
+// stride-1 ones take the AVX-512 direct kernels of conv2d_direct.cpp where the CPU and the shape
+// suit them. Kernel taps that only ever meet padding are cut off first (live_conv).
 #include <algorithm>
 #include <type_traits>
 

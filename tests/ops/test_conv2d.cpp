@@ -201,8 +201,9 @@ TEST_CASE("conv2d: backward against a naive adjoint in f64", "[ops][conv]") {
 TEST_CASE("conv2d: f32 stride-1 shapes of the direct kernels against f64", "[ops][conv]") {
   // On CPUs with AVX-512, f32 stride-1 convolutions with >= 64 multiply-adds per output run the
   // direct kernels of ops/cpu/conv2d_direct.cpp (forward, input gradient, and for small layers on
-  // planes of 14x14 and up the weight gradient); f64 runs im2col + GEMM. Shapes: output channels not a multiple of the register tile, 5x5, asymmetric kernel and
-  // padding, padding beyond the kernel's reach (the input gradient's grid then clips grad_out).
+  // planes of 14x14 and up the weight gradient); f64 runs im2col + GEMM. Shapes: output channels
+  // not a multiple of the register tile, 5x5, asymmetric kernel and padding, padding beyond the
+  // kernel's reach (the input gradient's grid then clips grad_out).
   struct Case {
     const char* name;
     Shape x, w;
