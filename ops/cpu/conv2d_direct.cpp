@@ -113,16 +113,16 @@ DirectPlan plan_of(const ConvGeometry& g) {
   return p;
 }
 
-// Copies one sample (C, H, W) into the zeroed grid at offset (ph, pw), clipped to the grid: rows
-// or columns outside it are read by no output.
-void fill_grid(const ConvGeometry& g, const DirectPlan& p, const float* x, float* xpad) {
-  std::fill(xpad, xpad + p.xpad_len, 0.0f);
-  const int64_t w0 = std::max<int64_t>(0, -g.pw), w1 = std::min(g.W, p.Wp - g.pw);
-  const int64_t h0 = std::max<int64_t>(0, -g.ph), h1 = std::min(g.H, p.Hp - g.ph);
+// Copies one sample (C, H, W) into a zeroed grid of Hp x Wp per channel (channels `ld` floats
+// apart) at offset (ph, pw), clipped to the grid: rows or columns outside it are read by no output.
+void copy_into_grid(const ConvGeometry& g, int64_t Hp, int64_t Wp, const float* x, float* grid,
+                    int64_t ld) {
+  const int64_t w0 = std::max<int64_t>(0, -g.pw), w1 = std::min(g.W, Wp - g.pw);
+  const int64_t h0 = std::max<int64_t>(0, -g.ph), h1 = std::min(g.H, Hp - g.ph);
   if (w0 >= w1) return;
   for (int64_t c = 0; c < g.C; ++c)
     for (int64_t h = h0; h < h1; ++h)
-      std::memcpy(xpad + c * p.plane + (h + g.ph) * p.Wp + g.pw + w0, x + (c * g.H + h) * g.W + w0,
+      std::memcpy(grid + c * ld + (h + g.ph) * Wp + g.pw + w0, x + (c * g.H + h) * g.W + w0,
                   sizeof(float) * (w1 - w0));
 }
 
@@ -157,7 +157,8 @@ void run_direct(const ConvGeometry& g, const float* x, const float* w, bool flip
     float* xpad = scratch.data<float>() + chunk * per_chunk;
     float* grid = xpad + p.xpad_len;  // (Kr, Qr): the output on the grid
     for (int64_t n = n0; n < n1; ++n) {
-      fill_grid(g, p, x + n * g.C * g.H * g.W, xpad);
+      std::fill(xpad, xpad + p.xpad_len, 0.0f);
+      copy_into_grid(g, p.Hp, p.Wp, x + n * g.C * g.H * g.W, xpad, p.plane);
       for (int64_t k0 = 0; k0 < p.Kr; k0 += p.kb)
         for (int64_t q0 = 0; q0 < p.Q; q0 += span)
           tile(g.C, g.kh, g.kw, p.Wp, p.plane, xpad + q0, wp + k0 * R, grid + k0 * p.Qr + q0, p.Qr);
@@ -241,13 +242,7 @@ void run_direct_weight(const ConvGeometry& g, const float* grad_out, const float
       const int64_t n0 = b * S, n1 = std::min(g.N, n0 + S);
       for (int64_t n = n0; n < n1; ++n) {
         const int64_t at = (n - n0) * plane;
-        for (int64_t c = 0; c < g.C; ++c)
-          for (int64_t h = std::max<int64_t>(0, -g.ph); h < std::min(g.H, Hp - g.ph); ++h) {
-            const int64_t w0 = std::max<int64_t>(0, -g.pw), w1 = std::min(g.W, Wp - g.pw);
-            if (w0 < w1)
-              std::memcpy(xs + c * ldx + at + (h + g.ph) * Wp + g.pw + w0,
-                          x + ((n * g.C + c) * g.H + h) * g.W + w0, sizeof(float) * (w1 - w0));
-          }
+        copy_into_grid(g, Hp, Wp, x + n * g.C * g.H * g.W, xs + at, ldx);
         for (int64_t k = 0; k < g.K; ++k)
           for (int64_t oh = 0; oh < g.OH; ++oh)
             std::memcpy(gs + k * L + at + oh * Wp, grad_out + ((n * g.K + k) * g.OH + oh) * g.OW,
