@@ -254,16 +254,20 @@ void run_direct_weight(const ConvGeometry& g, const float* grad_out, const float
                       Rr * kDirectLanes, b == b0);
     }
   });
-  // gw[k][r] = the chunks' lane sums, in chunk and lane order (deterministic).
-  for (int64_t k = 0; k < g.K; ++k)
-    for (int64_t r = 0; r < R; ++r) {
-      float s = 0.0f;
-      for (int64_t c = 0; c < chunks; ++c) {
-        const float* v = base + c * per_chunk + (k * Rr + r) * kDirectLanes;
-        for (int64_t l = 0; l < kDirectLanes; ++l) s += v[l];
+  // gw[k][r] = the chunks' lane sums, in chunk and lane order (deterministic), parallel over the
+  // output channels (each element is summed by one task).
+  const int64_t grain = std::max<int64_t>(1, 4096 / std::max<int64_t>(1, R * chunks));
+  parallel_for(0, g.K, grain, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k)
+      for (int64_t r = 0; r < R; ++r) {
+        float s = 0.0f;
+        for (int64_t c = 0; c < chunks; ++c) {
+          const float* v = base + c * per_chunk + (k * Rr + r) * kDirectLanes;
+          for (int64_t l = 0; l < kDirectLanes; ++l) s += v[l];
+        }
+        gw[k * R + r] = s;
       }
-      gw[k * R + r] = s;
-    }
+  });
 }
 
 // The input gradient of a stride-1 convolution is a stride-1 convolution of grad_out with the
