@@ -2,8 +2,7 @@
 // (construction is collective, so it is made here, on every rank, before any case). Rank 0 reports
 // in full; the other ranks print only failures and a summary line (compact reporter), so that a
 // failure on any rank is seen and mpirun's exit status is non-zero.
-#define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
+#include "support/catch_session.h"
 
 #include "mpi_util.h"
 
@@ -23,10 +22,7 @@ int main(int argc, char** argv) {
   // A short watchdog: a test that deadlocks ends the job in a minute, naming the call.
   MpiCommunicator comm(MpiOptions{.timeout = std::chrono::seconds(60)});
   stoke::dist::test::g_world = &comm;
-  Catch::Session session;
-  if (const int rc = session.applyCommandLine(argc, argv)) return rc;
-  if (comm.rank() != 0) session.configData().reporterName = "compact";
-  const int failed = session.run();
+  const int failed = stoke::test::run_catch(argc, argv, comm.rank() != 0 ? "compact" : nullptr);
   stoke::dist::test::g_world = nullptr;
   return failed;
 }
