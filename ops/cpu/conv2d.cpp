@@ -5,7 +5,9 @@
 // each GEMM is split over the pool instead. 1x1 stride-1 unpadded convolutions read the input as
 // the column matrix directly; depthwise ones use the direct kernels in conv2d_kernels.cpp; f32
 // stride-1 ones take the AVX-512 direct kernels of conv2d_direct.cpp where the CPU and the shape
-// suit them. Kernel taps that only ever meet padding are cut off first (live_conv).
+// suit them; small output planes (up to 16 positions) whose kernels hang over the padding take one
+// GEMM per output position (conv2d_positions.cpp). Kernel taps that only ever meet padding are
+// cut off first (live_conv).
 #include <algorithm>
 #include <type_traits>
 
@@ -336,6 +338,8 @@ Tensor CpuBackend::conv2d(const Tensor& input_in, const Tensor& weight_in, const
     const T* bp = b.defined() ? b.data<T>() : nullptr;
     if (is_depthwise(g))
       cpu::depthwise_forward(g, x.data<T>(), w.data<T>(), bp, out.data<T>());
+    else if (cpu::position_conv_fits(live.g))
+      cpu::position_conv_forward(live.g, x.data<T>(), w.data<T>(), bp, out.data<T>());
     else if (direct_forward<T>(live.g))
       cpu::direct_conv_forward(live.g, x.data<float>(), w.data<float>(),
                                b.defined() ? b.data<float>() : nullptr, out.data<float>());
@@ -373,6 +377,8 @@ Conv2dGrads CpuBackend::conv2d_backward(const Tensor& grad_out_in, const Tensor&
     if (is_depthwise(g)) {
       if (gin) cpu::depthwise_backward_input(g, gout.data<T>(), w.data<T>(), gin);
       if (gw) cpu::depthwise_backward_weight(g, gout.data<T>(), x.data<T>(), gw);
+    } else if (cpu::position_conv_fits(live.g)) {
+      cpu::position_conv_backward(live.g, gout.data<T>(), x.data<T>(), w.data<T>(), gin, gw);
     } else if (direct_backward_input<T>(live.g) || direct_backward_weight<T>(live.g)) {
       const bool direct_in = gin && direct_backward_input<T>(live.g);
       const bool direct_w = gw && direct_backward_weight<T>(live.g);

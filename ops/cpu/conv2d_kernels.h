@@ -61,6 +61,19 @@ void direct_conv_backward_input(const ConvGeometry& g, const float* grad_out, co
 void direct_conv_backward_weight(const ConvGeometry& g, const float* grad_out, const float* x,
                                  float* grad_w);
 
+// Small output planes (ops/cpu/conv2d_positions.cpp): one GEMM per output position and kernel row
+// over the batch, multiplying only the taps that meet the input there. For one group, dilation 1,
+// planes of 2 to 16 positions where at most 80% of im2col's position-tap products are live (a 3x3
+// kernel with padding 1 on a 3x3 plane: 60%); f32 and f64.
+bool position_conv_fits(const ConvGeometry& g);
+// out (N, K, OH, OW) = conv(x, w) + bias (bias may be null).
+template <class T>
+void position_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* out);
+// grad_in (N, C, H, W) and grad_w (K, C, kh, kw), either null when not wanted, overwritten.
+template <class T>
+void position_conv_backward(const ConvGeometry& g, const T* grad_out, const T* x, const T* w,
+                            T* grad_in, T* grad_w);
+
 // Sum of n contiguous values with independent partial sums (vectorizes without -ffast-math).
 template <class T>
 T sum_contiguous(const T* p, int64_t n);

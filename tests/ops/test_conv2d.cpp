@@ -134,6 +134,18 @@ TEST_CASE("conv2d: larger shapes against a naive loop, every code path", "[ops][
        {.stride = {2, 2}, .padding = {2, 1}, .dilation = {2, 1}}},
       {"dead taps: grouped", {2, 4, 1, 2}, {6, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}},
       {"1x1 planes, batch > 16 (one GEMM)", {40, 24, 1, 1}, {20, 24, 1, 1}, {}},
+      // Planes of 2 to 16 outputs whose kernels hang over the padding (batch >= 8): one GEMM per
+      // output position and kernel row (ops/cpu/conv2d_positions.cpp). VGG's 3x3 planes, 2x2,
+      // strided 4x4, an asymmetric kernel with positions of different live spans, and 13
+      // samples (two chunks of unequal size).
+      {"small planes: 3x3 on 3x3", {10, 12, 3, 3}, {7, 12, 3, 3}, {.padding = {1, 1}}},
+      {"small planes: 3x3 on 2x2", {9, 5, 2, 2}, {6, 5, 3, 3}, {.padding = {1, 1}}},
+      {"small planes: strided 4x4",
+       {8, 4, 7, 7},
+       {5, 4, 3, 3},
+       {.stride = {2, 2}, .padding = {1, 1}}},
+      {"small planes: 5x3 kernel on 3x4", {8, 3, 3, 4}, {4, 3, 5, 3}, {.padding = {2, 1}}},
+      {"small planes: 13 samples", {13, 16, 3, 3}, {9, 16, 3, 3}, {.padding = {1, 1}}},
   };
   for (const Case& c : cases) {
     INFO(c.name);
@@ -172,7 +184,12 @@ TEST_CASE("conv2d: backward against a naive adjoint in f64", "[ops][conv]") {
       {{3, 4, 2, 3}, {5, 4, 5, 5}, {.padding = {2, 2}}},
       {{2, 3, 3, 5}, {4, 3, 3, 3}, {.stride = {2, 2}, .padding = {2, 1}, .dilation = {2, 1}}},
       {{2, 4, 1, 2}, {6, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}},
-      {{40, 24, 1, 1}, {20, 24, 3, 3}, {.padding = {1, 1}}}};
+      {{40, 24, 1, 1}, {20, 24, 3, 3}, {.padding = {1, 1}}},
+      {{10, 12, 3, 3}, {7, 12, 3, 3}, {.padding = {1, 1}}},
+      {{9, 5, 2, 2}, {6, 5, 3, 3}, {.padding = {1, 1}}},
+      {{8, 4, 7, 7}, {5, 4, 3, 3}, {.stride = {2, 2}, .padding = {1, 1}}},
+      {{8, 3, 3, 4}, {4, 3, 5, 3}, {.padding = {2, 1}}},
+      {{13, 16, 3, 3}, {9, 16, 3, 3}, {.padding = {1, 1}}}};
   for (const Case& c : cases) {
     INFO("x " << c.x << " w " << c.w);
     const TensorOptions f64{.dtype = DType::f64};
@@ -219,6 +236,8 @@ TEST_CASE("conv2d: f32 stride-1 shapes of the direct kernels against f64", "[ops
       // partial last block (14x14, 13 samples).
       {"ResNet 28x28", {3, 16, 28, 28}, {16, 16, 3, 3}, {.padding = {1, 1}}},
       {"ResNet 14x14, 13 samples", {13, 32, 14, 14}, {24, 32, 3, 3}, {.padding = {1, 1}}},
+      // Small planes (conv2d_positions.cpp, f32 and f64 alike): VGG's 3x3 plane.
+      {"VGG 3x3 plane", {16, 64, 3, 3}, {32, 64, 3, 3}, {.padding = {1, 1}}},
   };
   for (const Case& c : cases) {
     INFO(c.name);

@@ -1,0 +1,191 @@
+// Convolutions of small output planes (VGG-11's 3x3 planes on 28x28 images, 2x2, 4x4): one GEMM
+// per output position and kernel row over the batch, reading only the taps that meet the input.
+//
+// im2col + GEMM multiplies every tap at every position. On a 3x3 plane with a 3x3 kernel and
+// padding 1, 32 of the 81 position-tap pairs only meet padding: 40% of the GEMM work is zeros.
+// Here each output position p computes out[:, :, p] (N, K) from the taps live at p alone. With the
+// input channels-last, xt (N, H, W, C), and the weight as wt (K, kh, kw, C), the live taps of one
+// kernel row are one contiguous run of both, so each (position, kernel row) is a single GEMM of
+// (samples) x K over (live columns)*C, with no gathering: the GEMMs read xt and wt in place.
+// Parallel over chunks of samples, one thread's GEMMs each; the weight gradient sums per-chunk
+// partials in chunk order (deterministic for a given thread count, like the im2col path).
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+
+#include "core/parallel.h"
+#include "ops/cpu/conv2d_kernels.h"
+#include "ops/cpu/gemm.h"
+#include "ops/creation.h"
+
+namespace stoke::ops::cpu {
+namespace {
+
+// The fewest samples a chunk's GEMMs take as rows (a chunk per thread otherwise).
+constexpr int64_t kPositionChunkSamples = 8;
+
+// The taps [lo, hi) of one kernel axis that read the input for output position o.
+struct PositionTaps {
+  int64_t lo, hi;
+};
+
+PositionTaps taps_at(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t in) {
+  const int64_t first = o * stride - pad;  // input position of tap 0
+  return {std::clamp<int64_t>(-first, 0, k), std::clamp<int64_t>(in - first, 0, k)};
+}
+
+// dst (rows, cols) = src (cols, rows)ᵀ, both dense; rows and cols are small here (planes of up to
+// 16 positions against channel counts).
+template <class T>
+void transpose_dense(const T* src, int64_t cols, int64_t rows, T* dst) {
+  for (int64_t c = 0; c < cols; ++c)
+    for (int64_t r = 0; r < rows; ++r) dst[r * cols + c] = src[c * rows + r];
+}
+
+// (K, C, kh, kw) <-> (K, kh, kw, C), parallel over K.
+template <class T>
+void weight_to_taps_last(const ConvGeometry& g, const T* w, T* wt) {
+  const int64_t taps = g.kh * g.kw;
+  parallel_for(0, g.K, 16, [&](int64_t k0, int64_t k1) {
+    for (int64_t k = k0; k < k1; ++k)
+      transpose_dense(w + k * g.C * taps, g.C, taps, wt + k * g.C * taps);
+  });
+}
+
+// Calls f(p, i, j0, j1, iy, ix0) for every output position p and each kernel row i with live
+// taps there: columns [j0, j1), reading input row iy from column ix0 on.
+template <class F>
+void for_each_live_row(const ConvGeometry& g, F&& f) {
+  for (int64_t oy = 0; oy < g.OH; ++oy) {
+    const PositionTaps rows = taps_at(oy, g.sh, g.ph, g.kh, g.H);
+    for (int64_t ox = 0; ox < g.OW; ++ox) {
+      const PositionTaps cols = taps_at(ox, g.sw, g.pw, g.kw, g.W);
+      if (cols.lo >= cols.hi) continue;
+      for (int64_t i = rows.lo; i < rows.hi; ++i)
+        f(oy * g.OW + ox, i, cols.lo, cols.hi, oy * g.sh - g.ph + i, ox * g.sw - g.pw + cols.lo);
+    }
+  }
+}
+
+}  // namespace
+
+bool position_conv_fits(const ConvGeometry& g) {
+  if (g.groups != 1 || g.dh != 1 || g.dw != 1 || g.N < kPositionChunkSamples) return false;
+  const int64_t P = g.out_plane();
+  if (P < 2 || P > 16) return false;
+  // Worth it where a good share of im2col's products would be zeros: live position-tap pairs
+  // against all of them.
+  int64_t live = 0;
+  for (int64_t oy = 0; oy < g.OH; ++oy)
+    for (int64_t ox = 0; ox < g.OW; ++ox) {
+      const PositionTaps r = taps_at(oy, g.sh, g.ph, g.kh, g.H);
+      const PositionTaps c = taps_at(ox, g.sw, g.pw, g.kw, g.W);
+      live += std::max<int64_t>(0, r.hi - r.lo) * std::max<int64_t>(0, c.hi - c.lo);
+    }
+  return 10 * live <= 8 * P * g.kh * g.kw;
+}
+
+template <class T>
+void position_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* out) {
+  const int64_t P = g.out_plane(), HW = g.in_plane(), TI = g.kh * g.kw * g.C;
+  Tensor wt = empty({g.K * TI}, {.dtype = dtype_of<T>()});
+  weight_to_taps_last(g, w, wt.data<T>());
+  const T* wtp = wt.data<T>();
+  // Per sample: its input channels-last (H*W*C) and its output positions-first (P*K).
+  const int64_t per_sample = HW * g.C + P * g.K;
+  Tensor scratch = empty({g.N * per_sample}, {.dtype = dtype_of<T>()});
+  T* base = scratch.data<T>();
+  T* xt = base;
+  T* ot = base + g.N * HW * g.C;
+  parallel_chunks(0, g.N, kPositionChunkSamples, [&](int64_t, int64_t n0, int64_t n1) {
+    const int64_t nb = n1 - n0;
+    for (int64_t n = n0; n < n1; ++n) transpose_dense(x + n * g.C * HW, g.C, HW, xt + n * HW * g.C);
+    T* oc = ot + n0 * P * g.K;
+    // Positions without a live tap (if any) hold the bias alone.
+    for (int64_t s = 0; s < nb; ++s)
+      for (int64_t p = 0; p < P; ++p)
+        for (int64_t k = 0; k < g.K; ++k) oc[(s * P + p) * g.K + k] = bias ? bias[k] : T(0);
+    for_each_live_row(g, [&](int64_t p, int64_t i, int64_t j0, int64_t j1, int64_t iy,
+                             int64_t ix0) {
+      // out_p (nb, K) += xt rows (nb, (j1-j0)*C) · wt rows (K, (j1-j0)*C)ᵀ
+      cpu::gemm(false, true, nb, g.K, (j1 - j0) * g.C, T(1), xt + (n0 * HW + iy * g.W + ix0) * g.C,
+                HW * g.C, wtp + (i * g.kw + j0) * g.C, TI, T(1), oc + p * g.K, P * g.K);
+    });
+    for (int64_t n = n0; n < n1; ++n) transpose_dense(ot + n * P * g.K, P, g.K, out + n * g.K * P);
+  });
+}
+
+template <class T>
+void position_conv_backward(const ConvGeometry& g, const T* gout, const T* x, const T* w, T* gin,
+                            T* gw) {
+  const int64_t P = g.out_plane(), HW = g.in_plane(), TI = g.kh * g.kw * g.C;
+  Tensor wt;
+  if (gin) {
+    wt = empty({g.K * TI}, {.dtype = dtype_of<T>()});
+    weight_to_taps_last(g, w, wt.data<T>());
+  }
+  const int64_t chunks = parallel_chunk_count(g.N, kPositionChunkSamples);
+  // Per sample: grad_out positions-first (P*K) and the input, or its gradient, channels-last.
+  Tensor scratch = empty({g.N * (P * g.K + HW * g.C)}, {.dtype = dtype_of<T>()});
+  T* got = scratch.data<T>();
+  T* xt = got + g.N * P * g.K;
+  Tensor partial;  // per chunk: the weight gradient as (K, kh, kw, C)
+  if (gw) partial = zeros({chunks, g.K * TI}, {.dtype = dtype_of<T>()});
+  parallel_chunks(0, g.N, kPositionChunkSamples, [&](int64_t chunk, int64_t n0, int64_t n1) {
+    const int64_t nb = n1 - n0;
+    for (int64_t n = n0; n < n1; ++n)
+      transpose_dense(gout + n * g.K * P, g.K, P, got + n * P * g.K);
+    T* gc = got + n0 * P * g.K;
+    T* xc = xt + n0 * HW * g.C;
+    if (gw) {
+      for (int64_t n = n0; n < n1; ++n)
+        transpose_dense(x + n * g.C * HW, g.C, HW, xt + n * HW * g.C);
+      T* gwp = partial.data<T>() + chunk * g.K * TI;
+      for_each_live_row(
+          g, [&](int64_t p, int64_t i, int64_t j0, int64_t j1, int64_t iy, int64_t ix0) {
+            // gwt rows (K, (j1-j0)*C) += gout_pᵀ (K, nb) · xt rows (nb, (j1-j0)*C)
+            cpu::gemm(true, false, g.K, (j1 - j0) * g.C, nb, T(1), gc + p * g.K, P * g.K,
+                      xc + (iy * g.W + ix0) * g.C, HW * g.C, T(1), gwp + (i * g.kw + j0) * g.C, TI);
+          });
+    }
+    if (gin) {
+      // The input gradient, channels-last, in the same rows the input used.
+      std::fill(xc, xc + nb * HW * g.C, T(0));
+      const T* wtp = wt.data<T>();
+      for_each_live_row(
+          g, [&](int64_t p, int64_t i, int64_t j0, int64_t j1, int64_t iy, int64_t ix0) {
+            // gin rows (nb, (j1-j0)*C) += gout_p (nb, K) · wt rows (K, (j1-j0)*C)
+            cpu::gemm(false, false, nb, (j1 - j0) * g.C, g.K, T(1), gc + p * g.K, P * g.K,
+                      wtp + (i * g.kw + j0) * g.C, TI, T(1), xc + (iy * g.W + ix0) * g.C, HW * g.C);
+          });
+      for (int64_t n = n0; n < n1; ++n)
+        transpose_dense(xt + n * HW * g.C, HW, g.C, gin + n * g.C * HW);
+    }
+  });
+  if (gw) {
+    // gw (K, C, kh, kw) = the chunks' (K, kh, kw, C) partials summed in chunk order, transposed.
+    const int64_t taps = g.kh * g.kw;
+    const T* pp = partial.data<T>();
+    parallel_for(0, g.K, 16, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k)
+        for (int64_t t = 0; t < taps; ++t)
+          for (int64_t c = 0; c < g.C; ++c) {
+            const int64_t src = k * TI + t * g.C + c;
+            T s = pp[src];
+            for (int64_t ch = 1; ch < chunks; ++ch) s += pp[ch * g.K * TI + src];
+            gw[(k * g.C + c) * taps + t] = s;
+          }
+    });
+  }
+}
+
+template void position_conv_forward<float>(const ConvGeometry&, const float*, const float*,
+                                           const float*, float*);
+template void position_conv_forward<double>(const ConvGeometry&, const double*, const double*,
+                                            const double*, double*);
+template void position_conv_backward<float>(const ConvGeometry&, const float*, const float*,
+                                            const float*, float*, float*);
+template void position_conv_backward<double>(const ConvGeometry&, const double*, const double*,
+                                             const double*, double*, double*);
+
+}  // namespace stoke::ops::cpu
