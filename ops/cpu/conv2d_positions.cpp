@@ -10,8 +10,6 @@
 // Parallel over chunks of samples, one thread's GEMMs each; the weight gradient sums per-chunk
 // partials in chunk order (deterministic for a given thread count, like the im2col path).
 #include <algorithm>
-#include <cstring>
-#include <type_traits>
 
 #include "core/parallel.h"
 #include "ops/cpu/conv2d_kernels.h"
@@ -76,12 +74,8 @@ bool position_conv_fits(const ConvGeometry& g) {
   // Worth it where a good share of im2col's products would be zeros: live position-tap pairs
   // against all of them.
   int64_t live = 0;
-  for (int64_t oy = 0; oy < g.OH; ++oy)
-    for (int64_t ox = 0; ox < g.OW; ++ox) {
-      const PositionTaps r = taps_at(oy, g.sh, g.ph, g.kh, g.H);
-      const PositionTaps c = taps_at(ox, g.sw, g.pw, g.kw, g.W);
-      live += std::max<int64_t>(0, r.hi - r.lo) * std::max<int64_t>(0, c.hi - c.lo);
-    }
+  for_each_live_row(
+      g, [&](int64_t, int64_t, int64_t j0, int64_t j1, int64_t, int64_t) { live += j1 - j0; });
   return 10 * live <= 8 * P * g.kh * g.kw;
 }
 
