@@ -19,7 +19,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Shared infrastructure: not an op, or used by several families.
 SHARED = {
     "ops": {"backend", "backend_methods", "check", "math_mode", "profiled_backend"},
-    "ops/cpu": {"backend", "gemm", "row_kernels"},  # gemm: linalg and conv2d; rows: softmax, loss
+    # gemm: linalg and conv2d; gemm_avx512: its own kernel beside it; rows: softmax, loss
+    "ops/cpu": {"backend", "gemm", "gemm_avx512", "row_kernels"},
     "ops/cuda": {"backend", "glue_util"},
     "cuda/kernels": {"sgemm", "gemm_tile"},  # the GEMM of linalg (emu) and of conv2d's backward
     # autocast: the mixed-precision policy that many families' entry points consult

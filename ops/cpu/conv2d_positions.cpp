@@ -6,7 +6,9 @@
 // Here each output position p computes out[:, :, p] (N, K) from the taps live at p alone. With the
 // input channels-last, xt (N, H, W, C), and the weight as wt (K, kh, kw, C), the live taps of one
 // kernel row are one contiguous run of both, so each (position, kernel row) is a single GEMM of
-// (samples) x K over (live columns)*C, with no gathering: the GEMMs read xt and wt in place.
+// (samples) x K over (live columns)*C, with no gathering: the GEMMs read xt and wt in place (the
+// forward reads the weight as (kh, kw, C, K), so that every operand is row-major for
+// gemm_fastest).
 // Parallel over chunks of samples, one thread's GEMMs each; the weight gradient sums per-chunk
 // partials in chunk order (deterministic for a given thread count, like the im2col path).
 #include <algorithm>
@@ -50,6 +52,17 @@ void weight_to_taps_last(const ConvGeometry& g, const T* w, T* wt) {
   });
 }
 
+// (K, C, kh, kw) -> (kh, kw, C, K): the forward's right-hand operand, row-major over K.
+template <class T>
+void weight_to_outputs_last(const ConvGeometry& g, const T* w, T* wo) {
+  const int64_t taps = g.kh * g.kw;
+  parallel_for(0, taps, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t)
+      for (int64_t c = 0; c < g.C; ++c)
+        for (int64_t k = 0; k < g.K; ++k) wo[(t * g.C + c) * g.K + k] = w[(k * g.C + c) * taps + t];
+  });
+}
+
 // Calls f(p, i, j0, j1, iy, ix0) for every output position p and each kernel row i with live
 // taps there: columns [j0, j1), reading input row iy from column ix0 on.
 template <class F>
@@ -82,9 +95,9 @@ bool position_conv_fits(const ConvGeometry& g) {
 template <class T>
 void position_conv_forward(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* out) {
   const int64_t P = g.out_plane(), HW = g.in_plane(), TI = g.kh * g.kw * g.C;
-  Tensor wt = empty({g.K * TI}, {.dtype = dtype_of<T>()});
-  weight_to_taps_last(g, w, wt.data<T>());
-  const T* wtp = wt.data<T>();
+  Tensor wo = empty({TI * g.K}, {.dtype = dtype_of<T>()});
+  weight_to_outputs_last(g, w, wo.data<T>());
+  const T* wop = wo.data<T>();
   // Per sample: its input channels-last (H*W*C) and its output positions-first (P*K).
   const int64_t per_sample = HW * g.C + P * g.K;
   Tensor scratch = empty({g.N * per_sample}, {.dtype = dtype_of<T>()});
@@ -101,9 +114,9 @@ void position_conv_forward(const ConvGeometry& g, const T* x, const T* w, const 
         for (int64_t k = 0; k < g.K; ++k) oc[(s * P + p) * g.K + k] = bias ? bias[k] : T(0);
     for_each_live_row(g, [&](int64_t p, int64_t i, int64_t j0, int64_t j1, int64_t iy,
                              int64_t ix0) {
-      // out_p (nb, K) += xt rows (nb, (j1-j0)*C) · wt rows (K, (j1-j0)*C)ᵀ
-      cpu::gemm(false, true, nb, g.K, (j1 - j0) * g.C, T(1), xt + (n0 * HW + iy * g.W + ix0) * g.C,
-                HW * g.C, wtp + (i * g.kw + j0) * g.C, TI, T(1), oc + p * g.K, P * g.K);
+      // out_p (nb, K) += xt rows (nb, (j1-j0)*C) · wo rows ((j1-j0)*C, K)
+      cpu::gemm_fastest(nb, g.K, (j1 - j0) * g.C, xt + (n0 * HW + iy * g.W + ix0) * g.C, HW * g.C,
+                        1, wop + (i * g.kw + j0) * g.C * g.K, g.K, true, oc + p * g.K, P * g.K);
     });
     for (int64_t n = n0; n < n1; ++n) transpose_dense(ot + n * P * g.K, P, g.K, out + n * g.K * P);
   });
@@ -135,23 +148,25 @@ void position_conv_backward(const ConvGeometry& g, const T* gout, const T* x, co
       for (int64_t n = n0; n < n1; ++n)
         transpose_dense(x + n * g.C * HW, g.C, HW, xt + n * HW * g.C);
       T* gwp = partial.data<T>() + chunk * g.K * TI;
-      for_each_live_row(
-          g, [&](int64_t p, int64_t i, int64_t j0, int64_t j1, int64_t iy, int64_t ix0) {
-            // gwt rows (K, (j1-j0)*C) += gout_pᵀ (K, nb) · xt rows (nb, (j1-j0)*C)
-            cpu::gemm(true, false, g.K, (j1 - j0) * g.C, nb, T(1), gc + p * g.K, P * g.K,
-                      xc + (iy * g.W + ix0) * g.C, HW * g.C, T(1), gwp + (i * g.kw + j0) * g.C, TI);
-          });
+      for_each_live_row(g,
+                        [&](int64_t p, int64_t i, int64_t j0, int64_t j1, int64_t iy, int64_t ix0) {
+                          // gwt rows (K, (j1-j0)*C) += gout_pᵀ (K, nb) · xt rows (nb, (j1-j0)*C)
+                          cpu::gemm_fastest(g.K, (j1 - j0) * g.C, nb, gc + p * g.K, 1, P * g.K,
+                                            xc + (iy * g.W + ix0) * g.C, HW * g.C, true,
+                                            gwp + (i * g.kw + j0) * g.C, TI);
+                        });
     }
     if (gin) {
       // The input gradient, channels-last, in the same rows the input used.
       std::fill(xc, xc + nb * HW * g.C, T(0));
       const T* wtp = wt.data<T>();
-      for_each_live_row(
-          g, [&](int64_t p, int64_t i, int64_t j0, int64_t j1, int64_t iy, int64_t ix0) {
-            // gin rows (nb, (j1-j0)*C) += gout_p (nb, K) · wt rows (K, (j1-j0)*C)
-            cpu::gemm(false, false, nb, (j1 - j0) * g.C, g.K, T(1), gc + p * g.K, P * g.K,
-                      wtp + (i * g.kw + j0) * g.C, TI, T(1), xc + (iy * g.W + ix0) * g.C, HW * g.C);
-          });
+      for_each_live_row(g,
+                        [&](int64_t p, int64_t i, int64_t j0, int64_t j1, int64_t iy, int64_t ix0) {
+                          // gin rows (nb, (j1-j0)*C) += gout_p (nb, K) · wt rows (K, (j1-j0)*C)
+                          cpu::gemm_fastest(nb, (j1 - j0) * g.C, g.K, gc + p * g.K, P * g.K, 1,
+                                            wtp + (i * g.kw + j0) * g.C, TI, true,
+                                            xc + (iy * g.W + ix0) * g.C, HW * g.C);
+                        });
       for (int64_t n = n0; n < n1; ++n)
         transpose_dense(xt + n * HW * g.C, HW, g.C, gin + n * g.C * HW);
     }

@@ -121,6 +121,20 @@ void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
 
 }  // namespace
 
+bool gemm_kernels_avx512() {
+  static const bool avx512 = [] {
+    ensure_single_threaded_blas();  // OpenBLAS's final kernel choice
+    using NameFn = char* (*)();
+    auto corename = reinterpret_cast<NameFn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+    const char* name = corename ? corename() : nullptr;
+    if (!name) return false;
+    for (const char* set : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+      if (std::strcmp(name, set) == 0) return true;
+    return false;
+  }();
+  return avx512;
+}
+
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   gemm_impl(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

@@ -20,6 +20,31 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
           const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
           int64_t ldc);
 
+// Whether OpenBLAS runs its AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids) for these
+// products; false where it cannot say. On an AVX-512 CPU whose OpenBLAS runs AVX2 kernels (chosen
+// by OPENBLAS_CORETYPE, say) a GEMM reaches about half the FMA rate of stoke's own AVX-512 kernels,
+// which changes which convolution algorithm is fastest (ops/cpu/conv2d.cpp).
+bool gemm_kernels_avx512();
+
+// stoke's own single-threaded f32 GEMM for AVX-512 CPUs (ops/cpu/gemm_avx512.cpp), for the
+// Winograd convolution's products where OpenBLAS runs narrower kernels: C (m, n) = A · B, or
+// C += A · B when accumulate; A's element (i, p) lies at a[i * a_row + p * a_col] (row-major A:
+// a_row = lda, a_col = 1; transposed: a_row = 1, a_col = lda); B (depth, n) and C row-major.
+// Callers check gemm_avx512_available() (the CPU has AVX-512F) first.
+bool gemm_avx512_available();
+void gemm_avx512(int64_t m, int64_t n, int64_t depth, const float* a, int64_t a_row, int64_t a_col,
+                 const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc);
+
+// C (m, n) = A · B, or C += A · B when accumulate, A's element (i, p) at a[i * a_row + p * a_col]
+// with a_row or a_col 1, B (depth, n) and C row-major, single-threaded: gemm_avx512 where the CPU
+// has AVX-512F and OpenBLAS runs narrower kernels (1.6-1.9x faster there on the convolutions'
+// products, docs/design-notes.md), OpenBLAS otherwise (always for f64).
+void gemm_fastest(int64_t m, int64_t n, int64_t depth, const float* a, int64_t a_row, int64_t a_col,
+                  const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc);
+void gemm_fastest(int64_t m, int64_t n, int64_t depth, const double* a, int64_t a_row,
+                  int64_t a_col, const double* b, int64_t ldb, bool accumulate, double* c,
+                  int64_t ldc);
+
 // Batched GEMM over `batch` independent products whose matrices lie a fixed number of elements
 // apart (stride_a, stride_b, stride_c; 0 reuses one matrix for every batch entry). Small products
 // are spread over the thread pool one batch entry per task; large ones run in order, each split

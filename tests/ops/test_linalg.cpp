@@ -1,3 +1,4 @@
+#include <dlfcn.h>
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -94,6 +95,51 @@ TEST_CASE("gemm: all transpose combinations, alpha, beta and leading dims", "[op
         CHECK(worst_f <= 1);
       }
   }
+}
+
+TEST_CASE("gemm: OpenBLAS does not run its SSE3 fallback on an AVX2 CPU", "[ops][linalg]") {
+  // OpenBLAS 0.3.21 falls back to "Prescott" on CPUs it does not know (Sapphire Rapids);
+  // ops/cpu/gemm.cpp re-selects SkylakeX or Haswell there unless OPENBLAS_CORETYPE chooses.
+  using NameFn = char* (*)();
+  auto corename = reinterpret_cast<NameFn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  if (!corename || std::getenv("OPENBLAS_CORETYPE")) {
+    WARN("no DYNAMIC_ARCH OpenBLAS, or OPENBLAS_CORETYPE chooses the kernels: nothing to check");
+    return;
+  }
+  float a = 2, b = 3, c = 0;
+  ops::cpu::gemm(false, false, 1, 1, 1, 1.0f, &a, 1, &b, 1, 0.0f, &c, 1);  // selects on first use
+  REQUIRE(c == 6);
+  const std::string name = corename();
+  INFO("OpenBLAS core: " << name);
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) CHECK(name != "Prescott");
+}
+
+TEST_CASE("gemm_avx512: against OpenBLAS, every row count, masked columns, transposed A",
+          "[ops][linalg]") {
+  if (!ops::cpu::gemm_avx512_available()) {
+    WARN("the CPU has no AVX-512F: stoke's AVX-512 GEMM does not run here");
+    return;
+  }
+  // m from 1 to 25 covers every row-tile size (12 rows per tile) and a remainder; n = 1, 15, 16,
+  // 17, 33, 64 covers the masks of both column vectors.
+  for (int64_t m : {1, 5, 12, 13, 25})
+    for (int64_t n : {1, 15, 16, 17, 33, 64})
+      for (bool trans_a : {false, true})
+        for (bool accumulate : {false, true}) {
+          const int64_t depth = 37, lda = trans_a ? m + 3 : depth + 2, ldb = n + 5, ldc = n + 1;
+          INFO("m " << m << " n " << n << " trans_a " << trans_a << " accumulate " << accumulate);
+          Tensor A = randn({trans_a ? depth : m, lda}), B = randn({depth, ldb});
+          Tensor C0 = randn({m, ldc});
+          Tensor ours = C0.clone(), ref = C0.clone();
+          ops::cpu::gemm_avx512(m, n, depth, A.data<float>(), trans_a ? 1 : lda, trans_a ? lda : 1,
+                                B.data<float>(), ldb, accumulate, ours.data<float>(), ldc);
+          ops::cpu::gemm(trans_a, false, m, n, depth, 1.0f, A.data<float>(), lda, B.data<float>(),
+                         ldb, accumulate ? 1.0f : 0.0f, ref.data<float>(), ldc);
+          // Columns past n keep C0's values; the product's agree within summation order.
+          CHECK(max_rel_error(ours.narrow(1, 0, n), ref.narrow(1, 0, n), 1e-5, 1e-5) <= 1);
+          CHECK(ours.narrow(1, n, ldc - n).to_vector<float>() ==
+                C0.narrow(1, n, ldc - n).to_vector<float>());
+        }
 }
 
 TEST_CASE("gemm_batched: shared C accumulates in order", "[ops][linalg]") {
