@@ -74,6 +74,18 @@ template <class T>
 void position_conv_backward(const ConvGeometry& g, const T* grad_out, const T* x, const T* w,
                             T* grad_in, T* grad_w);
 
+// Winograd F(2x2, 3x3) (ops/cpu/conv2d_winograd.cpp): f32 3x3 convolutions with stride 1,
+// dilation 1 and one group, 16 GEMMs over the transformed tiles; _fits also says whether the
+// shape is one where it beats the direct kernels and im2col + GEMM (STOKE_CONV_WINOGRAD=0 turns it
+// off).
+bool winograd_conv_fits(const ConvGeometry& g);
+// out (N, K, OH, OW) = conv(x, w) + bias (bias may be null).
+void winograd_conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                           float* out);
+// grad_in (N, C, H, W) and grad_w (K, C, 3, 3), either null when not wanted, overwritten.
+void winograd_conv_backward(const ConvGeometry& g, const float* grad_out, const float* x,
+                            const float* w, float* grad_in, float* grad_w);
+
 // Sum of n contiguous values with independent partial sums (vectorizes without -ffast-math).
 template <class T>
 T sum_contiguous(const T* p, int64_t n);

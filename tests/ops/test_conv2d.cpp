@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 
 #include "ops/conv2d.h"
+#include "ops/cpu/conv2d_kernels.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
 #include "support/fixture_tensor.h"
@@ -215,7 +217,8 @@ TEST_CASE("conv2d: backward against a naive adjoint in f64", "[ops][conv]") {
   }
 }
 
-TEST_CASE("conv2d: f32 stride-1 shapes of the direct kernels against f64", "[ops][conv]") {
+TEST_CASE("conv2d: f32 stride-1 shapes of the direct and Winograd kernels against f64",
+          "[ops][conv]") {
   // On CPUs with AVX-512, f32 stride-1 convolutions with >= 64 multiply-adds per output run the
   // direct kernels of ops/cpu/conv2d_direct.cpp (forward, input gradient, and for small layers on
   // planes of 14x14 and up the weight gradient); f64 runs im2col + GEMM. Shapes: output channels
@@ -238,6 +241,14 @@ TEST_CASE("conv2d: f32 stride-1 shapes of the direct kernels against f64", "[ops
       {"ResNet 14x14, 13 samples", {13, 32, 14, 14}, {24, 32, 3, 3}, {.padding = {1, 1}}},
       // Small planes (conv2d_positions.cpp, f32 and f64 alike): VGG's 3x3 plane.
       {"VGG 3x3 plane", {16, 64, 3, 3}, {32, 64, 3, 3}, {.padding = {1, 1}}},
+      // Winograd F(2x2, 3x3) (conv2d_winograd.cpp; f32 3x3 with 32+ channels in and out, any
+      // CPU): odd output sizes (tiles past the edge), one sample, no padding, padding 2 on one
+      // axis only, and 40 samples of 5x5 (blocks of whole samples, the last one short).
+      {"Winograd: VGG 7x7, 72 outputs", {6, 64, 7, 7}, {72, 64, 3, 3}, {.padding = {1, 1}}},
+      {"Winograd: one sample 8x8", {1, 64, 8, 8}, {64, 64, 3, 3}, {.padding = {1, 1}}},
+      {"Winograd: valid 11x6 output", {3, 80, 13, 8}, {64, 80, 3, 3}, {}},
+      {"Winograd: padding 2x0", {2, 64, 6, 9}, {64, 64, 3, 3}, {.padding = {2, 0}}},
+      {"Winograd: 40 samples of 5x5", {40, 64, 5, 5}, {96, 64, 3, 3}, {.padding = {1, 1}}},
   };
   for (const Case& c : cases) {
     INFO(c.name);
@@ -253,6 +264,73 @@ TEST_CASE("conv2d: f32 stride-1 shapes of the direct kernels against f64", "[ops
     CHECK(max_rel_error(r32.grad_input, r.grad_input, 1e-4, 1e-4) <= 1);
     CHECK(max_rel_error(r32.grad_weight, r.grad_weight, 1e-3, 1e-4) <= 1);
     CHECK(max_rel_error(y, naive_conv2d(x, w, b, c.o), 1e-10, 1e-10) <= 1);
+  }
+}
+
+TEST_CASE("conv2d: the Winograd F(2x2, 3x3) kernels called directly, against f64", "[ops][conv]") {
+  // ops::conv2d takes them for f32 3x3 stride-1 layers with 32+ channels; called here directly
+  // to check the forward without bias and each gradient alone, and 15 and 17 channels for the
+  // vector loops' remainders (the kernels take any channel count). The f64 reference runs
+  // im2col + GEMM.
+  struct Case {
+    const char* name;
+    Shape x, w;
+    std::array<int64_t, 2> pad;
+  };
+  const Case cases[] = {
+      {"VGG 7x7, 72 outputs", {6, 64, 7, 7}, {72, 64, 3, 3}, {1, 1}},
+      {"one sample 8x8", {1, 64, 8, 8}, {64, 64, 3, 3}, {1, 1}},
+      {"valid 11x6 output", {3, 80, 13, 8}, {64, 80, 3, 3}, {0, 0}},
+      {"padding 2x0", {2, 64, 6, 9}, {64, 64, 3, 3}, {2, 0}},
+      {"40 samples of 5x5", {40, 64, 5, 5}, {96, 64, 3, 3}, {1, 1}},
+      {"odd channel counts", {5, 15, 9, 10}, {17, 15, 3, 3}, {1, 1}},
+  };
+  for (const Case& c : cases) {
+    INFO(c.name);
+    const TensorOptions f64{.dtype = DType::f64};
+    const ops::Conv2dOptions o{.padding = {c.pad[0], c.pad[1]}};
+    Tensor x = randn(c.x, f64), w = randn(c.w, f64), b = randn({c.w[0]}, f64);
+    Tensor y = ops::conv2d(x, w, b, o), y_nobias = ops::conv2d(x, w, Tensor(), o);
+    Tensor g = randn(y.shape(), f64);
+    ops::Conv2dGrads r = ops::conv2d_backward(g, x, w, o, true, true, false);
+    const ops::cpu::ConvGeometry geo{.N = c.x[0],
+                                     .C = c.x[1],
+                                     .H = c.x[2],
+                                     .W = c.x[3],
+                                     .K = c.w[0],
+                                     .kh = 3,
+                                     .kw = 3,
+                                     .OH = y.size(2),
+                                     .OW = y.size(3),
+                                     .sh = 1,
+                                     .sw = 1,
+                                     .ph = c.pad[0],
+                                     .pw = c.pad[1],
+                                     .dh = 1,
+                                     .dw = 1,
+                                     .groups = 1};
+    Tensor x32 = x.to(DType::f32), w32 = w.to(DType::f32), b32 = b.to(DType::f32);
+    Tensor g32 = g.to(DType::f32);
+    Tensor y32 = empty(y.shape()), y32_nobias = empty(y.shape());
+    ops::cpu::winograd_conv_forward(geo, x32.data<float>(), w32.data<float>(), b32.data<float>(),
+                                    y32.data<float>());
+    ops::cpu::winograd_conv_forward(geo, x32.data<float>(), w32.data<float>(), nullptr,
+                                    y32_nobias.data<float>());
+    CHECK(max_rel_error(y32, y, 1e-4, 1e-4) <= 1);
+    CHECK(max_rel_error(y32_nobias, y_nobias, 1e-4, 1e-4) <= 1);
+    // Both gradients at once, then each alone (the other pointer null).
+    Tensor gin = empty(x.shape()), gw = empty(w.shape());
+    Tensor gin_alone = empty(x.shape()), gw_alone = empty(w.shape());
+    ops::cpu::winograd_conv_backward(geo, g32.data<float>(), x32.data<float>(), w32.data<float>(),
+                                     gin.data<float>(), gw.data<float>());
+    ops::cpu::winograd_conv_backward(geo, g32.data<float>(), x32.data<float>(), w32.data<float>(),
+                                     gin_alone.data<float>(), nullptr);
+    ops::cpu::winograd_conv_backward(geo, g32.data<float>(), x32.data<float>(), w32.data<float>(),
+                                     nullptr, gw_alone.data<float>());
+    CHECK(max_rel_error(gin, r.grad_input, 1e-4, 1e-4) <= 1);
+    CHECK(max_rel_error(gw, r.grad_weight, 1e-3, 1e-4) <= 1);
+    CHECK(gin_alone.to_vector<float>() == gin.to_vector<float>());
+    CHECK(gw_alone.to_vector<float>() == gw.to_vector<float>());
   }
 }
 
