@@ -179,6 +179,47 @@ void backward_linear(const ConvGeometry& g, const T* gout, const T* x, const T* 
   if (gw) cpu::gemm(true, false, g.K, g.C, g.N, T(1), gout, g.K, x, g.C, T(0), gw, g.C);
 }
 
+// dst (cols, rows) = src (rows, cols)ᵀ, rows ld_src apart.
+template <class T>
+void transpose_into(const T* src, int64_t rows, int64_t cols, int64_t ld_src, T* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld_src + c];
+}
+
+// Whether a chunk's product of m x n over depth goes through gemm_fastest (stoke's AVX-512 GEMM
+// where OpenBLAS runs narrower kernels): when the chunks run in parallel, each on one thread (one
+// chunk alone keeps cpu::gemm, which splits a large product over the pool), and the product fills
+// whole register tiles (12 x 32; ResNet-8's stem, R = 9 and K = 16, ran its weight gradient at
+// half speed through it).
+bool chunk_gemm_fastest(bool parallel, int64_t m, int64_t n, int64_t depth) {
+  return parallel && m >= 24 && n >= 32 && depth >= 32;
+}
+
+// A chunk's product C (m, n) = op(A) · B, or C += op(A) · B when accumulate, B row-major.
+template <class T>
+void chunk_gemm(bool parallel, bool trans_a, int64_t m, int64_t n, int64_t k, const T* a,
+                int64_t lda, const T* b, int64_t ldb, bool accumulate, T* c, int64_t ldc) {
+  if (chunk_gemm_fastest(parallel, m, n, k))
+    return cpu::gemm_fastest(m, n, k, a, trans_a ? 1 : lda, trans_a ? lda : 1, b, ldb, accumulate,
+                             c, ldc);
+  cpu::gemm(trans_a, false, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc);
+}
+
+// dWᵀ (R, K) (+)= cols (R, P) · goutᵀ (P, K), gout (K, P) with rows ld_gout apart: gemm_fastest
+// needs goutᵀ row-major, so it is transposed into gt first; OpenBLAS reads it transposed in place.
+template <class T>
+void chunk_weight_grad(bool parallel, int64_t R, int64_t K, int64_t P, const T* cols,
+                       int64_t ld_cols, const T* gout, int64_t ld_gout, T* gt, bool accumulate,
+                       T* dwt, int64_t ld_dwt) {
+  if (chunk_gemm_fastest(parallel, R, K, P)) {
+    transpose_into(gout, K, P, ld_gout, gt);
+    cpu::gemm_fastest(R, K, P, cols, ld_cols, 1, gt, K, accumulate, dwt, ld_dwt);
+  } else {
+    cpu::gemm(false, true, R, K, P, T(1), cols, ld_cols, gout, ld_gout, accumulate ? T(1) : T(0),
+              dwt, ld_dwt);
+  }
+}
+
 template <class T>
 void forward_gemm(const ConvGeometry& g, const T* x, const T* w, const T* bias, T* out) {
   if (is_linear(g)) return forward_linear(g, x, w, bias, out);
@@ -208,14 +249,14 @@ void forward_gemm(const ConvGeometry& g, const T* x, const T* w, const T* bias, 
             cpu::im2col(g, xg, col, P);
             cols = col;
           }
-          cpu::gemm(false, false, Kg, P, R, T(1), w + gr * Kg * R, R, cols, P, bias ? T(1) : T(0),
-                    on + gr * Kg * P, P);
+          chunk_gemm(chunks > 1, false, Kg, P, R, w + gr * Kg * R, R, cols, P, bias != nullptr,
+                     on + gr * Kg * P, P);
         }
         continue;
       }
       for (int64_t s = 0; s < nb; ++s)
         cpu::im2col(g, x + (n0 + s) * g.C * g.in_plane(), col + s * P, ld);
-      cpu::gemm(false, false, g.K, ld, R, T(1), w, R, col, ld, T(0), tmp, ld);
+      chunk_gemm(chunks > 1, false, g.K, ld, R, w, R, col, ld, false, tmp, ld);
       // (K, nb*P) -> (nb, K, P), adding the bias on the way.
       for (int64_t s = 0; s < nb; ++s)
         for (int64_t k = 0; k < g.K; ++k) {
@@ -237,8 +278,10 @@ void backward_gemm(const ConvGeometry& g, const T* gout, const T* x, const T* w,
   const bool pointwise = is_pointwise(g) && b == 1;
   const int64_t batches = (g.N + b - 1) / b;
   const int64_t chunks = parallel_chunk_count(batches, 1);
-  // Per chunk: the column matrix (R, b*P) and, when b > 1, the gathered grad_out (K, b*P).
-  const int64_t per_chunk = (pointwise ? 0 : R * b * P) + (b > 1 ? g.K * b * P : 0);
+  // Per chunk: the column matrix (R, b*P); when b > 1, the gathered grad_out (K, b*P); for the
+  // weight gradient, grad_out transposed (b*P, K), the weight gradient's right-hand operand.
+  const int64_t col_len = pointwise ? 0 : R * b * P, gbuf_len = b > 1 ? g.K * b * P : 0;
+  const int64_t per_chunk = col_len + gbuf_len + (gw ? g.K * b * P : 0);
   Tensor scratch, partial;
   if (per_chunk > 0) scratch = empty({chunks, per_chunk}, {.dtype = dtype_of<T>()});
   // Each chunk sums its samples' weight gradients into its own buffer; the buffers are added in
@@ -251,7 +294,8 @@ void backward_gemm(const ConvGeometry& g, const T* gout, const T* x, const T* w,
   if (gw) partial = empty({chunks, g.K * R}, {.dtype = dtype_of<T>()});
   parallel_chunks(0, batches, 1, [&](int64_t chunk, int64_t i0, int64_t i1) {
     T* col = per_chunk > 0 ? scratch.data<T>() + chunk * per_chunk : nullptr;
-    T* gbuf = pointwise ? col : col + R * b * P;
+    T* gbuf = col + col_len;
+    T* gt = gbuf + gbuf_len;
     T* gwp = gw ? partial.data<T>() + chunk * g.K * R : nullptr;
     if (gwp && i0 == i1) std::fill(gwp, gwp + g.K * R, T(0));
     for (int64_t i = i0; i < i1; ++i) {
@@ -265,10 +309,10 @@ void backward_gemm(const ConvGeometry& g, const T* gout, const T* x, const T* w,
           for (int64_t s = 0; s < nb; ++s)
             cpu::im2col(g, x + (n0 + s) * g.C * g.in_plane(), col + s * P, ld);
           // dWᵀ (R, K) += cols (R, nb*P) · goutᵀ (nb*P, K)
-          cpu::gemm(false, true, R, g.K, ld, T(1), col, ld, gbuf, ld, T(i > i0), gwp, g.K);
+          chunk_weight_grad(chunks > 1, R, g.K, ld, col, ld, gbuf, ld, gt, i > i0, gwp, g.K);
         }
         if (gin) {
-          cpu::gemm(true, false, R, ld, g.K, T(1), w, R, gbuf, ld, T(0), col, ld);
+          chunk_gemm(chunks > 1, true, R, ld, g.K, w, R, gbuf, ld, false, col, ld);
           for (int64_t s = 0; s < nb; ++s) {
             T* gs = gin + (n0 + s) * g.C * g.in_plane();
             std::fill(gs, gs + g.C * g.in_plane(), T(0));
@@ -289,14 +333,15 @@ void backward_gemm(const ConvGeometry& g, const T* gout, const T* x, const T* w,
             cols = col;
           }
           // dW_gᵀ (R, Kg) += cols (R, P) · gout_gᵀ (P, Kg)
-          cpu::gemm(false, true, R, Kg, P, T(1), cols, P, gog, P, T(i > i0), gwp + gr * Kg * R, Kg);
+          chunk_weight_grad(chunks > 1, R, Kg, P, cols, P, gog, P, gt, i > i0, gwp + gr * Kg * R,
+                            Kg);
         }
         if (gin) {
           // cols (R, P) = W_gᵀ (R, Kg) · gout_g (Kg, P), scattered back by col2im.
           if (pointwise) {
-            cpu::gemm(true, false, R, P, Kg, T(1), wg, R, gog, P, T(0), gin + in_off, P);
+            chunk_gemm(chunks > 1, true, R, P, Kg, wg, R, gog, P, false, gin + in_off, P);
           } else {
-            cpu::gemm(true, false, R, P, Kg, T(1), wg, R, gog, P, T(0), col, P);
+            chunk_gemm(chunks > 1, true, R, P, Kg, wg, R, gog, P, false, col, P);
             std::fill(gin + in_off, gin + in_off + Cg * g.in_plane(), T(0));
             cpu::col2im(g, col, gin + in_off, P);
           }
