@@ -1,5 +1,5 @@
-// Winograd F(2x2, 3x3) convolution for f32 3x3 stride-1 layers with wide channels (VGG-11's 7x7
-// and 14x14 planes): 16 multiplies per 2x2 output tile instead of 36.
+// Winograd F(2x2, 3x3) convolution for f32 3x3 stride-1 layers with 32+ channels in and out
+// (ResNet's and VGG-11's, 5x5 planes and up): 16 multiplies per 2x2 output tile instead of 36.
 //
 // Each 4x4 input tile d (overlapping by 2) becomes V = Bᵀ d B, each 3x3 kernel U = G w Gᵀ, and the
 // 2x2 output is Y = Aᵀ (U ⊙ V) A. Summed over input channels, the elementwise product is 16
@@ -13,7 +13,8 @@
 // vectorizes (16 loads, 16 stores, ~32 adds per 16 channels). Work runs in blocks of whole samples
 // (about kWinogradTiles tiles: GEMMs of that many rows, a few MiB of scratch), parallel over chunks
 // of blocks; the weight gradient sums per-chunk partials in chunk order (deterministic for a
-// given thread count, as the other paths).
+// given thread count, as the other paths). The GEMMs go through gemm_fastest (ops/cpu/gemm.h):
+// stoke's AVX-512 kernel where OpenBLAS runs narrower ones.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -26,7 +27,14 @@
 namespace stoke::ops::cpu {
 namespace {
 
-constexpr int64_t kWinogradTiles = 128;  // target GEMM width (tiles) of one block
+// "These iterations are independent": GCC's ivdep, clang's assume_safety (see the transforms).
+#if defined(__clang__)
+#define STOKE_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define STOKE_IVDEP _Pragma("GCC ivdep")
+#endif
+
+constexpr int64_t kWinogradTiles = 128;  // target GEMM rows (tiles) of one block
 constexpr int64_t kXi = 16;              // elements of a transformed 4x4 tile
 
 struct WinogradPlan {
@@ -92,8 +100,8 @@ void from_channels_last(const float* __restrict src, int64_t row_len, int64_t y0
 // in a channels-last grid of rows row floats apart.
 
 // Each transform reads and writes its tile elements through one pointer apiece, indexed by the
-// channel alone, and its loop carries `ivdep`: the 16 + 16 streams never overlap, but without the
-// pragma GCC would need more run-time alias checks than it allows and leave the loop scalar.
+// channel alone, and its loop carries STOKE_IVDEP: the 16 + 16 streams never overlap, but without
+// the pragma GCC would need more run-time alias checks than it allows and leave the loop scalar.
 
 // v = Bᵀ d B, Bᵀ = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
 void input_tile(const float* d, int64_t row, int64_t n, float* v, int64_t xi_stride) {
@@ -104,7 +112,7 @@ void input_tile(const float* d, int64_t row, int64_t n, float* v, int64_t xi_str
   float* __restrict o[16];
   for (int xi = 0; xi < 16; ++xi) o[xi] = v + xi * xi_stride;
   const int64_t n2 = 2 * n, n3 = 3 * n;
-#pragma GCC ivdep
+  STOKE_IVDEP
   for (int64_t c = 0; c < n; ++c) {
     const float d00 = r0[c], d01 = r0[n + c], d02 = r0[n2 + c], d03 = r0[n3 + c];
     const float d10 = r1[c], d11 = r1[n + c], d12 = r1[n2 + c], d13 = r1[n3 + c];
@@ -129,7 +137,7 @@ void output_tile(const float* m, int64_t xi_stride, const float* __restrict bias
   for (int xi = 0; xi < 16; ++xi) e[xi] = m + xi * xi_stride;
   float* __restrict y0 = out;
   float* __restrict y1 = out + row;
-#pragma GCC ivdep
+  STOKE_IVDEP
   for (int64_t k = 0; k < n; ++k) {
     // m A, row by row
     const float s00 = e[0][k] + e[1][k] + e[2][k], s01 = e[1][k] - e[2][k] - e[3][k];
@@ -150,7 +158,7 @@ void grad_output_tile(const float* gy, int64_t row, int64_t n, float* m, int64_t
   const float* __restrict g1 = gy + row;
   float* __restrict o[16];
   for (int xi = 0; xi < 16; ++xi) o[xi] = m + xi * xi_stride;
-#pragma GCC ivdep
+  STOKE_IVDEP
   for (int64_t k = 0; k < n; ++k) {
     const float g00 = g0[k], g01 = g0[n + k], g10 = g1[k], g11 = g1[n + k];
     // A dY: rows (g0, g0 + g1, g0 - g1, -g1), each (u, v) -> (u, u + v, u - v, -v)
@@ -172,7 +180,7 @@ void grad_input_tile(const float* v, int64_t xi_stride, int64_t n, float* d, int
   float* __restrict r2 = d + 2 * row;
   float* __restrict r3 = d + 3 * row;
   const int64_t n2 = 2 * n, n3 = 3 * n;
-#pragma GCC ivdep
+  STOKE_IVDEP
   for (int64_t c = 0; c < n; ++c) {
     // v Bᵀ, row by row: (v0, v1 - v2 + v3, -v0 + v1 + v2, -v3)
     float t[4][4];
