@@ -179,13 +179,6 @@ void backward_linear(const ConvGeometry& g, const T* gout, const T* x, const T* 
   if (gw) cpu::gemm(true, false, g.K, g.C, g.N, T(1), gout, g.K, x, g.C, T(0), gw, g.C);
 }
 
-// dst (cols, rows) = src (rows, cols)ᵀ, rows ld_src apart.
-template <class T>
-void transpose_into(const T* src, int64_t rows, int64_t cols, int64_t ld_src, T* dst) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld_src + c];
-}
-
 // Whether a chunk's product of m x n over depth goes through gemm_fastest (stoke's AVX-512 GEMM
 // where OpenBLAS runs narrower kernels): when the chunks run in parallel, each on one thread (one
 // chunk alone keeps cpu::gemm, which splits a large product over the pool), and the product fills

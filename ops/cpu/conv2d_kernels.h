@@ -86,6 +86,14 @@ void winograd_conv_forward(const ConvGeometry& g, const float* x, const float* w
 void winograd_conv_backward(const ConvGeometry& g, const float* grad_out, const float* x,
                             const float* w, float* grad_in, float* grad_w);
 
+// dst (cols, rows) = src (rows, cols)ᵀ, src's rows ld_src apart, dst dense (the conv paths'
+// layout changes: channels-last copies, transposed grad_out).
+template <class T>
+inline void transpose_into(const T* src, int64_t rows, int64_t cols, int64_t ld_src, T* dst) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld_src + c];
+}
+
 // Sum of n contiguous values with independent partial sums (vectorizes without -ffast-math).
 template <class T>
 T sum_contiguous(const T* p, int64_t n);

@@ -34,21 +34,13 @@ PositionTaps taps_at(int64_t o, int64_t stride, int64_t pad, int64_t k, int64_t 
   return {std::clamp<int64_t>(-first, 0, k), std::clamp<int64_t>(in - first, 0, k)};
 }
 
-// dst (rows, cols) = src (cols, rows)ᵀ, both dense; rows and cols are small here (planes of up to
-// 16 positions against channel counts).
-template <class T>
-void transpose_dense(const T* src, int64_t cols, int64_t rows, T* dst) {
-  for (int64_t c = 0; c < cols; ++c)
-    for (int64_t r = 0; r < rows; ++r) dst[r * cols + c] = src[c * rows + r];
-}
-
 // (K, C, kh, kw) <-> (K, kh, kw, C), parallel over K.
 template <class T>
 void weight_to_taps_last(const ConvGeometry& g, const T* w, T* wt) {
   const int64_t taps = g.kh * g.kw;
   parallel_for(0, g.K, 16, [&](int64_t k0, int64_t k1) {
     for (int64_t k = k0; k < k1; ++k)
-      transpose_dense(w + k * g.C * taps, g.C, taps, wt + k * g.C * taps);
+      transpose_into(w + k * g.C * taps, g.C, taps, taps, wt + k * g.C * taps);
   });
 }
 
@@ -106,7 +98,8 @@ void position_conv_forward(const ConvGeometry& g, const T* x, const T* w, const 
   T* ot = base + g.N * HW * g.C;
   parallel_chunks(0, g.N, kPositionChunkSamples, [&](int64_t, int64_t n0, int64_t n1) {
     const int64_t nb = n1 - n0;
-    for (int64_t n = n0; n < n1; ++n) transpose_dense(x + n * g.C * HW, g.C, HW, xt + n * HW * g.C);
+    for (int64_t n = n0; n < n1; ++n)
+      transpose_into(x + n * g.C * HW, g.C, HW, HW, xt + n * HW * g.C);
     T* oc = ot + n0 * P * g.K;
     // Positions without a live tap (if any) hold the bias alone.
     for (int64_t s = 0; s < nb; ++s)
@@ -118,7 +111,8 @@ void position_conv_forward(const ConvGeometry& g, const T* x, const T* w, const 
       cpu::gemm_fastest(nb, g.K, (j1 - j0) * g.C, xt + (n0 * HW + iy * g.W + ix0) * g.C, HW * g.C,
                         1, wop + (i * g.kw + j0) * g.C * g.K, g.K, true, oc + p * g.K, P * g.K);
     });
-    for (int64_t n = n0; n < n1; ++n) transpose_dense(ot + n * P * g.K, P, g.K, out + n * g.K * P);
+    for (int64_t n = n0; n < n1; ++n)
+      transpose_into(ot + n * P * g.K, P, g.K, g.K, out + n * g.K * P);
   });
 }
 
@@ -141,12 +135,12 @@ void position_conv_backward(const ConvGeometry& g, const T* gout, const T* x, co
   parallel_chunks(0, g.N, kPositionChunkSamples, [&](int64_t chunk, int64_t n0, int64_t n1) {
     const int64_t nb = n1 - n0;
     for (int64_t n = n0; n < n1; ++n)
-      transpose_dense(gout + n * g.K * P, g.K, P, got + n * P * g.K);
+      transpose_into(gout + n * g.K * P, g.K, P, P, got + n * P * g.K);
     T* gc = got + n0 * P * g.K;
     T* xc = xt + n0 * HW * g.C;
     if (gw) {
       for (int64_t n = n0; n < n1; ++n)
-        transpose_dense(x + n * g.C * HW, g.C, HW, xt + n * HW * g.C);
+        transpose_into(x + n * g.C * HW, g.C, HW, HW, xt + n * HW * g.C);
       T* gwp = partial.data<T>() + chunk * g.K * TI;
       for_each_live_row(g,
                         [&](int64_t p, int64_t i, int64_t j0, int64_t j1, int64_t iy, int64_t ix0) {
@@ -168,7 +162,7 @@ void position_conv_backward(const ConvGeometry& g, const T* gout, const T* x, co
                                             xc + (iy * g.W + ix0) * g.C, HW * g.C);
                         });
       for (int64_t n = n0; n < n1; ++n)
-        transpose_dense(xt + n * HW * g.C, HW, g.C, gin + n * g.C * HW);
+        transpose_into(xt + n * HW * g.C, HW, g.C, g.C, gin + n * g.C * HW);
     }
   });
   if (gw) {
