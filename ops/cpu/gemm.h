@@ -22,8 +22,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
 
 // Whether OpenBLAS runs its AVX-512 kernels (SkylakeX, Cooperlake, SapphireRapids) for these
 // products; false where it cannot say. On an AVX-512 CPU whose OpenBLAS runs AVX2 kernels (chosen
-// by OPENBLAS_CORETYPE, say) a GEMM reaches about half the FMA rate of stoke's own AVX-512 kernels,
-// which changes which convolution algorithm is fastest (ops/cpu/conv2d.cpp).
+// by OPENBLAS_CORETYPE, say) a GEMM reaches about half the FMA rate of the CPU (gemm_fastest).
 bool gemm_kernels_avx512();
 
 // stoke's own single-threaded f32 GEMM for AVX-512 CPUs (ops/cpu/gemm_avx512.cpp), for the
@@ -37,8 +36,8 @@ void gemm_avx512(int64_t m, int64_t n, int64_t depth, const float* a, int64_t a_
 
 // C (m, n) = A · B, or C += A · B when accumulate, A's element (i, p) at a[i * a_row + p * a_col]
 // with a_row or a_col 1, B (depth, n) and C row-major, single-threaded: gemm_avx512 where the CPU
-// has AVX-512F and OpenBLAS runs narrower kernels (1.6-1.9x faster there on the convolutions'
-// products, docs/design-notes.md), OpenBLAS otherwise (always for f64).
+// has AVX-512F and OpenBLAS runs narrower kernels (VGG-11's Winograd layers 1.3-1.7x faster end to
+// end with it there, docs/design-notes.md), OpenBLAS otherwise (always for f64).
 void gemm_fastest(int64_t m, int64_t n, int64_t depth, const float* a, int64_t a_row, int64_t a_col,
                   const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc);
 void gemm_fastest(int64_t m, int64_t n, int64_t depth, const double* a, int64_t a_row,
