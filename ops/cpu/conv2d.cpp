@@ -179,20 +179,23 @@ void backward_linear(const ConvGeometry& g, const T* gout, const T* x, const T* 
   if (gw) cpu::gemm(true, false, g.K, g.C, g.N, T(1), gout, g.K, x, g.C, T(0), gw, g.C);
 }
 
-// Whether a chunk's product of m x n over depth goes through gemm_fastest (stoke's AVX-512 GEMM
-// where OpenBLAS runs narrower kernels): when the chunks run in parallel, each on one thread (one
-// chunk alone keeps cpu::gemm, which splits a large product over the pool), and the product fills
-// whole register tiles (12 x 32; ResNet-8's stem, R = 9 and K = 16, ran its weight gradient at
-// half speed through it).
+// Whether a chunk's product of m x n over depth runs stoke's AVX-512 GEMM (gemm_fastest, where
+// OpenBLAS runs narrower kernels; elsewhere OpenBLAS keeps its own forms, the weight gradient's
+// transposed operand read in place): f32, the chunks running in parallel, each on one thread (one
+// chunk alone keeps cpu::gemm, which splits a large product over the pool), and a product that
+// fills whole register tiles (12 x 32; ResNet-8's stem, R = 9 and K = 16, ran its weight gradient
+// at half speed through it).
+template <class T>
 bool chunk_gemm_fastest(bool parallel, int64_t m, int64_t n, int64_t depth) {
-  return parallel && m >= 24 && n >= 32 && depth >= 32;
+  return std::is_same_v<T, float> && cpu::gemm_fastest_runs_avx512() && parallel && m >= 24 &&
+         n >= 32 && depth >= 32;
 }
 
 // A chunk's product C (m, n) = op(A) · B, or C += op(A) · B when accumulate, B row-major.
 template <class T>
 void chunk_gemm(bool parallel, bool trans_a, int64_t m, int64_t n, int64_t k, const T* a,
                 int64_t lda, const T* b, int64_t ldb, bool accumulate, T* c, int64_t ldc) {
-  if (chunk_gemm_fastest(parallel, m, n, k))
+  if (chunk_gemm_fastest<T>(parallel, m, n, k))
     return cpu::gemm_fastest(m, n, k, a, trans_a ? 1 : lda, trans_a ? lda : 1, b, ldb, accumulate,
                              c, ldc);
   cpu::gemm(trans_a, false, m, n, k, T(1), a, lda, b, ldb, accumulate ? T(1) : T(0), c, ldc);
@@ -204,7 +207,7 @@ template <class T>
 void chunk_weight_grad(bool parallel, int64_t R, int64_t K, int64_t P, const T* cols,
                        int64_t ld_cols, const T* gout, int64_t ld_gout, T* gt, bool accumulate,
                        T* dwt, int64_t ld_dwt) {
-  if (chunk_gemm_fastest(parallel, R, K, P)) {
+  if (chunk_gemm_fastest<T>(parallel, R, K, P)) {
     transpose_into(gout, K, P, ld_gout, gt);
     cpu::gemm_fastest(R, K, P, cols, ld_cols, 1, gt, K, accumulate, dwt, ld_dwt);
   } else {

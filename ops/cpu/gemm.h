@@ -26,7 +26,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, double al
 bool gemm_kernels_avx512();
 
 // stoke's own single-threaded f32 GEMM for AVX-512 CPUs (ops/cpu/gemm_avx512.cpp), for the
-// Winograd convolution's products where OpenBLAS runs narrower kernels: C (m, n) = A · B, or
+// convolutions' products where OpenBLAS runs narrower kernels: C (m, n) = A · B, or
 // C += A · B when accumulate; A's element (i, p) lies at a[i * a_row + p * a_col] (row-major A:
 // a_row = lda, a_col = 1; transposed: a_row = 1, a_col = lda); B (depth, n) and C row-major.
 // Callers check gemm_avx512_available() (the CPU has AVX-512F) first.
@@ -38,6 +38,8 @@ void gemm_avx512(int64_t m, int64_t n, int64_t depth, const float* a, int64_t a_
 // with a_row or a_col 1, B (depth, n) and C row-major, single-threaded: gemm_avx512 where the CPU
 // has AVX-512F and OpenBLAS runs narrower kernels (VGG-11's Winograd layers 1.3-1.7x faster end to
 // end with it there, docs/design-notes.md), OpenBLAS otherwise (always for f64).
+// Whether gemm_fastest's f32 overload runs gemm_avx512 (decided once per process).
+bool gemm_fastest_runs_avx512();
 void gemm_fastest(int64_t m, int64_t n, int64_t depth, const float* a, int64_t a_row, int64_t a_col,
                   const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc);
 void gemm_fastest(int64_t m, int64_t n, int64_t depth, const double* a, int64_t a_row,

@@ -1,6 +1,6 @@
 // stoke's own single-threaded f32 GEMM for AVX-512 CPUs (declared in gemm.h), written for the
-// Winograd convolution's 16 products per block (ops/cpu/conv2d_winograd.cpp): a few hundred rows,
-// 64-512 columns and depth, operands that fit in L2.
+// convolutions' per-chunk products (Winograd's 16 per block, the small-plane and im2col paths'):
+// a few hundred rows, 32-512 columns and depth, operands that fit in L2.
 //
 // Why not OpenBLAS: where OpenBLAS runs AVX2 kernels on an AVX-512 CPU (OPENBLAS_CORETYPE=Haswell
 // on a Zen 5 EPYC, or a CPU it does not know), its GEMM reaches half the FMA rate of this CPU's
@@ -81,6 +81,11 @@ bool gemm_avx512_available() {
   return on;
 }
 
+bool gemm_fastest_runs_avx512() {
+  static const bool own = gemm_avx512_available() && !gemm_kernels_avx512();
+  return own;
+}
+
 void gemm_avx512(int64_t m, int64_t n, int64_t depth, const float* a, int64_t a_row, int64_t a_col,
                  const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
   for (int64_t j0 = 0; j0 < n; j0 += kTileCols) {
@@ -107,8 +112,8 @@ void openblas_product(int64_t m, int64_t n, int64_t depth, const T* a, int64_t a
 
 void gemm_fastest(int64_t m, int64_t n, int64_t depth, const float* a, int64_t a_row, int64_t a_col,
                   const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
-  static const bool own = gemm_avx512_available() && !gemm_kernels_avx512();
-  if (own) return gemm_avx512(m, n, depth, a, a_row, a_col, b, ldb, accumulate, c, ldc);
+  if (gemm_fastest_runs_avx512())
+    return gemm_avx512(m, n, depth, a, a_row, a_col, b, ldb, accumulate, c, ldc);
   openblas_product(m, n, depth, a, a_row, a_col, b, ldb, accumulate, c, ldc);
 }
 
