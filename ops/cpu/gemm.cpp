@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <type_traits>
+#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -78,6 +80,60 @@ void blas(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double alpha, const
               static_cast<blasint>(ldb), beta, c, static_cast<blasint>(ldc));
 }
 
+// Whether an f32 product runs stoke's AVX-512 GEMM: where gemm_fastest does (OpenBLAS runs
+// narrower kernels than the CPU has), with cblas's alpha 1 and beta 0 or 1 (gemm_avx512 computes
+// C = A B or C += A B), and big enough to fill its 12 x 32 register tiles: a product 16 columns
+// wide would leave half of each tile's lanes idle, where OpenBLAS's AVX2 tiles are full.
+bool own_kernel_fits(int64_t m, int64_t n, int64_t k, float alpha, float beta) {
+  return gemm_fastest_runs_avx512() && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && m >= 24 &&
+         n >= 32 && k >= 16;
+}
+
+// C (+)= op(A) op(B) with gemm_avx512, split over the pool as gemm_impl splits OpenBLAS's calls:
+// rows in multiples of its 12-row tiles, or columns in multiples of 32. op(B) = Bᵀ is copied
+// transposed first (k x n, O(k n) against the product's O(m n k)).
+void own_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+              const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  // Kept per thread between calls: a fresh buffer would be faulted in page by page every call.
+  thread_local std::vector<float> bt;
+  if (tb) {
+    if (bt.size() < static_cast<size_t>(k * n)) bt.resize(static_cast<size_t>(k * n));
+    float* dst = bt.data();
+    // 16 x 16 blocks, so that both the reads and the writes stay within a few cache lines.
+    constexpr int64_t blk = 16;
+    parallel_for(0, (n + blk - 1) / blk, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, k)),
+                 [&](int64_t j0, int64_t j1) {
+                   for (int64_t jb = j0 * blk; jb < std::min(n, j1 * blk); jb += blk)
+                     for (int64_t pb = 0; pb < k; pb += blk)
+                       for (int64_t p = pb; p < std::min(k, pb + blk); ++p)
+                         for (int64_t j = jb; j < std::min(n, jb + blk); ++j)
+                           dst[p * n + j] = b[j * ldb + p];
+                 });
+    b = bt.data();
+    ldb = n;
+  }
+  const int64_t a_row = ta ? 1 : lda, a_col = ta ? lda : 1;
+  const bool accumulate = beta != 0.0f;
+  if (num_threads() == 1 || in_parallel_region() || m * n * k < kSplitMacs) {
+    gemm_avx512(m, n, k, a, a_row, a_col, b, ldb, accumulate, c, ldc);
+    return;
+  }
+  if (m >= n) {
+    constexpr int64_t rows = 12;
+    parallel_for(0, (m + rows - 1) / rows, 1, [&](int64_t b0, int64_t b1) {
+      const int64_t r0 = b0 * rows, r1 = std::min(m, b1 * rows);
+      gemm_avx512(r1 - r0, n, k, a + r0 * a_row, a_row, a_col, b, ldb, accumulate, c + r0 * ldc,
+                  ldc);
+    });
+  } else {
+    constexpr int64_t cols = 32;
+    parallel_for(0, (n + cols - 1) / cols, 1, [&](int64_t b0, int64_t b1) {
+      const int64_t c0 = b0 * cols, c1 = std::min(n, b1 * cols);
+      gemm_avx512(m, c1 - c0, k, a, a_row, a_col, b + c0, ldb, accumulate, c + c0, ldc);
+    });
+  }
+}
+
 template <class T>
 void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T* a, int64_t lda,
                const T* b, int64_t ldb, T beta, T* c, int64_t ldc) {
@@ -95,6 +151,10 @@ void gemm_impl(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const
     return;
   }
   ensure_single_threaded_blas();
+  if constexpr (std::is_same_v<T, float>) {
+    if (own_kernel_fits(m, n, k, alpha, beta))
+      return own_gemm(ta, tb, m, n, k, a, lda, b, ldb, beta, c, ldc);
+  }
   const int threads = num_threads();
   if (threads == 1 || in_parallel_region() || m * n * k < kSplitMacs) {
     blas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

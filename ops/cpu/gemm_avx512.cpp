@@ -30,6 +30,8 @@ namespace {
 
 constexpr int kTileRows = 12;
 constexpr int64_t kTileCols = 32;
+constexpr int64_t kRowBlock = 12 * kTileRows;
+constexpr int64_t kDepthBlock = 256;
 
 template <int R>
 STOKE_GEMM_KERNEL void gemm_tile(int64_t depth, const float* a, int64_t a_row, int64_t a_col,
@@ -88,12 +90,29 @@ bool gemm_fastest_runs_avx512() {
 
 void gemm_avx512(int64_t m, int64_t n, int64_t depth, const float* a, int64_t a_row, int64_t a_col,
                  const float* b, int64_t ldb, bool accumulate, float* c, int64_t ldc) {
-  for (int64_t j0 = 0; j0 < n; j0 += kTileCols) {
-    const __mmask16 m0 = column_mask(n - j0), m1 = column_mask(n - j0 - 16);
-    for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
-      const int64_t rows = std::min<int64_t>(kTileRows, m - i0);
-      kTiles[rows - 1](depth, a + i0 * a_row, a_row, a_col, b + j0, ldb, c + i0 * ldc + j0, ldc, m0,
-                       m1, accumulate);
+  if (depth <= 0) {
+    if (!accumulate)
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    return;
+  }
+  // Blocks of kRowBlock rows by kDepthBlock of the depth: A's block (144 KB) stays in L2 while
+  // every 32-column panel of B's block (32 KB) passes it, so a large product (matmul's n = 2048)
+  // reads A once and B once per row block instead of A once per panel.
+  for (int64_t r0 = 0; r0 < m; r0 += kRowBlock) {
+    const int64_t r1 = std::min(m, r0 + kRowBlock);
+    for (int64_t p0 = 0; p0 < depth; p0 += kDepthBlock) {
+      const int64_t steps = std::min(kDepthBlock, depth - p0);
+      const bool acc = accumulate || p0 > 0;
+      const float* ab = a + p0 * a_col;
+      const float* bb = b + p0 * ldb;
+      for (int64_t j0 = 0; j0 < n; j0 += kTileCols) {
+        const __mmask16 m0 = column_mask(n - j0), m1 = column_mask(n - j0 - 16);
+        for (int64_t i0 = r0; i0 < r1; i0 += kTileRows) {
+          const int64_t rows = std::min<int64_t>(kTileRows, r1 - i0);
+          kTiles[rows - 1](steps, ab + i0 * a_row, a_row, a_col, bb + j0, ldb, c + i0 * ldc + j0,
+                           ldc, m0, m1, acc);
+        }
+      }
     }
   }
 }
