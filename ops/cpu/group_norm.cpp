@@ -6,6 +6,8 @@
 // (x - m)^2 around the rounded mean m, so a large offset does not cancel as in E[x^2] - E[x]^2.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/parallel.h"
@@ -16,40 +18,92 @@
 namespace stoke::ops::cpu {
 namespace {
 
+// The widest vector registers -march gives (a vector of T passed to or returned from a function
+// wider than that would change the ABI, which GCC warns about).
+#if defined(__AVX512F__)
+constexpr int64_t kGnVecBytes = 64;
+#elif defined(__AVX__)
+constexpr int64_t kGnVecBytes = 32;
+#else
+constexpr int64_t kGnVecBytes = 16;
+#endif
 template <class T>
-constexpr int64_t kGnLanes = 64 / sizeof(T);
+constexpr int64_t kGnLanes = kGnVecBytes / sizeof(T);
 constexpr int64_t kGnFold = 1024;
 
-// s1 += sum f1(i), s2 += sum f2(i) over i in [0, n), where f(i, u, v) sets u and v; lanes of T
-// folded into double every kGnFold values.
+// A vector of kGnLanes values of T (GCC/clang vector extension).
+template <class T>
+struct GnLanes {
+  typedef T vec __attribute__((vector_size(kGnVecBytes)));
+};
+
+// Loads V (a GnLanes vector or T itself) from p.
+template <class V, class T>
+inline V load_lanes(const T* p) {
+  if constexpr (std::is_same_v<V, T>) {
+    return *p;
+  } else {
+    V v;
+    std::memcpy(&v, p, sizeof(V));
+    return v;
+  }
+}
+
+// s1 += sum u, s2 += sum v over i in [0, n), where f(i, u, v) sets u and v for the values at i..:
+// called with vectors of kGnLanes values (u, v of GnLanes<T>::vec) and with single values (T) for
+// the tail, so it loads with load_lanes<decltype(u)>. The lanes are summed in T over blocks of
+// kGnFold values and folded into double after each block. The accumulators are vector values,
+// which stay in registers (arrays of lanes did not: GCC kept them on the stack, reloading them
+// every step).
 template <class T, class F>
 inline void lane_sums2(int64_t n, F&& f, double& s1, double& s2) {
+  using V = typename GnLanes<T>::vec;
   constexpr int64_t L = kGnLanes<T>;
   for (int64_t i0 = 0; i0 < n; i0 += kGnFold) {
     const int64_t i1 = std::min(n, i0 + kGnFold);
-    T a1[L] = {}, a2[L] = {};
+    V a1 = {}, a2 = {};
     int64_t i = i0;
-    for (; i + L <= i1; i += L)
-      for (int64_t j = 0; j < L; ++j) {
-        T u, v;
-        f(i + j, u, v);
-        a1[j] += u;
-        a2[j] += v;
-      }
-    for (int64_t j = 0; i < i1; ++i, ++j) {
+    for (; i + L <= i1; i += L) {
+      V u, v;
+      f(i, u, v);
+      a1 += u;
+      a2 += v;
+    }
+    T t1 = 0, t2 = 0;
+    for (; i < i1; ++i) {
       T u, v;
       f(i, u, v);
-      a1[j] += u;
-      a2[j] += v;
+      t1 += u;
+      t2 += v;
     }
-    double d1 = 0, d2 = 0;
     for (int64_t j = 0; j < L; ++j) {
-      d1 += a1[j];
-      d2 += a2[j];
+      t1 += a1[j];
+      t2 += a2[j];
     }
-    s1 += d1;
-    s2 += d2;
+    s1 += double(t1);
+    s2 += double(t2);
   }
+}
+
+// The input gradient of one row of M values with one channel per value (spatial size 1, as
+// layer_norm's rows): dx = rstd * w * dy + k2 * (x - m) + k3 (group_norm_backward's formula),
+// w = 1 when wg is null.
+template <class T>
+void grad_input_row_s1(int64_t M, const T* xr, const T* dr, const T* wg, T m, double rs, T* out) {
+  double sb = 0, sa = 0;  // sum(dy * w), sum(dy * w * (x - m))
+  lane_sums2<T>(
+      M,
+      [&](int64_t i, auto& u, auto& v) {
+        using V = std::decay_t<decltype(u)>;
+        u = wg ? load_lanes<V>(dr + i) * load_lanes<V>(wg + i) : load_lanes<V>(dr + i);
+        v = u * (load_lanes<V>(xr + i) - m);
+      },
+      sb, sa);
+  const T k2 = T(-rs * rs * rs * sa / double(M)), k3 = T(-rs * sb / double(M)), rst = T(rs);
+  if (wg)
+    for (int64_t i = 0; i < M; ++i) out[i] = rst * wg[i] * dr[i] + k2 * (xr[i] - m) + k3;
+  else
+    for (int64_t i = 0; i < M; ++i) out[i] = rst * dr[i] + k2 * (xr[i] - m) + k3;
 }
 
 // Chunks of rows (or channels) of ~32k values each.
@@ -94,17 +148,17 @@ GroupNormForward CpuBackend::group_norm_forward(const Tensor& input, const Tenso
         double s = 0, unused = 0;
         lane_sums2<T>(
             M,
-            [&](int64_t i, T& u, T& v) {
-              u = xr[i];
-              v = T(0);
+            [&](int64_t i, auto& u, auto& v) {
+              u = load_lanes<std::decay_t<decltype(u)>>(xr + i);
+              v = std::decay_t<decltype(v)>{};
             },
             s, unused);
         const T m = T(M > 0 ? s / double(M) : 0.0);
         double d1 = 0, d2 = 0;
         lane_sums2<T>(
             M,
-            [&](int64_t i, T& u, T& v) {
-              u = xr[i] - m;
+            [&](int64_t i, auto& u, auto& v) {
+              u = load_lanes<std::decay_t<decltype(u)>>(xr + i) - m;
               v = u * u;
             },
             d1, d2);
@@ -167,110 +221,114 @@ GroupNormGrads CpuBackend::group_norm_backward(const Tensor& grad_output, const 
     const T* wp = w.defined() ? w.data<T>() : nullptr;
     const T* mp = mean_t.data<T>();
     const T* rp = rstd_t.data<T>();
-    if (g.grad_input.defined()) {
-      T* dxp = g.grad_input.data<T>();
-      // dx = rstd * (dy * w - mean(dy * w) - xhat * mean(dy * w * xhat)), xhat = (x - m) * rstd:
-      // per row dx = rstd * w * dy + k2 * (x - m) + k3.
-      parallel_for(0, rows, grain_for(M), [&](int64_t r0, int64_t r1) {
-        for (int64_t row = r0; row < r1; ++row) {
-          const T* xr = xp + row * M;
-          const T* dr = dyp + row * M;
-          T* out = dxp + row * M;
-          const T m = mp[row];
-          const double rs = double(rp[row]);
-          const T* wg = wp ? wp + (row % G) * K : nullptr;
-          double sb = 0, sa = 0;  // sum(dy * w), sum(dy * w * (x - m))
-          if (S == 1 && wg)
-            lane_sums2<T>(
-                M,
-                [&](int64_t i, T& u, T& v) {
-                  u = dr[i] * wg[i];
-                  v = u * (xr[i] - m);
-                },
-                sb, sa);
-          else
+    T* gw = g.grad_weight.defined() ? g.grad_weight.data<T>() : nullptr;
+    T* gb = g.grad_bias.defined() ? g.grad_bias.data<T>() : nullptr;
+    if (S == 1) {
+      // One pass over blocks of kRows rows (layer_norm's rows; group_norm of (N, C) input):
+      // each row's input gradient, and each block's per-channel sums of dy * (x - m) * rstd and
+      // of dy in T, which are then summed over the blocks in order in double. x and dy are read
+      // once (a second pass for the weight gradient took longer than the input gradient), and
+      // the blocks do not depend on the thread count, so neither do the sums.
+      constexpr int64_t kRows = 64;
+      const int64_t blocks = (rows + kRows - 1) / kRows;
+      T* dxp = g.grad_input.defined() ? g.grad_input.data<T>() : nullptr;
+      const bool sums = gw || gb;
+      const Tensor partial = sums ? empty({blocks, 2 * C}, {.dtype = x.dtype()}) : Tensor();
+      T* pp = sums ? partial.data<T>() : nullptr;
+      parallel_for(0, blocks, grain_for(kRows * M), [&](int64_t b0, int64_t b1) {
+        for (int64_t blk = b0; blk < b1; ++blk) {
+          T* pw = sums ? pp + blk * 2 * C : nullptr;
+          T* pb = sums ? pw + C : nullptr;
+          if (sums) std::fill(pw, pw + 2 * C, T(0));
+          for (int64_t row = blk * kRows; row < std::min(rows, (blk + 1) * kRows); ++row) {
+            const T* xr = xp + row * M;
+            const T* dr = dyp + row * M;
+            const int64_t c0 = (row % G) * K;
+            const T m = mp[row];
+            if (dxp)
+              grad_input_row_s1<T>(M, xr, dr, wp ? wp + c0 : nullptr, m, double(rp[row]),
+                                   dxp + row * M);
+            if (!sums) continue;
+            const T rst = rp[row];
+            T* w_acc = pw + c0;
+            T* b_acc = pb + c0;
             for (int64_t k = 0; k < K; ++k) {
-              double b1 = 0, a1 = 0;
-              const T* xs = xr + k * S;
-              const T* ds = dr + k * S;
-              lane_sums2<T>(
-                  S,
-                  [&](int64_t i, T& u, T& v) {
-                    u = ds[i];
-                    v = u * (xs[i] - m);
-                  },
-                  b1, a1);
-              const double wk = wg ? double(wg[k]) : 1.0;
-              sb += wk * b1;
-              sa += wk * a1;
-            }
-          const T k2 = T(-rs * rs * rs * sa / double(M)), k3 = T(-rs * sb / double(M));
-          if (S == 1 && wg) {
-            const T rst = T(rs);
-            for (int64_t i = 0; i < M; ++i) out[i] = rst * wg[i] * dr[i] + k2 * (xr[i] - m) + k3;
-          } else {
-            for (int64_t k = 0; k < K; ++k) {
-              const T a = T(rs * (wg ? double(wg[k]) : 1.0));
-              const T* xs = xr + k * S;
-              const T* ds = dr + k * S;
-              T* os = out + k * S;
-              for (int64_t i = 0; i < S; ++i) os[i] = a * ds[i] + k2 * (xs[i] - m) + k3;
+              w_acc[k] += dr[k] * (xr[k] - m) * rst;
+              b_acc[k] += dr[k];
             }
           }
         }
       });
-    }
-    if (!g.grad_weight.defined() && !g.grad_bias.defined()) return;
-    T* gw = g.grad_weight.defined() ? g.grad_weight.data<T>() : nullptr;
-    T* gb = g.grad_bias.defined() ? g.grad_bias.data<T>() : nullptr;
-    // grad_weight[c] = sum over (n, s) of dy * (x - m) * rstd, grad_bias[c] = sum of dy.
-    if (S == 1) {
-      // Per-channel accumulators over a chunk of channels, the rows walked in order: the inner
-      // loop runs along a contiguous row (vectorized), not down a column.
-      parallel_for(0, C, std::max<int64_t>(16, grain_for(l.batch)), [&](int64_t c0, int64_t c1) {
-        std::vector<double> aw(c1 - c0, 0.0), ab(c1 - c0, 0.0);
-        for (int64_t n = 0; n < l.batch; ++n) {
-          const T* xr = xp + n * C;
-          const T* dr = dyp + n * C;
-          if (G == 1) {
-            const double m = double(mp[n]), rs = double(rp[n]);
-            for (int64_t c = c0; c < c1; ++c) {
-              aw[c - c0] += double(dr[c]) * (double(xr[c]) - m) * rs;
-              ab[c - c0] += double(dr[c]);
-            }
-          } else {
-            for (int64_t c = c0; c < c1; ++c) {
-              const int64_t row = n * G + c / K;
-              aw[c - c0] += double(dr[c]) * (double(xr[c]) - double(mp[row])) * double(rp[row]);
-              ab[c - c0] += double(dr[c]);
-            }
-          }
-        }
+      if (!sums) return;
+      parallel_for(0, C, std::max<int64_t>(16, grain_for(2 * blocks)), [&](int64_t c0, int64_t c1) {
         for (int64_t c = c0; c < c1; ++c) {
-          if (gw) gw[c] = T(aw[c - c0]);
-          if (gb) gb[c] = T(ab[c - c0]);
+          double aw = 0, ab = 0;
+          for (int64_t blk = 0; blk < blocks; ++blk) {
+            aw += double(pp[blk * 2 * C + c]);
+            ab += double(pp[blk * 2 * C + C + c]);
+          }
+          if (gw) gw[c] = T(aw);
+          if (gb) gb[c] = T(ab);
         }
       });
       return;
     }
-    parallel_for(0, C, grain_for(l.batch * S), [&](int64_t c0, int64_t c1) {
+    // Spatial size S > 1: per row (n, g) and channel k, b1 = sum of dy and a1 = sum of
+    // dy * (x - m) over the S positions give both the input gradient (dx = rstd * (dy * w -
+    // mean(dy * w) - xhat * mean(dy * w * xhat)), xhat = (x - m) * rstd, per row
+    // dx = rstd * w * dy + k2 * (x - m) + k3) and the channel's share of the weight gradient
+    // (grad_weight[c] = sum over n of a1 * rstd, grad_bias[c] = sum of b1): one pass over x and
+    // dy keeps them per (n, c), then each channel sums its column over n in order.
+    T* dxp = g.grad_input.defined() ? g.grad_input.data<T>() : nullptr;
+    const bool sums = gw || gb;
+    const Tensor per_nc = sums ? empty({l.batch * C, 2}, {.dtype = DType::f64}) : Tensor();
+    double* nc = sums ? per_nc.data<double>() : nullptr;
+    parallel_for(0, rows, grain_for(M), [&](int64_t r0, int64_t r1) {
+      for (int64_t row = r0; row < r1; ++row) {
+        const T* xr = xp + row * M;
+        const T* dr = dyp + row * M;
+        const T m = mp[row];
+        const double rs = double(rp[row]);
+        const T* wg = wp ? wp + (row % G) * K : nullptr;
+        double sb = 0, sa = 0;  // sum(dy * w), sum(dy * w * (x - m))
+        for (int64_t k = 0; k < K; ++k) {
+          double b1 = 0, a1 = 0;
+          const T* xs = xr + k * S;
+          const T* ds = dr + k * S;
+          lane_sums2<T>(
+              S,
+              [&](int64_t i, auto& u, auto& v) {
+                using V = std::decay_t<decltype(u)>;
+                u = load_lanes<V>(ds + i);
+                v = u * (load_lanes<V>(xs + i) - m);
+              },
+              b1, a1);
+          const double wk = wg ? double(wg[k]) : 1.0;
+          sb += wk * b1;
+          sa += wk * a1;
+          if (sums) {  // row * K + k = n * C + c
+            nc[(row * K + k) * 2] = a1 * rs;
+            nc[(row * K + k) * 2 + 1] = b1;
+          }
+        }
+        if (!dxp) continue;
+        const T k2 = T(-rs * rs * rs * sa / double(M)), k3 = T(-rs * sb / double(M));
+        for (int64_t k = 0; k < K; ++k) {
+          const T a = T(rs * (wg ? double(wg[k]) : 1.0));
+          const T* xs = xr + k * S;
+          const T* ds = dr + k * S;
+          T* os = dxp + row * M + k * S;
+          for (int64_t i = 0; i < S; ++i) os[i] = a * ds[i] + k2 * (xs[i] - m) + k3;
+        }
+      }
+    });
+    if (!sums) return;
+    parallel_for(0, C, std::max<int64_t>(16, grain_for(2 * l.batch)), [&](int64_t c0, int64_t c1) {
       for (int64_t c = c0; c < c1; ++c) {
         double aw = 0, ab = 0;
         for (int64_t n = 0; n < l.batch; ++n) {
-          const int64_t row = n * G + c / K;
-          const T m = mp[row];
-          const T* xs = xp + (n * C + c) * S;
-          const T* ds = dyp + (n * C + c) * S;
-          double b1 = 0, a1 = 0;
-          lane_sums2<T>(
-              S,
-              [&](int64_t i, T& u, T& v) {
-                u = ds[i];
-                v = u * (xs[i] - m);
-              },
-              b1, a1);
-          aw += a1 * double(rp[row]);
-          ab += b1;
+          aw += nc[(n * C + c) * 2];
+          ab += nc[(n * C + c) * 2 + 1];
         }
         if (gw) gw[c] = T(aw);
         if (gb) gb[c] = T(ab);

@@ -131,6 +131,65 @@ TEST_CASE("group_norm / layer_norm: double reference on odd shapes, both layouts
   }
 }
 
+TEST_CASE(
+    "group_norm / layer_norm: f32 backward against f64 over several row blocks, each "
+    "gradient alone",
+    "[ops][group_norm]") {
+  // The f64 kernels are gradchecked (tests/autograd/test_group_norm_grad.cpp); these shapes span
+  // the CPU backward's paths: rows of one value per channel in blocks of 64 rows (layer_norm
+  // (130, 70): three blocks, the last short; group_norm of (150, 6) input, 3 groups of 2
+  // channels), with and without weight, and spatial planes (group_norm (5, 6, 7, 9)).
+  struct Case {
+    Shape shape;
+    int64_t groups;  // 0: layer_norm over the last dim
+    bool affine;
+  };
+  for (const Case& c :
+       {Case{{130, 70}, 0, true}, Case{{130, 70}, 0, false}, Case{{150, 6}, 3, true},
+        Case{{5, 6, 7, 9}, 3, true}, Case{{5, 6, 7, 9}, 2, false}}) {
+    INFO("shape " << c.shape << " groups " << c.groups << " affine " << c.affine);
+    const int64_t C = c.groups ? c.shape[1] : c.shape.back();
+    const Tensor x = ops::add(randn(c.shape, {.dtype = DType::f64}), 2.0);
+    const Tensor dy = randn(c.shape, {.dtype = DType::f64});
+    const Tensor w = c.affine ? randn({C}, {.dtype = DType::f64}) : Tensor();
+    const Tensor b = c.affine ? randn({C}, {.dtype = DType::f64}) : Tensor();
+    auto run = [&](const Tensor& xi, const Tensor& dyi, const Tensor& wi, const Tensor& bi,
+                   std::array<bool, 3> mask) {
+      if (c.groups) {
+        const auto f = ops::group_norm_forward(xi, c.groups, wi, bi, {});
+        return ops::group_norm_backward(dyi, xi, c.groups, wi, f.save_mean, f.save_rstd, mask);
+      }
+      const Shape ns{C};
+      const auto f = ops::layer_norm_forward(xi, ns, wi, bi, {});
+      return ops::layer_norm_backward(dyi, xi, ns, wi, f.save_mean, f.save_rstd, mask);
+    };
+    auto f32 = [](const Tensor& t) { return t.defined() ? t.to(DType::f32) : t; };
+    const ops::GroupNormGrads ref = run(x, dy, w, b, {true, true, true});
+    const ops::GroupNormGrads all = run(f32(x), f32(dy), f32(w), f32(b), {true, true, true});
+    // Within f32 rounding of the largest value (a row of 2 values close together has a large
+    // rstd, and its input gradient is large too).
+    auto close = [](const Tensor& got, const Tensor& want) {
+      const std::vector<double> v = want.to_vector<double>();
+      double scale = 1;
+      for (double e : v) scale = std::max(scale, std::abs(e));
+      return max_diff(got, v) < 2e-5 * scale;
+    };
+    CHECK(close(all.grad_input, ref.grad_input));
+    CHECK(close(all.grad_bias, ref.grad_bias));
+    if (c.affine) CHECK(close(all.grad_weight, ref.grad_weight));
+    for (int only = 0; only < 3; ++only) {
+      std::array<bool, 3> mask{false, false, false};
+      mask[static_cast<size_t>(only)] = true;
+      const ops::GroupNormGrads one = run(f32(x), f32(dy), f32(w), f32(b), mask);
+      const Tensor& got = only == 0 ? one.grad_input : only == 1 ? one.grad_weight : one.grad_bias;
+      const Tensor& want = only == 0 ? all.grad_input : only == 1 ? all.grad_weight : all.grad_bias;
+      CHECK(got.defined() == want.defined());
+      if (got.defined()) CHECK(got.to_vector<float>() == want.to_vector<float>());
+      CHECK((only == 0 || !one.grad_input.defined()));
+    }
+  }
+}
+
 TEST_CASE("group_norm / layer_norm: f32 statistics of data far from zero stay accurate",
           "[ops][group_norm]") {
   // randn + 1e4 in f32: E[x^2] - E[x]^2 would lose ~1e-8 * 1e8 relative; the two-pass sums keep
