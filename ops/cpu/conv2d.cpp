@@ -4,11 +4,11 @@
 // inside. When the batch is smaller than the pool, samples run in order and
 // each GEMM is split over the pool instead. 1x1 stride-1 unpadded convolutions read the input as
 // the column matrix directly; depthwise ones use the direct kernels in conv2d_kernels.cpp; f32
-// stride-1 ones take the AVX-512 direct kernels of conv2d_direct.cpp where the CPU and the shape
-// suit them; small output planes (up to 16 positions) whose kernels hang over the padding take one
-// GEMM per output position (conv2d_positions.cpp); 3x3 stride-1 layers with 32+ channels take
-// Winograd F(2x2, 3x3) (conv2d_winograd.cpp, see winograd_fits). Kernel taps that only ever meet
-// padding are cut off first (live_conv).
+// stride-1 ones (and stride-2 forwards) take the AVX-512 direct kernels of conv2d_direct.cpp where
+// the CPU and the shape suit them; small output planes (up to 16 positions) whose kernels hang over
+// the padding take one GEMM per output position (conv2d_positions.cpp); 3x3 stride-1 layers with
+// 32+ channels take Winograd F(2x2, 3x3) (conv2d_winograd.cpp, see winograd_fits). Kernel taps that
+// only ever meet padding are cut off first (live_conv).
 #include <algorithm>
 #include <type_traits>
 
@@ -132,7 +132,9 @@ int64_t samples_per_gemm(const ConvGeometry& g) {
 // f32 convolutions with a spatial kernel, stride 1 and one group run the direct kernels
 // (conv2d_direct.cpp) where the CPU has AVX-512 and the shape suits them: forward and input
 // gradient without the column matrix; the weight gradient too where its per-task partial sums
-// stay small (ResNet's layers; VGG's wide ones keep im2col + GEMM).
+// stay small (ResNet's layers; VGG's wide ones keep im2col + GEMM). Stride-2 layers take the
+// direct forward (ResNet-8's 3x3 downsampling layers 3-17% faster than im2col + GEMM measured);
+// their gradients stay on im2col + GEMM.
 template <class T>
 bool direct_forward(const ConvGeometry& g) {
   return std::is_same_v<T, float> && !is_pointwise(g) && cpu::direct_conv_forward_fits(g);
@@ -155,6 +157,15 @@ bool direct_backward_weight(const ConvGeometry& g) {
 template <class T>
 bool winograd_fits(const ConvGeometry& g) {
   return std::is_same_v<T, float> && cpu::winograd_conv_fits(g);
+}
+
+// The forward of a Winograd layer with at most 64 channels in and out takes the direct kernel
+// where it fits: its transforms cost more than they save there (ResNet-8's 32-channel 14x14 and
+// 64-channel 7x7 layers, forward 1.6-1.9 against 1.4 ms measured); from 128 channels Winograd's
+// forward is the faster (VGG-11's layers). The backward stays Winograd.
+template <class T>
+bool winograd_forward(const ConvGeometry& g) {
+  return winograd_fits<T>(g) && !(g.C <= 64 && g.K <= 64 && direct_forward<T>(g));
 }
 
 // A pointwise convolution of 1x1 planes (VGG's last stage, cut down to its center tap) is a linear
@@ -391,7 +402,7 @@ Tensor CpuBackend::conv2d(const Tensor& input_in, const Tensor& weight_in, const
       cpu::depthwise_forward(g, x.data<T>(), w.data<T>(), bp, out.data<T>());
     else if (cpu::position_conv_fits(live.g))
       cpu::position_conv_forward(live.g, x.data<T>(), w.data<T>(), bp, out.data<T>());
-    else if (winograd_fits<T>(live.g))
+    else if (winograd_forward<T>(live.g))
       cpu::winograd_conv_forward(live.g, x.data<float>(), w.data<float>(),
                                  b.defined() ? b.data<float>() : nullptr, out.data<float>());
     else if (direct_forward<T>(live.g))

@@ -43,9 +43,10 @@ void depthwise_backward_input(const ConvGeometry& g, const T* grad_out, const T*
 template <class T>
 void depthwise_backward_weight(const ConvGeometry& g, const T* grad_out, const T* x, T* grad_w);
 
-// Direct convolution (ops/cpu/conv2d_direct.cpp): f32, stride 1, dilation 1, one group, on CPUs
-// with AVX-512 (checked at run time; STOKE_CONV_DIRECT=0 turns it off). No column matrix: the
-// input is read in place through a zero-padded copy of each sample. Parallel over the batch. The
+// Direct convolution (ops/cpu/conv2d_direct.cpp): f32, stride 1 (forward and both gradients) or
+// 2 (forward), dilation 1, one group, on CPUs with AVX-512 (checked at run time;
+// STOKE_CONV_DIRECT=0 turns it off). No column matrix: the input is read in place through a
+// zero-padded copy of each sample (split into phases for stride 2). Parallel over the batch. The
 // _fits checks also say whether the shape is one where it beats im2col + GEMM.
 bool direct_conv_forward_fits(const ConvGeometry& g);
 bool direct_conv_backward_input_fits(const ConvGeometry& g);

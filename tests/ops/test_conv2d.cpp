@@ -217,13 +217,14 @@ TEST_CASE("conv2d: backward against a naive adjoint in f64", "[ops][conv]") {
   }
 }
 
-TEST_CASE("conv2d: f32 stride-1 shapes of the direct and Winograd kernels against f64",
+TEST_CASE("conv2d: f32 shapes of the direct (stride 1 and 2) and Winograd kernels against f64",
           "[ops][conv]") {
   // On CPUs with AVX-512, f32 stride-1 convolutions with >= 64 multiply-adds per output run the
   // direct kernels of ops/cpu/conv2d_direct.cpp (forward, input gradient, and for small layers on
-  // planes of 14x14 and up the weight gradient); f64 runs im2col + GEMM. Shapes: output channels
-  // not a multiple of the register tile, 5x5, asymmetric kernel and padding, padding beyond the
-  // kernel's reach (the input gradient's grid then clips grad_out).
+  // planes of 14x14 and up the weight gradient), stride-2 ones their forward over phase grids;
+  // f64 runs im2col + GEMM. Shapes: output channels not a multiple of the register tile, 5x5,
+  // asymmetric kernel and padding, padding beyond the kernel's reach (the input gradient's grid
+  // then clips grad_out).
   struct Case {
     const char* name;
     Shape x, w;
@@ -239,6 +240,25 @@ TEST_CASE("conv2d: f32 stride-1 shapes of the direct and Winograd kernels agains
       // partial last block (14x14, 13 samples).
       {"ResNet 28x28", {3, 16, 28, 28}, {16, 16, 3, 3}, {.padding = {1, 1}}},
       {"ResNet 14x14, 13 samples", {13, 32, 14, 14}, {24, 32, 3, 3}, {.padding = {1, 1}}},
+      // Stride 2 (the forward over 4 phase grids): ResNet's downsampling layers, odd input sizes
+      // (phases of unequal size), 5x5 with padding 2, 4x4 without padding.
+      {"stride 2: ResNet 28x28",
+       {3, 16, 28, 28},
+       {32, 16, 3, 3},
+       {.stride = {2, 2}, .padding = {1, 1}}},
+      {"stride 2: ResNet 14x14",
+       {5, 32, 14, 14},
+       {64, 32, 3, 3},
+       {.stride = {2, 2}, .padding = {1, 1}}},
+      {"stride 2: odd 15x13",
+       {2, 16, 15, 13},
+       {13, 16, 3, 3},
+       {.stride = {2, 2}, .padding = {1, 1}}},
+      {"stride 2: 5x5 padding 2",
+       {2, 8, 12, 12},
+       {10, 8, 5, 5},
+       {.stride = {2, 2}, .padding = {2, 2}}},
+      {"stride 2: 4x4 valid", {2, 8, 30, 31}, {8, 8, 4, 4}, {.stride = {2, 2}}},
       // Small planes (conv2d_positions.cpp, f32 and f64 alike): VGG's 3x3 plane.
       {"VGG 3x3 plane", {16, 64, 3, 3}, {32, 64, 3, 3}, {.padding = {1, 1}}},
       // Winograd F(2x2, 3x3) (conv2d_winograd.cpp; f32 3x3 with 32+ channels in and out, any

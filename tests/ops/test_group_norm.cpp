@@ -137,7 +137,7 @@ TEST_CASE(
     "[ops][group_norm]") {
   // The f64 kernels are gradchecked (tests/autograd/test_group_norm_grad.cpp); these shapes span
   // the CPU backward's paths: rows of one value per channel in blocks of 64 rows (layer_norm
-  // (130, 70): three blocks, the last short; group_norm of (150, 6) input, 3 groups of 2
+  // (130, 70): three blocks, the last short; group_norm of (150, 12) input, 3 groups of 4
   // channels), with and without weight, and spatial planes (group_norm (5, 6, 7, 9)).
   struct Case {
     Shape shape;
@@ -145,7 +145,7 @@ TEST_CASE(
     bool affine;
   };
   for (const Case& c :
-       {Case{{130, 70}, 0, true}, Case{{130, 70}, 0, false}, Case{{150, 6}, 3, true},
+       {Case{{130, 70}, 0, true}, Case{{130, 70}, 0, false}, Case{{150, 12}, 3, true},
         Case{{5, 6, 7, 9}, 3, true}, Case{{5, 6, 7, 9}, 2, false}}) {
     INFO("shape " << c.shape << " groups " << c.groups << " affine " << c.affine);
     const int64_t C = c.groups ? c.shape[1] : c.shape.back();
@@ -166,8 +166,8 @@ TEST_CASE(
     auto f32 = [](const Tensor& t) { return t.defined() ? t.to(DType::f32) : t; };
     const ops::GroupNormGrads ref = run(x, dy, w, b, {true, true, true});
     const ops::GroupNormGrads all = run(f32(x), f32(dy), f32(w), f32(b), {true, true, true});
-    // Within f32 rounding of the largest value (a row of 2 values close together has a large
-    // rstd, and its input gradient is large too).
+    // Within f32 rounding of the largest value. (Groups of 2 values failed this now and then: two
+    // values close together give a large rstd, and the f32 gradient is then ill-conditioned.)
     auto close = [](const Tensor& got, const Tensor& want) {
       const std::vector<double> v = want.to_vector<double>();
       double scale = 1;
