@@ -82,7 +82,8 @@ std::string usage() {
                           folder: DIR/train and DIR/test are image folders (<class>/<file>.png)
   --workers N (2)         data loader threads (0 = load in the training thread)
   --prefetch N (2)        batches each loader thread prepares ahead
-  --recipe fast           a tuned speedrun recipe (sets model, schedule, smoothing, augmentation)
+  --recipe fast           a tuned speedrun recipe (sets model, schedule, smoothing, augmentation;
+                          flags given with it override its values)
   --epochs N (2)  --batch N (128)  --lr X (0.05)  --seed N (0)  --threads N
   --optimizer sgd|adam|adamw|rmsprop|adagrad (sgd; rmsprop and adagrad with torch's
                           defaults)  --momentum X (0.9, sgd)  --nesterov  --amsgrad (adam, adamw)
@@ -133,8 +134,32 @@ Under mpirun -np N (one process per rank; --batch is per rank, each rank trains 
 )";
 }
 
+void apply_fast_recipe(Flags& f) {
+  // LeNet-5 is the model that fits: on 2 cores ResNet-8 trains at ~1,000 img/s, under one epoch
+  // a minute, while LeNet-5 does ~13,000 img/s. Crop+flip augmentation cost accuracy at this
+  // budget (90.84% after 11 epochs with it, 91.55% without), so it is off; --augment adds it.
+  f.model = "lenet5";
+  f.epochs = 10;
+  f.batch = 128;
+  f.optimizer = "sgd";
+  f.lr = 0.1;
+  f.momentum = 0.9;
+  f.nesterov = true;
+  f.weight_decay = 5e-4;
+  f.schedule = "onecycle";
+  f.label_smoothing = 0.1;
+}
+
 Flags parse_flags(int argc, char** argv) {
   Flags f;
+  // --recipe first: its values are defaults that the other flags override (`--recipe fast
+  // --epochs 15` trains 15 epochs), wherever they stand.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--recipe=fast" ||
+        (arg == "--recipe" && i + 1 < argc && std::string(argv[i + 1]) == "fast"))
+      apply_fast_recipe(f);
+  }
   using Setter = std::function<void(const std::string&, const std::string&)>;
   const std::map<std::string, Setter> with_value = {
       {"--model", [&](auto&, auto& v) { f.model = v; }},

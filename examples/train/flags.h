@@ -70,6 +70,10 @@ struct Flags {
 
 // Parses argv; prints usage and exits on --help; throws stoke::Error naming a bad flag or value.
 Flags parse_flags(int argc, char** argv);
+
+// The flags that --recipe fast stands for (see README: the CPU speedrun). parse_flags applies it
+// before the other flags, which override its values wherever they stand on the command line.
+void apply_fast_recipe(Flags& f);
 std::string usage();
 
 // The CUDA device index --device names ("cuda" is 0), nothing for "cpu"; throws for anything else.

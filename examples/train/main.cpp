@@ -36,7 +36,6 @@ int agree(const Distributed& dist, int status) {
 }
 
 int run(Flags f, Distributed& dist) {
-  if (f.recipe == "fast") apply_fast_recipe(f);
   if (!dist.root()) {
     // Only rank 0 reports; the other ranks' errors still reach stderr, with their rank.
     std::fflush(stdout);

@@ -74,22 +74,6 @@ std::unique_ptr<data::DataLoader> make_loader(const Flags& f,
 
 }  // namespace
 
-void apply_fast_recipe(Flags& f) {
-  // LeNet-5 is the model that fits: on 2 cores ResNet-8 trains at ~1,000 img/s, under one epoch
-  // a minute, while LeNet-5 does ~13,000 img/s. Crop+flip augmentation cost accuracy at this
-  // budget (90.84% after 11 epochs with it, 91.55% without), so it is off; --augment adds it.
-  f.model = "lenet5";
-  f.epochs = 10;
-  f.batch = 128;
-  f.optimizer = "sgd";
-  f.lr = 0.1;
-  f.momentum = 0.9;
-  f.nesterov = true;
-  f.weight_decay = 5e-4;
-  f.schedule = "onecycle";
-  f.label_smoothing = 0.1;
-}
-
 std::optional<Device> select_device(const Flags& f) {
   const std::optional<int> index = cuda_index(f.device);
   if (!index) return Device::cpu();

@@ -1,4 +1,4 @@
-// stoke-train's setup, in the order run() does it: the recipe, the device, the data and its
+// stoke-train's setup, in the order run() does it: the device, the data and its
 // loaders, the model, the optimizer and its learning-rate schedule.
 #pragma once
 
@@ -13,9 +13,6 @@
 #include "nn/optim/scheduler.h"
 
 namespace stoke::train {
-
-// The flags that --recipe fast stands for (see README: the CPU speedrun).
-void apply_fast_recipe(Flags& f);
 
 // The device --device names. Nothing when a CUDA device is unusable and --allow-cpu-fallback is
 // not given: the reason is on stderr and the run exits 2.

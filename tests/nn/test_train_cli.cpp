@@ -122,6 +122,19 @@ TEST_CASE("stoke-train: flag values are checked and named", "[nn][train]") {
   const Run ams = run_train("--optimizer adamw --amsgrad --lr 1e-3" + quick);
   CHECK(ams.exit_code == 0);
   CHECK_THAT(ams.output, Catch::Contains("| adamw (amsgrad) lr 0.001"));
+  // --recipe fast sets defaults; flags given with it win, before or after it (they used to be
+  // overwritten: --epochs 1 trained the recipe's 10).
+  const std::string limits = " --limit-train 128 --limit-test 128 --no-progress";
+  for (const std::string args :
+       {"--recipe fast --epochs 1 --lr 0.05", "--epochs 1 --lr 0.05 --recipe=fast"}) {
+    INFO(args);
+    const Run r = run_train(args + limits);
+    CHECK(r.exit_code == 0);
+    CHECK_THAT(r.output, Catch::Contains("sgd (nesterov) lr 0.05, batch 128 x 1 accum, 1 epochs"));
+    CHECK_THAT(r.output, !Catch::Contains("epoch 2/"));
+  }
+  CHECK_THAT(run_train("--recipe fast --epochs 1" + limits).output,
+             Catch::Contains("sgd (nesterov) lr 0.1, batch 128 x 1 accum, 1 epochs"));
 }
 
 TEST_CASE("stoke-logits: bad flags explain instead of aborting, and logits of a trained model",
