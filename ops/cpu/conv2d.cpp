@@ -159,15 +159,6 @@ bool winograd_fits(const ConvGeometry& g) {
   return std::is_same_v<T, float> && cpu::winograd_conv_fits(g);
 }
 
-// The forward of a Winograd layer with at most 64 channels in and out takes the direct kernel
-// where it fits: its transforms cost more than they save there (ResNet-8's 32-channel 14x14 and
-// 64-channel 7x7 layers, forward 1.6-1.9 against 1.4 ms measured); from 128 channels Winograd's
-// forward is the faster (VGG-11's layers). The backward stays Winograd.
-template <class T>
-bool winograd_forward(const ConvGeometry& g) {
-  return winograd_fits<T>(g) && !(g.C <= 64 && g.K <= 64 && direct_forward<T>(g));
-}
-
 // A pointwise convolution of 1x1 planes (VGG's last stage, cut down to its center tap) is a linear
 // layer: one GEMM over the whole batch, out (N, K) = x (N, C) · Wᵀ, split over the pool by gemm,
 // instead of N matrix-vector products.
@@ -402,7 +393,7 @@ Tensor CpuBackend::conv2d(const Tensor& input_in, const Tensor& weight_in, const
       cpu::depthwise_forward(g, x.data<T>(), w.data<T>(), bp, out.data<T>());
     else if (cpu::position_conv_fits(live.g))
       cpu::position_conv_forward(live.g, x.data<T>(), w.data<T>(), bp, out.data<T>());
-    else if (winograd_forward<T>(live.g))
+    else if (winograd_fits<T>(live.g))
       cpu::winograd_conv_forward(live.g, x.data<float>(), w.data<float>(),
                                  b.defined() ? b.data<float>() : nullptr, out.data<float>());
     else if (direct_forward<T>(live.g))
