@@ -101,10 +101,16 @@ void position_conv_forward(const ConvGeometry& g, const T* x, const T* w, const 
     for (int64_t n = n0; n < n1; ++n)
       transpose_into(x + n * g.C * HW, g.C, HW, HW, xt + n * HW * g.C);
     T* oc = ot + n0 * P * g.K;
-    // Positions without a live tap (if any) hold the bias alone.
+    // Positions without a live tap (if any) hold the bias alone. (The bias test stays outside
+    // the vector loop: `bias ? bias[k] : 0` inside becomes a masked load from null, slow on AMD.)
     for (int64_t s = 0; s < nb; ++s)
-      for (int64_t p = 0; p < P; ++p)
-        for (int64_t k = 0; k < g.K; ++k) oc[(s * P + p) * g.K + k] = bias ? bias[k] : T(0);
+      for (int64_t p = 0; p < P; ++p) {
+        T* o = oc + (s * P + p) * g.K;
+        if (bias)
+          std::copy(bias, bias + g.K, o);
+        else
+          std::fill(o, o + g.K, T(0));
+      }
     for_each_live_row(g, [&](int64_t p, int64_t i, int64_t j0, int64_t j1, int64_t iy,
                              int64_t ix0) {
       // out_p (nb, K) += xt rows (nb, (j1-j0)*C) · wo rows ((j1-j0)*C, K)

@@ -130,7 +130,9 @@ void input_tile(const float* d, int64_t row, int64_t n, float* v, int64_t xi_str
   }
 }
 
-// out = Aᵀ m A + bias, Aᵀ = [1 1 1 0; 0 1 -1 -1]: the tile's 2x2 outputs.
+// out = Aᵀ m A + bias, Aᵀ = [1 1 1 0; 0 1 -1 -1]: the tile's 2x2 outputs. bias: n values, or
+// zeros (never null: `bias ? bias[k] : 0` in the loop became a masked load from the null
+// pointer, which AMD's Zen 5 runs through a slow microcode path: half the forward's time).
 void output_tile(const float* m, int64_t xi_stride, const float* __restrict bias, int64_t n,
                  float* out, int64_t row) {
   const float* __restrict e[16];
@@ -144,7 +146,7 @@ void output_tile(const float* m, int64_t xi_stride, const float* __restrict bias
     const float s10 = e[4][k] + e[5][k] + e[6][k], s11 = e[5][k] - e[6][k] - e[7][k];
     const float s20 = e[8][k] + e[9][k] + e[10][k], s21 = e[9][k] - e[10][k] - e[11][k];
     const float s30 = e[12][k] + e[13][k] + e[14][k], s31 = e[13][k] - e[14][k] - e[15][k];
-    const float b = bias ? bias[k] : 0.0f;
+    const float b = bias[k];
     y0[k] = s00 + s10 + s20 + b;
     y0[n + k] = s01 + s11 + s21 + b;
     y1[k] = s10 - s20 - s30 + b;
@@ -321,6 +323,12 @@ void winograd_conv_forward(const ConvGeometry& g, const float* x, const float* w
   Tensor u = empty({kXi * KC}, {.dtype = DType::f32});  // (16, C, K)
   transform_weight(g, w, u.data<float>(), /*transposed=*/true);
   const float* up = u.data<float>();
+  Tensor zeros;
+  if (!bias) {
+    zeros = empty({g.K}, {.dtype = DType::f32});
+    std::fill(zeros.data<float>(), zeros.data<float>() + g.K, 0.0f);
+    bias = zeros.data<float>();
+  }
   const int64_t chunks = parallel_chunk_count(p.blocks, 1);
   Tensor scratch = empty({chunks * sl.per_chunk}, {.dtype = DType::f32});
   parallel_chunks(0, p.blocks, 1, [&](int64_t chunk, int64_t b0, int64_t b1) {

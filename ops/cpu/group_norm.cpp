@@ -178,8 +178,10 @@ GroupNormForward CpuBackend::group_norm_forward(const Tensor& input, const Tenso
             for (int64_t k = 0; k < M; ++k) yr[k] = ((xr[k] - m) * rst - off) * wg[k] + bg[k];
           else if (wg)
             for (int64_t k = 0; k < M; ++k) yr[k] = ((xr[k] - m) * rst - off) * wg[k];
+          else if (bg)  // (the test outside the loop: inside, it became a masked load from null)
+            for (int64_t k = 0; k < M; ++k) yr[k] = (xr[k] - m) * rst - off + bg[k];
           else
-            for (int64_t k = 0; k < M; ++k) yr[k] = (xr[k] - m) * rst - off + (bg ? bg[k] : T(0));
+            for (int64_t k = 0; k < M; ++k) yr[k] = (xr[k] - m) * rst - off;
           continue;
         }
         for (int64_t k = 0; k < l.channels_per_group; ++k) {
