@@ -19,8 +19,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 # Shared infrastructure: not an op, or used by several families.
 SHARED = {
     "ops": {"backend", "backend_methods", "check", "math_mode", "profiled_backend"},
-    # gemm: linalg and conv2d; gemm_avx512: its own kernel beside it; rows: softmax, loss
-    "ops/cpu": {"backend", "gemm", "gemm_avx512", "row_kernels"},
+    # gemm: linalg and conv2d; gemm_avx512: its own kernel beside it; rows: softmax, loss;
+    # transpose: conv2d's layout changes and gemm's transposed operand
+    "ops/cpu": {"backend", "gemm", "gemm_avx512", "row_kernels", "transpose"},
     "ops/cuda": {"backend", "glue_util"},
     "cuda/kernels": {"sgemm", "gemm_tile"},  # the GEMM of linalg (emu) and of conv2d's backward
     # autocast: the mixed-precision policy that many families' entry points consult

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "ops/cpu/transpose.h"
+
 namespace stoke::ops::cpu {
 
 // The sizes of one convolution, all in elements.
@@ -91,8 +93,7 @@ void winograd_conv_backward(const ConvGeometry& g, const float* grad_out, const 
 // layout changes: channels-last copies, transposed grad_out).
 template <class T>
 inline void transpose_into(const T* src, int64_t rows, int64_t cols, int64_t ld_src, T* dst) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * ld_src + c];
+  transpose(src, rows, cols, ld_src, dst, rows);
 }
 
 // Sum of n contiguous values with independent partial sums (vectorizes without -ffast-math).

@@ -67,32 +67,17 @@ bool winograd_enabled() {
 }
 
 // Channels-last copies: dst ((rows, row_len) grid, C channels innermost) at rows y0.., columns
-// x0.. <- src (C, H, W); and back. 16 channels at a time, so that both sides move whole cache
-// lines.
-constexpr int64_t kChannelBlock = 16;
-
+// x0.. <- src (C, H, W); and back. One transpose per image row: (C, W) <-> (W, C).
 void to_channels_last(const float* __restrict src, int64_t C, int64_t H, int64_t W,
                       float* __restrict dst, int64_t row_len, int64_t y0, int64_t x0) {
-  for (int64_t c0 = 0; c0 < C; c0 += kChannelBlock) {
-    const int64_t c1 = std::min(C, c0 + kChannelBlock);
-    for (int64_t y = 0; y < H; ++y)
-      for (int64_t x = 0; x < W; ++x) {
-        float* d = dst + ((y + y0) * row_len + x + x0) * C;
-        for (int64_t c = c0; c < c1; ++c) d[c] = src[(c * H + y) * W + x];
-      }
-  }
+  for (int64_t y = 0; y < H; ++y)
+    transpose(src + y * W, C, W, H * W, dst + ((y + y0) * row_len + x0) * C, C);
 }
 
 void from_channels_last(const float* __restrict src, int64_t row_len, int64_t y0, int64_t x0,
                         int64_t C, int64_t H, int64_t W, float* __restrict dst) {
-  for (int64_t c0 = 0; c0 < C; c0 += kChannelBlock) {
-    const int64_t c1 = std::min(C, c0 + kChannelBlock);
-    for (int64_t y = 0; y < H; ++y)
-      for (int64_t x = 0; x < W; ++x) {
-        const float* s = src + ((y + y0) * row_len + x + x0) * C;
-        for (int64_t c = c0; c < c1; ++c) dst[(c * H + y) * W + x] = s[c];
-      }
-  }
+  for (int64_t y = 0; y < H; ++y)
+    transpose(src + ((y + y0) * row_len + x0) * C, W, C, C, dst + y * W, H * W);
 }
 
 // The transforms of one tile, vectorized over the n channels innermost in every buffer: tile

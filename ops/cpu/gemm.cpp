@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "ops/cpu/transpose.h"
 
 // Declared here rather than taken from cblas.h so that the one call site does not depend on which
 // OpenBLAS header variant is installed.
@@ -99,15 +100,12 @@ void own_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
   if (tb) {
     if (bt.size() < static_cast<size_t>(k * n)) bt.resize(static_cast<size_t>(k * n));
     float* dst = bt.data();
-    // 16 x 16 blocks, so that both the reads and the writes stay within a few cache lines.
-    constexpr int64_t blk = 16;
+    // Blocks of 64 of B's rows per task (B (n, k) -> bt (k, n)).
+    constexpr int64_t blk = 64;
     parallel_for(0, (n + blk - 1) / blk, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, k)),
                  [&](int64_t j0, int64_t j1) {
-                   for (int64_t jb = j0 * blk; jb < std::min(n, j1 * blk); jb += blk)
-                     for (int64_t pb = 0; pb < k; pb += blk)
-                       for (int64_t p = pb; p < std::min(k, pb + blk); ++p)
-                         for (int64_t j = jb; j < std::min(n, jb + blk); ++j)
-                           dst[p * n + j] = b[j * ldb + p];
+                   const int64_t r0 = j0 * blk, r1 = std::min(n, j1 * blk);
+                   transpose(b + r0 * ldb, r1 - r0, k, ldb, dst + r0, n);
                  });
     b = bt.data();
     ldb = n;

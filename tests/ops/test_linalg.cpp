@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ops/cpu/gemm.h"
+#include "ops/cpu/transpose.h"
 #include "ops/linalg.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
@@ -171,6 +172,32 @@ TEST_CASE("gemm_avx512: every row count, masked columns, transposed A, depth blo
           CHECK(ours.narrow(1, n, ldc - n).to_vector<float>() ==
                 C0.narrow(1, n, ldc - n).to_vector<float>());
         }
+}
+
+TEST_CASE("cpu transpose: every block edge, leading dims, f32 and f64", "[ops][linalg]") {
+  // f32 runs 16 x 16 AVX-512 blocks where the CPU has AVX-512F (masked at the edges); f64 and
+  // other CPUs the scalar blocks. Values past each row (the leading dims' slack) stay untouched.
+  for (int64_t rows : {1, 5, 16, 17, 40})
+    for (int64_t cols : {1, 7, 16, 31, 33}) {
+      INFO("rows " << rows << " cols " << cols);
+      const int64_t ld_src = cols + 3, ld_dst = rows + 5;
+      const Tensor src = randn({rows, ld_src}, {.dtype = DType::f64});
+      const std::vector<double> s = src.to_vector<double>();
+      Tensor d64 = full({cols, ld_dst}, -7.0, {.dtype = DType::f64});
+      ops::cpu::transpose(src.data<double>(), rows, cols, ld_src, d64.data<double>(), ld_dst);
+      const Tensor src32 = src.to(DType::f32);
+      Tensor d32 = full({cols, ld_dst}, -7.0);
+      ops::cpu::transpose(src32.data<float>(), rows, cols, ld_src, d32.data<float>(), ld_dst);
+      const std::vector<double> g64 = d64.to_vector<double>(), g32 = d32.to_vector<double>();
+      int64_t wrong = 0;
+      for (int64_t j = 0; j < cols; ++j)
+        for (int64_t i = 0; i < ld_dst; ++i) {
+          const double want = i < rows ? s[i * ld_src + j] : -7.0;
+          wrong += g64[j * ld_dst + i] != want;
+          wrong += g32[j * ld_dst + i] != double(float(want));
+        }
+      CHECK(wrong == 0);
+    }
 }
 
 TEST_CASE("gemm_batched: shared C accumulates in order", "[ops][linalg]") {
