@@ -1,8 +1,10 @@
-// Dense matrix multiply on the CPU: row-major GEMM with cblas semantics, backed by OpenBLAS.
+// Dense matrix multiply on the CPU: row-major GEMM with cblas semantics, backed by OpenBLAS, or
+// for f32 by stoke's own AVX-512 kernel where the CPU has AVX-512 but OpenBLAS runs narrower
+// kernels (gemm_fastest_runs_avx512; alpha 1, beta 0 or 1, at least 24 x 32 x 16).
 //
 // The project's thread pool owns the cores (docs/design-notes.md), so OpenBLAS is switched to one
 // thread the first time gemm runs, and large products are split over stoke::parallel_for here
-// instead: each chunk is one single-threaded OpenBLAS call on a block of rows (or columns) of C.
+// instead: each chunk is one single-threaded call on a block of rows (or columns) of C.
 // Inside a parallel region (e.g. conv2d's per-sample loop) gemm is always a single call.
 #pragma once
 

@@ -15,17 +15,19 @@ namespace {
 // fake stack frames (as for gemm_avx512.cpp's kernels).
 #define STOKE_TRANSPOSE_KERNEL __attribute__((target("avx512f"), no_sanitize_address))
 
-constexpr int64_t kBlock = 16;
+constexpr int64_t kTransposeBlock = 16;
 
 __mmask16 first_lanes(int64_t n) {
   return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1);
 }
 
-// GCC 12's AVX-512 shuffle intrinsics start from _mm512_undefined_ps(), which -O3 then reports as
-// "may be used uninitialized" (a false positive: every lane is written).
+// GCC 12's AVX-512 shuffle intrinsics start from _mm512_undefined_ps(), which GCC then reports as
+// "(may be) used uninitialized" (-O3; -O1 with the sanitizers): a false positive, every lane is
+// written.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 // r[j] <- column j of the 16 x 16 matrix whose row i is r[i].
@@ -88,15 +90,16 @@ STOKE_TRANSPOSE_KERNEL void transpose_block(const float* src, int64_t rows, int6
 template <class T>
 void transpose_scalar(const T* src, int64_t rows, int64_t cols, int64_t ld_src, T* dst,
                       int64_t ld_dst) {
-  for (int64_t i0 = 0; i0 < rows; i0 += kBlock)
-    for (int64_t j0 = 0; j0 < cols; j0 += kBlock) {
-      const int64_t i1 = std::min(rows, i0 + kBlock), j1 = std::min(cols, j0 + kBlock);
+  for (int64_t i0 = 0; i0 < rows; i0 += kTransposeBlock)
+    for (int64_t j0 = 0; j0 < cols; j0 += kTransposeBlock) {
+      const int64_t i1 = std::min(rows, i0 + kTransposeBlock),
+                    j1 = std::min(cols, j0 + kTransposeBlock);
       for (int64_t j = j0; j < j1; ++j)
         for (int64_t i = i0; i < i1; ++i) dst[j * ld_dst + i] = src[i * ld_src + j];
     }
 }
 
-bool avx512() {
+bool transpose_avx512() {
   static const bool on = __builtin_cpu_supports("avx512f") != 0;
   return on;
 }
@@ -105,11 +108,11 @@ bool avx512() {
 
 void transpose(const float* src, int64_t rows, int64_t cols, int64_t ld_src, float* dst,
                int64_t ld_dst) {
-  if (!avx512()) return transpose_scalar(src, rows, cols, ld_src, dst, ld_dst);
-  for (int64_t i0 = 0; i0 < rows; i0 += kBlock)
-    for (int64_t j0 = 0; j0 < cols; j0 += kBlock)
-      transpose_block(src + i0 * ld_src + j0, std::min(kBlock, rows - i0),
-                      std::min(kBlock, cols - j0), ld_src, dst + j0 * ld_dst + i0, ld_dst);
+  if (!transpose_avx512()) return transpose_scalar(src, rows, cols, ld_src, dst, ld_dst);
+  for (int64_t i0 = 0; i0 < rows; i0 += kTransposeBlock)
+    for (int64_t j0 = 0; j0 < cols; j0 += kTransposeBlock)
+      transpose_block(src + i0 * ld_src + j0, std::min(kTransposeBlock, rows - i0),
+                      std::min(kTransposeBlock, cols - j0), ld_src, dst + j0 * ld_dst + i0, ld_dst);
 }
 
 void transpose(const double* src, int64_t rows, int64_t cols, int64_t ld_src, double* dst,
