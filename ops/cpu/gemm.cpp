@@ -8,11 +8,11 @@
 #include <cstring>
 #include <mutex>
 #include <type_traits>
-#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
 #include "ops/cpu/transpose.h"
+#include "ops/creation.h"
 
 // Declared here rather than taken from cblas.h so that the one call site does not depend on which
 // OpenBLAS header variant is installed.
@@ -95,11 +95,12 @@ bool own_kernel_fits(int64_t m, int64_t n, int64_t k, float alpha, float beta) {
 // transposed first (k x n, O(k n) against the product's O(m n k)).
 void own_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  // Kept per thread between calls: a fresh buffer would be faulted in page by page every call.
-  thread_local std::vector<float> bt;
+  // A Tensor, so that the caching allocator hands the same pages back call after call (a fresh
+  // buffer was faulted in page by page every call) and no thread keeps one past its use.
+  Tensor bt;
   if (tb) {
-    if (bt.size() < static_cast<size_t>(k * n)) bt.resize(static_cast<size_t>(k * n));
-    float* dst = bt.data();
+    bt = empty({k * n}, {.dtype = DType::f32});
+    float* dst = bt.data<float>();
     // Blocks of 64 of B's rows per task (B (n, k) -> bt (k, n)).
     constexpr int64_t blk = 64;
     parallel_for(0, (n + blk - 1) / blk, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, k)),
@@ -107,7 +108,7 @@ void own_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a,
                    const int64_t r0 = j0 * blk, r1 = std::min(n, j1 * blk);
                    transpose(b + r0 * ldb, r1 - r0, k, ldb, dst + r0, n);
                  });
-    b = bt.data();
+    b = bt.data<float>();
     ldb = n;
   }
   const int64_t a_row = ta ? 1 : lda, a_col = ta ? lda : 1;
