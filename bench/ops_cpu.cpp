@@ -53,6 +53,7 @@ using bench::median_ms;
 const double kNaN = std::nan("");
 
 struct Args {
+  std::string case_filter;  // --case: only the cases whose name contains it
   int reps = 20;
   int warmup = 5;
   int threads = 0;  // 0: stoke::num_threads() as configured (STOKE_NUM_THREADS or the cores)
@@ -412,11 +413,14 @@ bool torch_available(const Args& a) {
 }
 
 void usage(std::ostream& os) {
-  os << "usage: stoke-bench-ops-cpu [--op NAME] [--reps N] [--warmup N] [--threads N]\n"
+  os << "usage: stoke-bench-ops-cpu [--op NAME] [--case TEXT] [--reps N] [--warmup N] [--threads "
+        "N]\n"
         "                           [--peer | --no-peer] [--quick] [--torch-script PATH]\n"
         "  --op NAME     one of:";
   for (const auto& s : op_specs()) os << " " << s.name;
   os << "\n"
+        "  --case TEXT   only the cases whose name contains TEXT (e.g. --op conv2d_resnet8\n"
+        "                --case C32_K32)\n"
         "  --reps N      timed repetitions per measurement (median reported; default 20)\n"
         "  --warmup N    untimed repetitions first (default 5)\n"
         "  --threads N   stoke's thread pool size, also passed to torch (default: num_threads())\n"
@@ -455,6 +459,8 @@ int parse_args(int argc, char** argv, Args& a) {
       a.threads = int_value("--threads", 1);
     } else if (s == "--op") {
       a.op = value("--op");
+    } else if (s == "--case") {
+      a.case_filter = value("--case");
     } else if (s == "--peer") {
       a.peer = 1;
     } else if (s == "--no-peer") {
@@ -512,7 +518,10 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     for (const auto& spec : op_specs()) {
       if (!a.op.empty() && spec.name != a.op) continue;
-      std::vector<std::string> cases = spec.cases;
+      std::vector<std::string> cases;
+      for (const auto& name : spec.cases)
+        if (name.find(a.case_filter) != std::string::npos) cases.push_back(name);
+      if (cases.empty()) continue;
       if (a.quick) cases.resize(1);
       size_t first = rows.size();
       for (const auto& name : cases) {
