@@ -12,6 +12,7 @@
 // Parallel over chunks of samples, one thread's GEMMs each; the weight gradient sums per-chunk
 // partials in chunk order (deterministic for a given thread count, like the im2col path).
 #include <algorithm>
+#include <vector>
 
 #include "core/parallel.h"
 #include "ops/cpu/conv2d_kernels.h"
@@ -45,13 +46,24 @@ void weight_to_taps_last(const ConvGeometry& g, const T* w, T* wt) {
 }
 
 // (K, C, kh, kw) -> (kh, kw, C, K): the forward's right-hand operand, row-major over K.
+// Per block of 16 output channels: their rows (16, C*kh*kw) transposed into (C*kh*kw, 16) (one
+// fast transpose), then each (c, tap)'s 16 values copied to their place in wo. (A direct strided
+// copy was 11% of VGG-11's 512->512 layer on 3x3 planes, forward + backward.)
 template <class T>
 void weight_to_outputs_last(const ConvGeometry& g, const T* w, T* wo) {
-  const int64_t taps = g.kh * g.kw;
-  parallel_for(0, taps, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t)
+  constexpr int64_t kb = 16;
+  const int64_t taps = g.kh * g.kw, R = g.C * taps;
+  parallel_for(0, (g.K + kb - 1) / kb, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<T> block(static_cast<size_t>(R * kb));
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t k0 = b * kb, n = std::min(kb, g.K - k0);
+      transpose(w + k0 * R, n, R, R, block.data(), kb);
       for (int64_t c = 0; c < g.C; ++c)
-        for (int64_t k = 0; k < g.K; ++k) wo[(t * g.C + c) * g.K + k] = w[(k * g.C + c) * taps + t];
+        for (int64_t t = 0; t < taps; ++t) {
+          const T* src = block.data() + (c * taps + t) * kb;
+          std::copy(src, src + n, wo + (t * g.C + c) * g.K + k0);
+        }
+    }
   });
 }
 
