@@ -352,11 +352,13 @@ bool direct_enabled() {
 
 // Where the direct kernel beats im2col + GEMM (measured on ResNet-8's and VGG-11's layers,
 // docs/design-notes.md): at least 64 multiply-adds per output (the 1-channel stem's 9 leave the
-// tiles mostly overhead: 0.78 ms against GEMM's 0.42), and at least 60% of the computed grid
-// used (a 3x3 plane fills 9 of a 48-wide tile, 3x slower than GEMM; 7x7 fills 49 of 64).
+// tiles mostly overhead: 0.78 ms against GEMM's 0.42), or 25 for kernels of 5x5 and up (LeNet-5's
+// 1-channel 5x5 stem: training 29.6-30.0k -> 32.3-35.2k img/s, forward and weight gradient), and at
+// least 60% of the computed grid used (a 3x3 plane fills 9 of a 48-wide tile, 3x slower than GEMM;
+// 7x7 fills 49 of 64).
 bool direct_conv_fits(const ConvGeometry& g) {
   if (!direct_enabled() || g.sh != g.sw || g.sh < 1 || g.sh > 2 || g.dh != 1 || g.dw != 1 ||
-      g.groups != 1 || g.OH <= 0 || g.OW <= 0 || g.C * g.kh * g.kw < 64)
+      g.groups != 1 || g.OH <= 0 || g.OW <= 0 || g.C * g.kh * g.kw < (g.kh * g.kw >= 25 ? 25 : 64))
     return false;
   const DirectPlan p = plan_of(g);
   return 10 * g.OH * g.OW >= 6 * p.Qr;

@@ -236,6 +236,8 @@ TEST_CASE("conv2d: f32 shapes of the direct (stride 1 and 2) and Winograd kernel
       {"3x5, padding 1x2", {2, 12, 9, 11}, {6, 12, 3, 5}, {.padding = {1, 2}}},
       {"padding 3 on 3x3", {2, 16, 8, 8}, {8, 16, 3, 3}, {.padding = {3, 3}}},
       {"ResNet 7x7", {4, 64, 7, 7}, {64, 64, 3, 3}, {.padding = {1, 1}}},
+      // 25 multiply-adds per output suffice for 5x5 kernels: LeNet-5's 1-channel stem.
+      {"LeNet 5x5 stem, 1 channel", {3, 1, 28, 28}, {6, 1, 5, 5}, {.padding = {2, 2}}},
       // The direct weight gradient: one sample per block of grids (28x28), four per block with a
       // partial last block (14x14, 13 samples).
       {"ResNet 28x28", {3, 16, 28, 28}, {16, 16, 3, 3}, {.padding = {1, 1}}},
