@@ -117,7 +117,7 @@ void input_tile(const float* d, int64_t row, int64_t n, float* v, int64_t xi_str
 
 // out = Aᵀ m A + bias, Aᵀ = [1 1 1 0; 0 1 -1 -1]: the tile's 2x2 outputs. bias: n values, or
 // zeros (never null: `bias ? bias[k] : 0` in the loop became a masked load from the null
-// pointer, which AMD's Zen 5 runs through a slow microcode path: half the forward's time).
+// pointer, which AMD's Zen 5 runs through a slow path: half the forward's time).
 void output_tile(const float* m, int64_t xi_stride, const float* __restrict bias, int64_t n,
                  float* out, int64_t row) {
   const float* __restrict e[16];
@@ -308,11 +308,10 @@ void winograd_conv_forward(const ConvGeometry& g, const float* x, const float* w
   Tensor u = empty({kXi * KC}, {.dtype = DType::f32});  // (16, C, K)
   transform_weight(g, w, u.data<float>(), /*transposed=*/true);
   const float* up = u.data<float>();
-  Tensor zeros;
+  Tensor zero_bias;
   if (!bias) {
-    zeros = empty({g.K}, {.dtype = DType::f32});
-    std::fill(zeros.data<float>(), zeros.data<float>() + g.K, 0.0f);
-    bias = zeros.data<float>();
+    zero_bias = zeros({g.K}, {.dtype = DType::f32});
+    bias = zero_bias.data<float>();
   }
   const int64_t chunks = parallel_chunk_count(p.blocks, 1);
   Tensor scratch = empty({chunks * sl.per_chunk}, {.dtype = DType::f32});
