@@ -135,9 +135,10 @@ Under mpirun -np N (one process per rank; --batch is per rank, each rank trains 
 }
 
 void apply_fast_recipe(Flags& f) {
-  // LeNet-5 is the model that fits: on 2 cores ResNet-8 trains at ~1,000 img/s, under one epoch
-  // a minute, while LeNet-5 does ~13,000 img/s. Crop+flip augmentation cost accuracy at this
-  // budget (90.84% after 11 epochs with it, 91.55% without), so it is off; --augment adds it.
+  // LeNet-5 is the model that fits: on 2 cores ResNet-8 trains at ~1,000-3,300 img/s (Xeon /
+  // Zen 5 EPYC), 18 s or more an epoch, while LeNet-5 does ~13,000-38,000 img/s. Crop+flip
+  // augmentation cost accuracy at this budget (90.84% after 11 epochs with it, 91.55% without),
+  // so it is off; --augment adds it.
   f.model = "lenet5";
   f.epochs = 10;
   f.batch = 128;

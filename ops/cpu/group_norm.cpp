@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstring>
 #include <type_traits>
-#include <vector>
 
 #include "core/parallel.h"
 #include "ops/check.h"
