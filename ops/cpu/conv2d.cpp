@@ -4,11 +4,12 @@
 // inside. When the batch is smaller than the pool, samples run in order and
 // each GEMM is split over the pool instead. 1x1 stride-1 unpadded convolutions read the input as
 // the column matrix directly; depthwise ones use the direct kernels in conv2d_kernels.cpp; f32
-// stride-1 ones (and stride-2 forwards) take the AVX-512 direct kernels of conv2d_direct.cpp where
-// the CPU and the shape suit them; small output planes (up to 16 positions) whose kernels hang over
-// the padding take one GEMM per output position (conv2d_positions.cpp); 3x3 stride-1 layers with
-// 32+ channels take Winograd F(2x2, 3x3) (conv2d_winograd.cpp, see winograd_fits). Kernel taps that
-// only ever meet padding are cut off first (live_conv).
+// stride-1 ones take the AVX-512 direct kernels of conv2d_direct.cpp where the CPU and the shape
+// suit them, f32 stride-2 ones the channel-blocked kernels of conv2d_blocked.cpp; small output
+// planes (up to 16 positions) whose kernels hang over the padding take one GEMM per output position
+// (conv2d_positions.cpp); 3x3 stride-1 layers with 32+ channels take Winograd F(2x2, 3x3)
+// (conv2d_winograd.cpp, see winograd_fits). Kernel taps that only ever meet padding are cut off
+// first (live_conv).
 #include <algorithm>
 #include <type_traits>
 
@@ -132,12 +133,22 @@ int64_t samples_per_gemm(const ConvGeometry& g) {
 // f32 convolutions with a spatial kernel, stride 1 and one group run the direct kernels
 // (conv2d_direct.cpp) where the CPU has AVX-512 and the shape suits them: forward and input
 // gradient without the column matrix; the weight gradient too where its per-task partial sums
-// stay small (ResNet's layers; VGG's wide ones keep im2col + GEMM). Stride-2 layers take the
-// direct forward (ResNet-8's 3x3 downsampling layers 3-17% faster than im2col + GEMM measured);
-// their gradients stay on im2col + GEMM.
+// stay small (ResNet's layers; VGG's wide ones keep im2col + GEMM). (With the blocked kernels
+// off, STOKE_CONV_BLOCKED=0, stride-2 forwards run the direct kernel over phase grids.)
 template <class T>
 bool direct_forward(const ConvGeometry& g) {
   return std::is_same_v<T, float> && !is_pointwise(g) && cpu::direct_conv_forward_fits(g);
+}
+
+// Strided f32 layers with a spatial kernel (ResNet's 3x3 downsampling layers) take the
+// channel-blocked kernels (conv2d_blocked.cpp) forward and backward where the CPU has AVX-512:
+// ResNet-8's two such layers forward 1.0-1.1 -> 0.62 ms and 0.94 -> 0.58, forward + backward
+// 3.1-3.3 -> 2.2-2.3 and 2.4-2.6 -> 1.9-2.0 (interleaved runs). 1x1 stride-2 layers stay on
+// im2col + GEMM (0.20 against the blocked kernel's 0.23-0.26 ms); stride-1 layers on the direct
+// and Winograd kernels (the blocked forward measured level with the direct one on 16 channels).
+template <class T>
+bool blocked_layer(const ConvGeometry& g) {
+  return std::is_same_v<T, float> && g.sh == 2 && g.kh * g.kw > 1 && cpu::blocked_conv_fits(g);
 }
 
 template <class T>
@@ -396,6 +407,9 @@ Tensor CpuBackend::conv2d(const Tensor& input_in, const Tensor& weight_in, const
     else if (winograd_fits<T>(live.g))
       cpu::winograd_conv_forward(live.g, x.data<float>(), w.data<float>(),
                                  b.defined() ? b.data<float>() : nullptr, out.data<float>());
+    else if (blocked_layer<T>(live.g))
+      cpu::blocked_conv_forward(live.g, x.data<float>(), w.data<float>(),
+                                b.defined() ? b.data<float>() : nullptr, out.data<float>());
     else if (direct_forward<T>(live.g))
       cpu::direct_conv_forward(live.g, x.data<float>(), w.data<float>(),
                                b.defined() ? b.data<float>() : nullptr, out.data<float>());
@@ -439,6 +453,13 @@ Conv2dGrads CpuBackend::conv2d_backward(const Tensor& grad_out_in, const Tensor&
       cpu::winograd_conv_backward(live.g, gout.data<float>(), x.data<float>(), w.data<float>(),
                                   need_input ? r.grad_input.data<float>() : nullptr,
                                   need_weight ? live_gw.data<float>() : nullptr);
+    } else if (blocked_layer<T>(live.g)) {
+      if (gin)
+        cpu::blocked_conv_backward_input(live.g, gout.data<float>(), w.data<float>(),
+                                         r.grad_input.data<float>());
+      if (gw)
+        cpu::blocked_conv_backward_weight(live.g, gout.data<float>(), x.data<float>(),
+                                          live_gw.data<float>());
     } else if (direct_backward_input<T>(live.g) || direct_backward_weight<T>(live.g)) {
       const bool direct_in = gin && direct_backward_input<T>(live.g);
       const bool direct_w = gw && direct_backward_weight<T>(live.g);

@@ -64,6 +64,24 @@ void direct_conv_backward_input(const ConvGeometry& g, const float* grad_out, co
 void direct_conv_backward_weight(const ConvGeometry& g, const float* grad_out, const float* x,
                                  float* grad_w);
 
+// Channel-blocked direct convolution (ops/cpu/conv2d_blocked.cpp): f32, stride 1 or 2, dilation
+// 1, one group, on CPUs with AVX-512 (checked at run time; STOKE_CONV_BLOCKED=0 turns it off).
+// Vectors run along the output channels (input channels for the input gradient) and input
+// values are broadcast, so a stride costs no wasted multiplies. conv2d.cpp takes it for strided
+// layers. Parallel over the batch.
+bool blocked_conv_fits(const ConvGeometry& g);
+// out (N, K, OH, OW) = conv(x, w) + bias (bias may be null).
+void blocked_conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                          float* out);
+// grad_in (N, C, H, W) = the input gradient, overwritten: per phase of the stride, a stride-1
+// tile over grad_out with the taps of that phase.
+void blocked_conv_backward_input(const ConvGeometry& g, const float* grad_out, const float* w,
+                                 float* grad_in);
+// grad_w (K, C, kh, kw) = the weight gradient summed over the batch, overwritten (deterministic
+// for a given thread pool size).
+void blocked_conv_backward_weight(const ConvGeometry& g, const float* grad_out, const float* x,
+                                  float* grad_w);
+
 // Small output planes (ops/cpu/conv2d_positions.cpp): one GEMM per output position and kernel row
 // over the batch, multiplying only the taps that meet the input there. For one group, dilation 1,
 // planes of 2 to 16 positions where at most 80% of im2col's position-tap products are live (a 3x3

@@ -221,8 +221,9 @@ TEST_CASE("conv2d: f32 shapes of the direct (stride 1 and 2) and Winograd kernel
           "[ops][conv]") {
   // On CPUs with AVX-512, f32 stride-1 convolutions with >= 64 multiply-adds per output run the
   // direct kernels of ops/cpu/conv2d_direct.cpp (forward, input gradient, and for small layers on
-  // planes of 14x14 and up the weight gradient), stride-2 ones their forward over phase grids;
-  // f64 runs im2col + GEMM. Shapes: output channels not a multiple of the register tile, 5x5,
+  // planes of 14x14 and up the weight gradient), stride-2 ones with a spatial kernel the
+  // channel-blocked kernels of ops/cpu/conv2d_blocked.cpp (forward and both gradients); f64 runs
+  // im2col + GEMM. Shapes: output channels not a multiple of the register tile, 5x5,
   // asymmetric kernel and padding, padding beyond the kernel's reach (the input gradient's grid
   // then clips grad_out).
   struct Case {
@@ -242,8 +243,11 @@ TEST_CASE("conv2d: f32 shapes of the direct (stride 1 and 2) and Winograd kernel
       // partial last block (14x14, 13 samples).
       {"ResNet 28x28", {3, 16, 28, 28}, {16, 16, 3, 3}, {.padding = {1, 1}}},
       {"ResNet 14x14, 13 samples", {13, 32, 14, 14}, {24, 32, 3, 3}, {.padding = {1, 1}}},
-      // Stride 2 (the forward over 4 phase grids): ResNet's downsampling layers, odd input sizes
-      // (phases of unequal size), 5x5 with padding 2, 4x4 without padding.
+      // Stride 2 (the blocked kernels): ResNet's downsampling layers, odd input sizes (phases of
+      // unequal size), 5x5 with padding 2, 4x4 without padding; 80 output channels and 20 input
+      // channels (channel vectors in groups of 2, 2 and 1, a partial vector) on rows of 23
+      // outputs (two tiles of 12 and 11); one input channel; a 1x3 kernel (phases of the input
+      // gradient that no tap reaches); 2x2 with 15 and 17 channels.
       {"stride 2: ResNet 28x28",
        {3, 16, 28, 28},
        {32, 16, 3, 3},
@@ -261,6 +265,19 @@ TEST_CASE("conv2d: f32 shapes of the direct (stride 1 and 2) and Winograd kernel
        {10, 8, 5, 5},
        {.stride = {2, 2}, .padding = {2, 2}}},
       {"stride 2: 4x4 valid", {2, 8, 30, 31}, {8, 8, 4, 4}, {.stride = {2, 2}}},
+      {"stride 2: 80 outputs, 30x23",
+       {2, 20, 59, 45},
+       {80, 20, 3, 3},
+       {.stride = {2, 2}, .padding = {1, 1}}},
+      {"stride 2: one input channel",
+       {3, 1, 16, 16},
+       {16, 1, 3, 3},
+       {.stride = {2, 2}, .padding = {1, 1}}},
+      {"stride 2: 1x3, padding 0x1",
+       {2, 8, 9, 10},
+       {12, 8, 1, 3},
+       {.stride = {2, 2}, .padding = {0, 1}}},
+      {"stride 2: 2x2, 15 -> 17 channels", {3, 15, 8, 8}, {17, 15, 2, 2}, {.stride = {2, 2}}},
       // Small planes (conv2d_positions.cpp, f32 and f64 alike): VGG's 3x3 plane.
       {"VGG 3x3 plane", {16, 64, 3, 3}, {32, 64, 3, 3}, {.padding = {1, 1}}},
       // Winograd F(2x2, 3x3) (conv2d_winograd.cpp; f32 3x3 with 32+ channels in and out, any
