@@ -31,15 +31,24 @@ inline double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Runs before() then fn() `warmup` times untimed, then `reps` times timing only fn(); returns
-// the median time of fn in milliseconds. `before` resets state outside the timed region
-// (clearing gradients, for instance).
+// The first measurement of a process warms up for at least this long (when it warms up at all):
+// right after start the machine is cold (clock ramp, the BLAS threads' start-up spin), which made
+// a process's first case read up to 10x slower than the same case run later.
+inline constexpr double kFirstWarmupMs = 500.0;
+inline bool first_measurement = true;  // one per process (median_ms is a template per callable)
+
+// Runs before() then fn() `warmup` times untimed (for kFirstWarmupMs at least the first time in
+// a process), then `reps` times timing only fn(); returns the median time of fn in milliseconds.
+// `before` resets state outside the timed region (clearing gradients, for instance).
 template <class Fn, class Before>
 double median_ms(Fn&& fn, int reps, int warmup, Before&& before) {
-  for (int i = 0; i < warmup; ++i) {
+  const double start = now_ms();
+  const bool first = first_measurement && warmup > 0;
+  for (int i = 0; i < warmup || (first && now_ms() - start < kFirstWarmupMs); ++i) {
     before();
     fn();
   }
+  if (warmup > 0) first_measurement = false;
   std::vector<double> times;
   times.reserve(static_cast<size_t>(std::max(reps, 0)));
   for (int i = 0; i < reps; ++i) {

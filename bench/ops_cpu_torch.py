@@ -69,11 +69,23 @@ def parse_case(case):
     return out
 
 
+# The first measurement of a process warms up for at least this long (as bench/bench_util.h):
+# right after start the machine is cold, and a process's first case read up to 10x slower.
+FIRST_WARMUP_MS = 500.0
+_first = [True]
+
+
 def median_ms(fn, reps, warmup, before=None):
-    for _ in range(warmup):
+    start = time.perf_counter()
+    i = 0
+    while i < warmup or (_first[0] and warmup > 0 and
+                         (time.perf_counter() - start) * 1e3 < FIRST_WARMUP_MS):
         if before is not None:
             before()
         fn()
+        i += 1
+    if warmup > 0:
+        _first[0] = False
     times = []
     for _ in range(reps):
         if before is not None:
