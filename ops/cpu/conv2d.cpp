@@ -140,15 +140,36 @@ bool direct_forward(const ConvGeometry& g) {
   return std::is_same_v<T, float> && !is_pointwise(g) && cpu::direct_conv_forward_fits(g);
 }
 
-// Strided f32 layers with a spatial kernel (ResNet's 3x3 downsampling layers) take the
-// channel-blocked kernels (conv2d_blocked.cpp) forward and backward where the CPU has AVX-512:
+// The channel-blocked kernels (conv2d_blocked.cpp, CPUs with AVX-512) take f32 layers with a
+// spatial kernel that are strided (ResNet's 3x3 downsampling layers), forward and backward:
 // ResNet-8's two such layers forward 1.0-1.1 -> 0.62 ms and 0.94 -> 0.58, forward + backward
-// 3.1-3.3 -> 2.2-2.3 and 2.4-2.6 -> 1.9-2.0 (interleaved runs). 1x1 stride-2 layers stay on
-// im2col + GEMM (0.20 against the blocked kernel's 0.23-0.26 ms); stride-1 layers on the direct
-// and Winograd kernels (the blocked forward measured level with the direct one on 16 channels).
+// 3.1-3.3 -> 2.2-2.3 and 2.4-2.6 -> 1.9-2.0 (interleaved runs); and the forward and weight
+// gradient of stride-1 layers too thin for the direct kernels (a 1-channel stem: fewer than 64
+// multiply-adds per output), which im2col + GEMM ran at a third of the blocked kernels' speed.
+// 1x1 stride-2 layers stay on im2col + GEMM (0.20 against the blocked kernel's 0.23-0.26 ms),
+// wider stride-1 layers on the direct and Winograd kernels (the blocked forward measured level
+// with the direct one on 16 channels).
+bool blocked_thin_layer(const ConvGeometry& g) {
+  return g.sh == 1 && g.sw == 1 && g.C * g.kh * g.kw < 64 && !cpu::direct_conv_forward_fits(g);
+}
+
+// (A thin layer's forward with more than 32 output channels stays on GEMM: VGG-11's 64-channel
+// stem measured 0.84-0.93 ms blocked against 0.75-0.77, its weight gradient faster blocked.)
 template <class T>
-bool blocked_layer(const ConvGeometry& g) {
-  return std::is_same_v<T, float> && g.sh == 2 && g.kh * g.kw > 1 && cpu::blocked_conv_fits(g);
+bool blocked_forward(const ConvGeometry& g) {
+  return std::is_same_v<T, float> && g.kh * g.kw > 1 && cpu::blocked_conv_fits(g) &&
+         (g.sh == 2 || (blocked_thin_layer(g) && g.K <= 32));
+}
+
+template <class T>
+bool blocked_backward_input(const ConvGeometry& g) {
+  return std::is_same_v<T, float> && g.kh * g.kw > 1 && g.sh == 2 && cpu::blocked_conv_fits(g);
+}
+
+template <class T>
+bool blocked_backward_weight(const ConvGeometry& g) {
+  return std::is_same_v<T, float> && g.kh * g.kw > 1 && cpu::blocked_conv_fits(g) &&
+         (g.sh == 2 || blocked_thin_layer(g));
 }
 
 template <class T>
@@ -407,7 +428,7 @@ Tensor CpuBackend::conv2d(const Tensor& input_in, const Tensor& weight_in, const
     else if (winograd_fits<T>(live.g))
       cpu::winograd_conv_forward(live.g, x.data<float>(), w.data<float>(),
                                  b.defined() ? b.data<float>() : nullptr, out.data<float>());
-    else if (blocked_layer<T>(live.g))
+    else if (blocked_forward<T>(live.g))
       cpu::blocked_conv_forward(live.g, x.data<float>(), w.data<float>(),
                                 b.defined() ? b.data<float>() : nullptr, out.data<float>());
     else if (direct_forward<T>(live.g))
@@ -453,25 +474,28 @@ Conv2dGrads CpuBackend::conv2d_backward(const Tensor& grad_out_in, const Tensor&
       cpu::winograd_conv_backward(live.g, gout.data<float>(), x.data<float>(), w.data<float>(),
                                   need_input ? r.grad_input.data<float>() : nullptr,
                                   need_weight ? live_gw.data<float>() : nullptr);
-    } else if (blocked_layer<T>(live.g)) {
-      if (gin)
+    } else if (blocked_backward_input<T>(live.g) || blocked_backward_weight<T>(live.g) ||
+               direct_backward_input<T>(live.g) || direct_backward_weight<T>(live.g)) {
+      const bool blocked_in = gin && blocked_backward_input<T>(live.g);
+      const bool direct_in = gin && !blocked_in && direct_backward_input<T>(live.g);
+      const bool blocked_w = gw && blocked_backward_weight<T>(live.g);
+      const bool direct_w = gw && !blocked_w && direct_backward_weight<T>(live.g);
+      if (blocked_in)
         cpu::blocked_conv_backward_input(live.g, gout.data<float>(), w.data<float>(),
                                          r.grad_input.data<float>());
-      if (gw)
-        cpu::blocked_conv_backward_weight(live.g, gout.data<float>(), x.data<float>(),
-                                          live_gw.data<float>());
-    } else if (direct_backward_input<T>(live.g) || direct_backward_weight<T>(live.g)) {
-      const bool direct_in = gin && direct_backward_input<T>(live.g);
-      const bool direct_w = gw && direct_backward_weight<T>(live.g);
       if (direct_in)
         cpu::direct_conv_backward_input(live.g, gout.data<float>(), w.data<float>(),
                                         r.grad_input.data<float>());
+      if (blocked_w)
+        cpu::blocked_conv_backward_weight(live.g, gout.data<float>(), x.data<float>(),
+                                          live_gw.data<float>());
       if (direct_w)
         cpu::direct_conv_backward_weight(live.g, gout.data<float>(), x.data<float>(),
                                          live_gw.data<float>());
-      if ((gin && !direct_in) || (gw && !direct_w))
-        backward_gemm<T>(live.g, gout.data<T>(), x.data<T>(), w.data<T>(),
-                         direct_in ? nullptr : gin, direct_w ? nullptr : gw);
+      const bool own_in = blocked_in || direct_in, own_w = blocked_w || direct_w;
+      if ((gin && !own_in) || (gw && !own_w))
+        backward_gemm<T>(live.g, gout.data<T>(), x.data<T>(), w.data<T>(), own_in ? nullptr : gin,
+                         own_w ? nullptr : gw);
     } else {
       backward_gemm(live.g, gout.data<T>(), x.data<T>(), w.data<T>(), gin, gw);
     }

@@ -99,24 +99,47 @@ BlockedTileFn tile_fn(int64_t s, int64_t kv, int64_t p) {
   return (s == 1 ? t1 : t2)[static_cast<size_t>(kv - 1)][static_cast<size_t>(p - 1)];
 }
 
-// The weight gradient's tile: acc[v][p] = dW[tap][c0 + p][k0 + 16v ...] accumulated over one
-// sample's outputs (oh, ow): += grad_out[oh][ow][k vector v] * x[tap's row and column][c0 + p].
-// x is the padded input channels-last (rows of ldx channels; the tap's and c0's offset already
-// in x), g grad_out position-major (rows of ldg), acc read and written back (ldacc per channel).
+// The weight gradient's tile: acc[v][p] += grad_out[oh][ow][k vector v] * x[oh, ow's window][p]
+// over one sample's outputs (oh, ow), where x is the padded input channels-last (the window's
+// offset already in x) and p runs over P consecutive floats of it: one kernel row's (tap column
+// j, input channel c) pairs, j*C + c. g is grad_out position-major (rows of ldg), acc read and
+// written back (ldacc floats per p). Small tiles (a 1-channel stem's 3 taps) keep U sets of
+// accumulators for consecutive outputs, so that enough FMA chains are in flight.
 template <int KV, int P>
 STOKE_BLOCKED_KERNEL void weight_tile(int64_t OH, int64_t OW, const float* __restrict x,
                                       int64_t x_row, int64_t x_col, const float* __restrict g,
                                       int64_t ldg, float* __restrict acc_out, int64_t ldacc) {
-  __m512 acc[KV][P];
-#pragma GCC unroll 16
-  for (int p = 0; p < P; ++p)
+  constexpr int U = KV * P >= 8 ? 1 : KV * P >= 4 ? 2 : 4;
+  __m512 acc[U][KV][P];
 #pragma GCC unroll 4
-    for (int v = 0; v < KV; ++v)
-      acc[v][p] = _mm512_loadu_ps(acc_out + p * ldacc + kBlockedLanes * v);
+  for (int u = 0; u < U; ++u)
+#pragma GCC unroll 16
+    for (int p = 0; p < P; ++p)
+#pragma GCC unroll 4
+      for (int v = 0; v < KV; ++v)
+        acc[u][v][p] =
+            u == 0 ? _mm512_loadu_ps(acc_out + p * ldacc + kBlockedLanes * v) : _mm512_setzero_ps();
   for (int64_t oh = 0; oh < OH; ++oh) {
     const float* xq = x + oh * x_row;
     const float* gq = g + oh * OW * ldg;
-    for (int64_t ow = 0; ow < OW; ++ow, xq += x_col, gq += ldg) {
+    int64_t ow = 0;
+    for (; ow + U <= OW; ow += U) {
+#pragma GCC unroll 4
+      for (int u = 0; u < U; ++u) {
+        __m512 gv[KV];
+#pragma GCC unroll 4
+        for (int v = 0; v < KV; ++v) gv[v] = _mm512_loadu_ps(gq + u * ldg + kBlockedLanes * v);
+#pragma GCC unroll 16
+        for (int p = 0; p < P; ++p) {
+          const __m512 xb = _mm512_set1_ps(xq[u * x_col + p]);
+#pragma GCC unroll 4
+          for (int v = 0; v < KV; ++v) acc[u][v][p] = _mm512_fmadd_ps(gv[v], xb, acc[u][v][p]);
+        }
+      }
+      xq += U * x_col;
+      gq += U * ldg;
+    }
+    for (; ow < OW; ++ow, xq += x_col, gq += ldg) {
       __m512 gv[KV];
 #pragma GCC unroll 4
       for (int v = 0; v < KV; ++v) gv[v] = _mm512_loadu_ps(gq + kBlockedLanes * v);
@@ -124,15 +147,19 @@ STOKE_BLOCKED_KERNEL void weight_tile(int64_t OH, int64_t OW, const float* __res
       for (int p = 0; p < P; ++p) {
         const __m512 xb = _mm512_set1_ps(xq[p]);
 #pragma GCC unroll 4
-        for (int v = 0; v < KV; ++v) acc[v][p] = _mm512_fmadd_ps(gv[v], xb, acc[v][p]);
+        for (int v = 0; v < KV; ++v) acc[0][v][p] = _mm512_fmadd_ps(gv[v], xb, acc[0][v][p]);
       }
     }
   }
 #pragma GCC unroll 16
   for (int p = 0; p < P; ++p)
 #pragma GCC unroll 4
-    for (int v = 0; v < KV; ++v)
-      _mm512_storeu_ps(acc_out + p * ldacc + kBlockedLanes * v, acc[v][p]);
+    for (int v = 0; v < KV; ++v) {
+      __m512 sum = acc[0][v][p];
+#pragma GCC unroll 4
+      for (int u = 1; u < U; ++u) sum = _mm512_add_ps(sum, acc[u][v][p]);
+      _mm512_storeu_ps(acc_out + p * ldacc + kBlockedLanes * v, sum);
+    }
 }
 
 using WeightTileFn = void (*)(int64_t, int64_t, const float*, int64_t, int64_t, const float*,
@@ -362,9 +389,12 @@ void blocked_conv_backward_weight(const ConvGeometry& g, const float* grad_out, 
                                   float* grad_w) {
   const BlockedPlan b = plan_of(g);
   const int64_t taps = g.kh * g.kw, P = g.OH * g.OW;
-  const int64_t csegs = (g.C + kBlockedMaxP - 1) / kBlockedMaxP;
-  const int64_t cseg = (g.C + csegs - 1) / csegs;
-  const int64_t kv_max = std::min<int64_t>({kBlockedMaxKV, kBlockedAccumulators / cseg, b.Kv});
+  // A kernel row's (j, c) pairs are kw*C consecutive floats of the channels-last input: tiles of
+  // up to 14 of them.
+  const int64_t row_len = g.kw * g.C;
+  const int64_t segs = (row_len + kBlockedMaxP - 1) / kBlockedMaxP;
+  const int64_t seg = (row_len + segs - 1) / segs;
+  const int64_t kv_max = std::min<int64_t>({kBlockedMaxKV, kBlockedAccumulators / seg, b.Kv});
   const int64_t acc_len = taps * g.C * b.Kr;
   const int64_t per_chunk = acc_len + 2 * g.C * b.plane + P * b.Kr;
   const int64_t chunks = parallel_chunk_count(g.N, 1);
@@ -387,17 +417,15 @@ void blocked_conv_backward_weight(const ConvGeometry& g, const float* grad_out, 
       transpose(xp, g.C, b.plane, b.plane, xt, g.C);
       transpose(grad_out + n * g.K * P, g.K, P, P, gt, b.Kr);
       for (int64_t i = 0; i < g.kh; ++i)
-        for (int64_t j = 0; j < g.kw; ++j)
-          for (int64_t c0 = 0; c0 < g.C; c0 += cseg) {
-            const int64_t p = std::min(cseg, g.C - c0);
-            for (int64_t v0 = 0; v0 < b.Kv; v0 += kv_max) {
-              const int64_t kv = std::min(kv_max, b.Kv - v0);
-              weight_tile_fn(kv, p)(g.OH, g.OW, xt + (i * b.Wp + j) * g.C + c0, g.sh * b.Wp * g.C,
-                                    g.sw * g.C, gt + v0 * kBlockedLanes, b.Kr,
-                                    acc + ((i * g.kw + j) * g.C + c0) * b.Kr + v0 * kBlockedLanes,
-                                    b.Kr);
-            }
+        for (int64_t e0 = 0; e0 < row_len; e0 += seg) {
+          const int64_t p = std::min(seg, row_len - e0);
+          for (int64_t v0 = 0; v0 < b.Kv; v0 += kv_max) {
+            const int64_t kv = std::min(kv_max, b.Kv - v0);
+            weight_tile_fn(kv, p)(g.OH, g.OW, xt + i * b.Wp * g.C + e0, g.sh * b.Wp * g.C,
+                                  g.sw * g.C, gt + v0 * kBlockedLanes, b.Kr,
+                                  acc + (i * row_len + e0) * b.Kr + v0 * kBlockedLanes, b.Kr);
           }
+        }
     }
   });
   // grad_w[k][c][tap] = the tasks' sums in task order, parallel over output channels.

@@ -278,6 +278,11 @@ TEST_CASE("conv2d: f32 shapes of the direct (stride 1 and 2) and Winograd kernel
        {12, 8, 1, 3},
        {.stride = {2, 2}, .padding = {0, 1}}},
       {"stride 2: 2x2, 15 -> 17 channels", {3, 15, 8, 8}, {17, 15, 2, 2}, {.stride = {2, 2}}},
+      // Thin stride-1 layers (fewer than 64 multiply-adds per output): the blocked forward (up to
+      // 32 outputs) and weight gradient, one kernel row's taps and channels in one tile.
+      {"thin: 1-channel 3x3 stem", {3, 1, 28, 28}, {16, 1, 3, 3}, {.padding = {1, 1}}},
+      {"thin: 3 channels, 40 outputs", {2, 3, 17, 19}, {40, 3, 3, 3}, {.padding = {1, 1}}},
+      {"thin: 2x2, 7 channels", {2, 7, 9, 9}, {20, 7, 2, 2}, {}},
       // Small planes (conv2d_positions.cpp, f32 and f64 alike): VGG's 3x3 plane.
       {"VGG 3x3 plane", {16, 64, 3, 3}, {32, 64, 3, 3}, {.padding = {1, 1}}},
       // Winograd F(2x2, 3x3) (conv2d_winograd.cpp; f32 3x3 with 32+ channels in and out, any
