@@ -133,6 +133,16 @@ TEST_CASE("allocator: 64-byte alignment and caching of large blocks", "[core][al
   CHECK(q == p);  // reused from the cache
   CHECK(a.stats().system_allocs == before.system_allocs);
   a.deallocate(q, big);
+  // Of several cached blocks of a size, the one freed last comes back first (it is the one still
+  // in the CPU's caches): q, r freed in that order give r, then q.
+  q = a.allocate(big);
+  void* r = a.allocate(big);
+  a.deallocate(q, big);
+  a.deallocate(r, big);
+  CHECK(a.allocate(big) == r);
+  CHECK(a.allocate(big) == q);
+  a.deallocate(q, big);
+  a.deallocate(r, big);
   a.empty_cache();
   CHECK(a.stats().cached_bytes == 0);
 }
