@@ -74,9 +74,9 @@ STOKE_BLOCKED_KERNEL void blocked_tile(int64_t R, const int64_t* __restrict off,
 using BlockedTileFn = void (*)(int64_t, const int64_t*, const float*, const float*, int64_t,
                                const float*, float*, int64_t);
 
-// tile_table<S>()[KV-1][P-1]: the kernels with KV * P <= 28 (null past that).
+// blocked_tile_table<S>()[KV-1][P-1]: the kernels with KV * P <= 28 (null past that).
 template <int S, int KV, int P>
-constexpr BlockedTileFn tile_entry() {
+constexpr BlockedTileFn blocked_tile_entry() {
   if constexpr (KV * P <= kBlockedAccumulators)
     return blocked_tile<S, KV, P>;
   else
@@ -84,18 +84,19 @@ constexpr BlockedTileFn tile_entry() {
 }
 
 template <int S, int KV, size_t... Ps>
-constexpr std::array<BlockedTileFn, kBlockedMaxP> tile_row(std::index_sequence<Ps...>) {
-  return {tile_entry<S, KV, static_cast<int>(Ps) + 1>()...};
+constexpr std::array<BlockedTileFn, kBlockedMaxP> blocked_tile_row(std::index_sequence<Ps...>) {
+  return {blocked_tile_entry<S, KV, static_cast<int>(Ps) + 1>()...};
 }
 
 template <int S>
-constexpr std::array<std::array<BlockedTileFn, kBlockedMaxP>, kBlockedMaxKV> tile_table() {
+constexpr std::array<std::array<BlockedTileFn, kBlockedMaxP>, kBlockedMaxKV> blocked_tile_table() {
   using Ps = std::make_index_sequence<kBlockedMaxP>;
-  return {tile_row<S, 1>(Ps{}), tile_row<S, 2>(Ps{}), tile_row<S, 3>(Ps{}), tile_row<S, 4>(Ps{})};
+  return {blocked_tile_row<S, 1>(Ps{}), blocked_tile_row<S, 2>(Ps{}), blocked_tile_row<S, 3>(Ps{}),
+          blocked_tile_row<S, 4>(Ps{})};
 }
 
-BlockedTileFn tile_fn(int64_t s, int64_t kv, int64_t p) {
-  static constexpr auto t1 = tile_table<1>(), t2 = tile_table<2>();
+BlockedTileFn blocked_tile_fn(int64_t s, int64_t kv, int64_t p) {
+  static constexpr auto t1 = blocked_tile_table<1>(), t2 = blocked_tile_table<2>();
   return (s == 1 ? t1 : t2)[static_cast<size_t>(kv - 1)][static_cast<size_t>(p - 1)];
 }
 
@@ -106,9 +107,10 @@ BlockedTileFn tile_fn(int64_t s, int64_t kv, int64_t p) {
 // written back (ldacc floats per p). Small tiles (a 1-channel stem's 3 taps) keep U sets of
 // accumulators for consecutive outputs, so that enough FMA chains are in flight.
 template <int KV, int P>
-STOKE_BLOCKED_KERNEL void weight_tile(int64_t OH, int64_t OW, const float* __restrict x,
-                                      int64_t x_row, int64_t x_col, const float* __restrict g,
-                                      int64_t ldg, float* __restrict acc_out, int64_t ldacc) {
+STOKE_BLOCKED_KERNEL void blocked_weight_tile(int64_t OH, int64_t OW, const float* __restrict x,
+                                              int64_t x_row, int64_t x_col,
+                                              const float* __restrict g, int64_t ldg,
+                                              float* __restrict acc_out, int64_t ldacc) {
   constexpr int U = KV * P >= 8 ? 1 : KV * P >= 4 ? 2 : 4;
   __m512 acc[U][KV][P];
 #pragma GCC unroll 4
@@ -162,26 +164,28 @@ STOKE_BLOCKED_KERNEL void weight_tile(int64_t OH, int64_t OW, const float* __res
     }
 }
 
-using WeightTileFn = void (*)(int64_t, int64_t, const float*, int64_t, int64_t, const float*,
-                              int64_t, float*, int64_t);
+using BlockedWeightTileFn = void (*)(int64_t, int64_t, const float*, int64_t, int64_t, const float*,
+                                     int64_t, float*, int64_t);
 
 template <int KV, int P>
-constexpr WeightTileFn weight_entry() {
+constexpr BlockedWeightTileFn blocked_weight_entry() {
   if constexpr (KV * P <= kBlockedAccumulators)
-    return weight_tile<KV, P>;
+    return blocked_weight_tile<KV, P>;
   else
     return nullptr;
 }
 
 template <int KV, size_t... Ps>
-constexpr std::array<WeightTileFn, kBlockedMaxP> weight_row(std::index_sequence<Ps...>) {
-  return {weight_entry<KV, static_cast<int>(Ps) + 1>()...};
+constexpr std::array<BlockedWeightTileFn, kBlockedMaxP> blocked_weight_row(
+    std::index_sequence<Ps...>) {
+  return {blocked_weight_entry<KV, static_cast<int>(Ps) + 1>()...};
 }
 
-WeightTileFn weight_tile_fn(int64_t kv, int64_t p) {
+BlockedWeightTileFn blocked_weight_tile_fn(int64_t kv, int64_t p) {
   using Ps = std::make_index_sequence<kBlockedMaxP>;
-  static constexpr std::array<std::array<WeightTileFn, kBlockedMaxP>, kBlockedMaxKV> table = {
-      weight_row<1>(Ps{}), weight_row<2>(Ps{}), weight_row<3>(Ps{}), weight_row<4>(Ps{})};
+  static constexpr std::array<std::array<BlockedWeightTileFn, kBlockedMaxP>, kBlockedMaxKV> table =
+      {blocked_weight_row<1>(Ps{}), blocked_weight_row<2>(Ps{}), blocked_weight_row<3>(Ps{}),
+       blocked_weight_row<4>(Ps{})};
   return table[static_cast<size_t>(kv - 1)][static_cast<size_t>(p - 1)];
 }
 
@@ -190,7 +194,7 @@ struct BlockedPlan {
   int64_t Kv, Kr;         // output channel vectors, Kv*16
 };
 
-BlockedPlan plan_of(const ConvGeometry& g) {
+BlockedPlan blocked_plan_of(const ConvGeometry& g) {
   BlockedPlan b{};
   b.Hp = g.sh * (g.OH - 1) + g.kh;
   b.Wp = g.sw * (g.OW - 1) + g.kw;
@@ -204,8 +208,9 @@ BlockedPlan plan_of(const ConvGeometry& g) {
 // it (rows and columns of x past Hp or Wp are dropped). Masked vector loads and stores: the rows
 // are short (28 floats on ResNet's 28x28 planes), and a memcpy and two fills per row cost more
 // than the tiles' multiplies on them (perf).
-STOKE_BLOCKED_KERNEL void copy_padded(int64_t C, int64_t H, int64_t W, int64_t top, int64_t left,
-                                      int64_t Hp, int64_t Wp, const float* x, float* xp) {
+STOKE_BLOCKED_KERNEL void blocked_copy_padded(int64_t C, int64_t H, int64_t W, int64_t top,
+                                              int64_t left, int64_t Hp, int64_t Wp, const float* x,
+                                              float* xp) {
   // Padded column u holds x's column u - left: the u with that in [0, W) and below Wp.
   const int64_t u0 = std::clamp<int64_t>(left, 0, Wp);
   const int64_t u1 = std::clamp<int64_t>(left + W, u0, Wp);
@@ -243,7 +248,7 @@ STOKE_BLOCKED_KERNEL void copy_padded(int64_t C, int64_t H, int64_t W, int64_t t
 
 // Asks for [p, p + n) in the L2 cache: the next sample's input while this one's tiles run (the
 // copies read each sample once, from L3 or memory, and stalled on it: perf).
-void prefetch_range(const float* p, int64_t n) {
+void blocked_prefetch_range(const float* p, int64_t n) {
   const char* c = reinterpret_cast<const char*>(p);
   for (int64_t i = 0; i < n * static_cast<int64_t>(sizeof(float)); i += 64)
     _mm_prefetch(c + i, _MM_HINT_T1);
@@ -251,9 +256,9 @@ void prefetch_range(const float* p, int64_t n) {
 
 // The tiles of `count` outputs in a row, every channel vector: output p (0 <= p < count) is the
 // tile kernels' x + S*p, written at out + p*ldo. Kv channel vectors, KV at a time.
-void row_tiles(int64_t S, int64_t R, const int64_t* off, const float* x, int64_t count,
-               const float* w, int64_t ldw, const float* bias, int64_t Kv, float* out,
-               int64_t ldo) {
+void blocked_row_tiles(int64_t S, int64_t R, const int64_t* off, const float* x, int64_t count,
+                       const float* w, int64_t ldw, const float* bias, int64_t Kv, float* out,
+                       int64_t ldo) {
   const int64_t segs = (count + kBlockedMaxP - 1) / kBlockedMaxP;
   const int64_t seg = (count + segs - 1) / segs;
   const int64_t kv_max = std::min<int64_t>({kBlockedMaxKV, kBlockedAccumulators / seg, Kv});
@@ -261,8 +266,9 @@ void row_tiles(int64_t S, int64_t R, const int64_t* off, const float* x, int64_t
     const int64_t p = std::min(seg, count - p0);
     for (int64_t v0 = 0; v0 < Kv; v0 += kv_max) {
       const int64_t kv = std::min(kv_max, Kv - v0);
-      tile_fn(S, kv, p)(R, off, x + S * p0, w + v0 * kBlockedLanes, ldw, bias + v0 * kBlockedLanes,
-                        out + p0 * ldo + v0 * kBlockedLanes, ldo);
+      blocked_tile_fn(S, kv, p)(R, off, x + S * p0, w + v0 * kBlockedLanes, ldw,
+                                bias + v0 * kBlockedLanes, out + p0 * ldo + v0 * kBlockedLanes,
+                                ldo);
     }
   }
 }
@@ -281,7 +287,7 @@ bool blocked_conv_fits(const ConvGeometry& g) {
 
 void blocked_conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
                           float* out) {
-  const BlockedPlan b = plan_of(g);
+  const BlockedPlan b = blocked_plan_of(g);
   const int64_t taps = g.kh * g.kw, R = g.C * taps, P = g.OH * g.OW;
   // Weights as (R, Kr) rows, zeros past K: a tile's KV weight vectors are consecutive.
   const Tensor packed = empty({R * b.Kr + b.Kr});
@@ -304,11 +310,11 @@ void blocked_conv_forward(const ConvGeometry& g, const float* x, const float* w,
     float* xp = scratch.data<float>() + chunk * per_chunk;
     float* ob = xp + g.C * b.plane;  // (P, Kr): the output position-major
     for (int64_t n = n0; n < n1; ++n) {
-      copy_padded(g.C, g.H, g.W, g.ph, g.pw, b.Hp, b.Wp, x + n * g.C * g.H * g.W, xp);
-      if (n + 1 < n1) prefetch_range(x + (n + 1) * g.C * g.H * g.W, g.C * g.H * g.W);
+      blocked_copy_padded(g.C, g.H, g.W, g.ph, g.pw, b.Hp, b.Wp, x + n * g.C * g.H * g.W, xp);
+      if (n + 1 < n1) blocked_prefetch_range(x + (n + 1) * g.C * g.H * g.W, g.C * g.H * g.W);
       for (int64_t oh = 0; oh < g.OH; ++oh)
-        row_tiles(g.sh, R, off.data(), xp + g.sh * oh * b.Wp, g.OW, wp, b.Kr, bias_r, b.Kv,
-                  ob + oh * g.OW * b.Kr, b.Kr);
+        blocked_row_tiles(g.sh, R, off.data(), xp + g.sh * oh * b.Wp, g.OW, wp, b.Kr, bias_r, b.Kv,
+                          ob + oh * g.OW * b.Kr, b.Kr);
       transpose(ob, P, g.K, b.Kr, out + n * g.K * P, P);
     }
   });
@@ -359,8 +365,9 @@ void blocked_conv_backward_input(const ConvGeometry& g, const float* grad_out, c
     float* gp = scratch.data<float>() + chunk * per_chunk;
     float* ob = gp + g.K * plane;  // (P, Cr): grad_in position-major
     for (int64_t n = n0; n < n1; ++n) {
-      copy_padded(g.K, g.OH, g.OW, top, left, Hp, Wp, grad_out + n * g.K * g.OH * g.OW, gp);
-      if (n + 1 < n1) prefetch_range(grad_out + (n + 1) * g.K * g.OH * g.OW, g.K * g.OH * g.OW);
+      blocked_copy_padded(g.K, g.OH, g.OW, top, left, Hp, Wp, grad_out + n * g.K * g.OH * g.OW, gp);
+      if (n + 1 < n1)
+        blocked_prefetch_range(grad_out + (n + 1) * g.K * g.OH * g.OW, g.K * g.OH * g.OW);
       for (int64_t ih = 0; ih < g.H; ++ih) {
         const int64_t a = (ih + g.ph) % s, u = (ih + g.ph) / s;
         for (int64_t b = 0; b < s; ++b) {
@@ -369,9 +376,9 @@ void blocked_conv_backward_input(const ConvGeometry& g, const float* grad_out, c
           const int64_t v1 = (g.W - 1 + g.pw - b) / s + 1;
           if (g.W - 1 + g.pw - b < 0 || v0 >= v1) continue;
           const size_t ab = static_cast<size_t>(a * s + b);
-          row_tiles(1, static_cast<int64_t>(off[ab].size()), off[ab].data(), gp + u * Wp + v0,
-                    v1 - v0, wp + first[ab] * Cr, Cr, zero_bias, Cv,
-                    ob + (ih * g.W + s * v0 + b - g.pw) * Cr, s * Cr);
+          blocked_row_tiles(1, static_cast<int64_t>(off[ab].size()), off[ab].data(),
+                            gp + u * Wp + v0, v1 - v0, wp + first[ab] * Cr, Cr, zero_bias, Cv,
+                            ob + (ih * g.W + s * v0 + b - g.pw) * Cr, s * Cr);
         }
       }
       transpose(ob, P, g.C, Cr, grad_in + n * g.C * P, P);
@@ -387,7 +394,7 @@ void blocked_conv_backward_input(const ConvGeometry& g, const float* grad_out, c
 // buffers are added in task order at the end (deterministic for a given pool size).
 void blocked_conv_backward_weight(const ConvGeometry& g, const float* grad_out, const float* x,
                                   float* grad_w) {
-  const BlockedPlan b = plan_of(g);
+  const BlockedPlan b = blocked_plan_of(g);
   const int64_t taps = g.kh * g.kw, P = g.OH * g.OW;
   // A kernel row's (j, c) pairs are kw*C consecutive floats of the channels-last input: tiles of
   // up to 14 of them.
@@ -409,10 +416,10 @@ void blocked_conv_backward_weight(const ConvGeometry& g, const float* grad_out, 
     // The columns past K stay zero (the transposes below write the first K).
     std::fill(gt, gt + P * b.Kr, 0.0f);
     for (int64_t n = n0; n < n1; ++n) {
-      copy_padded(g.C, g.H, g.W, g.ph, g.pw, b.Hp, b.Wp, x + n * g.C * g.H * g.W, xp);
+      blocked_copy_padded(g.C, g.H, g.W, g.ph, g.pw, b.Hp, b.Wp, x + n * g.C * g.H * g.W, xp);
       if (n + 1 < n1) {
-        prefetch_range(x + (n + 1) * g.C * g.H * g.W, g.C * g.H * g.W);
-        prefetch_range(grad_out + (n + 1) * g.K * P, g.K * P);
+        blocked_prefetch_range(x + (n + 1) * g.C * g.H * g.W, g.C * g.H * g.W);
+        blocked_prefetch_range(grad_out + (n + 1) * g.K * P, g.K * P);
       }
       transpose(xp, g.C, b.plane, b.plane, xt, g.C);
       transpose(grad_out + n * g.K * P, g.K, P, P, gt, b.Kr);
@@ -421,9 +428,10 @@ void blocked_conv_backward_weight(const ConvGeometry& g, const float* grad_out, 
           const int64_t p = std::min(seg, row_len - e0);
           for (int64_t v0 = 0; v0 < b.Kv; v0 += kv_max) {
             const int64_t kv = std::min(kv_max, b.Kv - v0);
-            weight_tile_fn(kv, p)(g.OH, g.OW, xt + i * b.Wp * g.C + e0, g.sh * b.Wp * g.C,
-                                  g.sw * g.C, gt + v0 * kBlockedLanes, b.Kr,
-                                  acc + (i * row_len + e0) * b.Kr + v0 * kBlockedLanes, b.Kr);
+            blocked_weight_tile_fn(kv, p)(g.OH, g.OW, xt + i * b.Wp * g.C + e0, g.sh * b.Wp * g.C,
+                                          g.sw * g.C, gt + v0 * kBlockedLanes, b.Kr,
+                                          acc + (i * row_len + e0) * b.Kr + v0 * kBlockedLanes,
+                                          b.Kr);
           }
         }
     }

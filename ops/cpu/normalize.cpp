@@ -26,12 +26,12 @@ inline void floats_to_half(const float* in, uint16_t* out, int64_t n) {
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i), h);
   }
 #endif
-  for (; i < n; ++i) out[i] = detail::float_to_half_bits(in[i]);
+  for (; i < n; ++i) out[i] = ::stoke::detail::float_to_half_bits(in[i]);
 }
 
 // Converts n floats to bfloat16 bits, round to nearest even (as core/half.h).
 inline void floats_to_bf16(const float* in, uint16_t* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = detail::float_to_bf16_bits(in[i]);
+  for (int64_t i = 0; i < n; ++i) out[i] = ::stoke::detail::float_to_bf16_bits(in[i]);
 }
 
 // One output row of one channel: dst[x] = src[x * C + ch] * scale + bias. C is a template
