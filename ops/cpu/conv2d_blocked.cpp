@@ -1,12 +1,13 @@
 // Channel-blocked direct convolution for f32 on CPUs with AVX-512 (ops/cpu/conv2d.cpp picks it
-// for strided layers; see conv2d_kernels.h). Vectors run along the output channels instead of
-// along the output positions (conv2d_direct.cpp): a register tile is KV vectors of 16 output
-// channels x P consecutive outputs of one output row, and per input channel and kernel tap it
-// loads KV weight vectors and broadcasts P input values (FMAs with an embedded broadcast), so a
+// for strided layers and thin stems; see conv2d_kernels.h). Vectors run along the output channels
+// instead of along the output positions (conv2d_direct.cpp): a register tile is KV vectors of 16
+// output channels x P consecutive outputs of one output row, and per input channel and kernel tap
+// it loads KV weight vectors and broadcasts P input values (FMAs with an embedded broadcast), so a
 // stride only spaces the broadcasts out: no phase split of the input, and no output computed and
 // dropped. The input gradient runs the same tiles per phase of the stride, the weight gradient a
-// tile of output-channel vectors x input channels over each sample's outputs. Why, and what it
-// replaced: docs/design-notes.md, "Third pass: channel-blocked kernels for strided layers".
+// tile of output-channel vectors x one kernel row's (tap, input channel) pairs over each
+// sample's outputs. Why, and what it replaced: docs/design-notes.md, "Third pass:
+// channel-blocked kernels for strided layers".
 //
 // Per sample: the input is copied once into a zero-padded (C, Hp, Wp) buffer (plain rows, any
 // padding), the tiles write the output position-major (OH*OW, Kr) with the bias as the

@@ -68,7 +68,8 @@ void direct_conv_backward_weight(const ConvGeometry& g, const float* grad_out, c
 // 1, one group, on CPUs with AVX-512 (checked at run time; STOKE_CONV_BLOCKED=0 turns it off).
 // Vectors run along the output channels (input channels for the input gradient) and input
 // values are broadcast, so a stride costs no wasted multiplies. conv2d.cpp takes it for strided
-// layers. Parallel over the batch.
+// layers and for the forward and weight gradient of layers too thin for the direct kernels (fewer
+// than 64 multiply-adds per output). Parallel over the batch (a batch of one runs on one thread).
 bool blocked_conv_fits(const ConvGeometry& g);
 // out (N, K, OH, OW) = conv(x, w) + bias (bias may be null).
 void blocked_conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
