@@ -182,7 +182,9 @@ Tensor CpuBackend::unary(UnaryOp op, const Tensor& x) {
   return unary_kernel<true>(name, x, [](auto v) {
     using T = decltype(v);
     const T r = v + T(3) < T(0) ? T(0) : v + T(3);
-    return v * (r > T(6) ? T(6) : r) / T(6);
+    // A multiply by 1/6, not a divide: the divide alone made this memory-bound map 10 % slower
+    // (within an ulp of torch's x * clamp(x + 3, 0, 6) / 6).
+    return v * (r > T(6) ? T(6) : r) * (T(1) / T(6));
   });
 }
 
