@@ -8,9 +8,9 @@
 // suit them, f32 stride-2 ones (and 1-channel stems' forward and weight gradient) the
 // channel-blocked kernels of conv2d_blocked.cpp; small output
 // planes (up to 16 positions) whose kernels hang over the padding take one GEMM per output position
-// (conv2d_positions.cpp); 3x3 stride-1 layers with 32+ channels take Winograd F(2x2, 3x3)
-// (conv2d_winograd.cpp, see winograd_fits). Kernel taps that only ever meet padding are cut off
-// first (live_conv).
+// (conv2d_positions.cpp); 3x3 stride-1 layers with 32+ channels take Winograd F(2x2, 3x3), their
+// backward from 16 channels (conv2d_winograd.cpp, see winograd_fits). Kernel taps that only ever
+// meet padding are cut off first (live_conv).
 #include <algorithm>
 #include <type_traits>
 
@@ -186,10 +186,16 @@ bool direct_backward_weight(const ConvGeometry& g) {
 // Winograd F(2x2, 3x3) (conv2d_winograd.cpp) for f32 3x3 stride-1 layers with 32+ channels in
 // and out: 16 multiplies per 2x2 outputs instead of 36. Measured faster than the direct kernels
 // and im2col + GEMM forward + backward on every such layer tried (ResNet's and VGG-11's, 32-512
-// channels on 5x5 to 28x28 planes; docs/design-notes.md); 16 channels were slower.
+// channels on 5x5 to 28x28 planes; docs/design-notes.md). With 16 channels only the backward is
+// faster (winograd_backward_fits): the direct kernels keep the forward.
 template <class T>
 bool winograd_fits(const ConvGeometry& g) {
   return std::is_same_v<T, float> && cpu::winograd_conv_fits(g);
+}
+
+template <class T>
+bool winograd_backward_fits(const ConvGeometry& g) {
+  return std::is_same_v<T, float> && cpu::winograd_conv_backward_fits(g);
 }
 
 // A pointwise convolution of 1x1 planes (VGG's last stage, cut down to its center tap) is a linear
@@ -471,7 +477,7 @@ Conv2dGrads CpuBackend::conv2d_backward(const Tensor& grad_out_in, const Tensor&
       if (gw) cpu::depthwise_backward_weight(g, gout.data<T>(), x.data<T>(), gw);
     } else if (cpu::position_conv_fits(live.g)) {
       cpu::position_conv_backward(live.g, gout.data<T>(), x.data<T>(), w.data<T>(), gin, gw);
-    } else if (winograd_fits<T>(live.g)) {
+    } else if (winograd_backward_fits<T>(live.g)) {
       cpu::winograd_conv_backward(live.g, gout.data<float>(), x.data<float>(), w.data<float>(),
                                   need_input ? r.grad_input.data<float>() : nullptr,
                                   need_weight ? live_gw.data<float>() : nullptr);

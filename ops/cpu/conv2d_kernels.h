@@ -101,6 +101,9 @@ void position_conv_backward(const ConvGeometry& g, const T* grad_out, const T* x
 // shape is one where it beats the direct kernels and im2col + GEMM (STOKE_CONV_WINOGRAD=0 turns it
 // off).
 bool winograd_conv_fits(const ConvGeometry& g);
+// Whether the backward (winograd_conv_backward) beats the other kernels on g: from fewer channels
+// than the forward.
+bool winograd_conv_backward_fits(const ConvGeometry& g);
 // out (N, K, OH, OW) = conv(x, w) + bias (bias may be null).
 void winograd_conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
                            float* out);

@@ -221,7 +221,8 @@ TEST_CASE("conv2d: f32 shapes of the direct (stride 1 and 2) and Winograd kernel
           "[ops][conv]") {
   // On CPUs with AVX-512, f32 stride-1 convolutions with >= 64 multiply-adds per output run the
   // direct kernels of ops/cpu/conv2d_direct.cpp (forward, input gradient, and for small layers on
-  // planes of 14x14 and up the weight gradient), stride-2 ones with a spatial kernel the
+  // planes of 14x14 and up the weight gradient; 3x3 layers with 16+ channels in and out take
+  // Winograd's backward instead), stride-2 ones with a spatial kernel the
   // channel-blocked kernels of ops/cpu/conv2d_blocked.cpp (forward and both gradients); f64 runs
   // im2col + GEMM. Shapes: output channels not a multiple of the register tile, 5x5,
   // asymmetric kernel and padding, padding beyond the kernel's reach (the input gradient's grid
@@ -239,10 +240,14 @@ TEST_CASE("conv2d: f32 shapes of the direct (stride 1 and 2) and Winograd kernel
       {"ResNet 7x7", {4, 64, 7, 7}, {64, 64, 3, 3}, {.padding = {1, 1}}},
       // 25 multiply-adds per output suffice for 5x5 kernels: LeNet-5's 1-channel stem.
       {"LeNet 5x5 stem, 1 channel", {3, 1, 28, 28}, {6, 1, 5, 5}, {.padding = {2, 2}}},
-      // The direct weight gradient: one sample per block of grids (28x28), four per block with a
-      // partial last block (14x14, 13 samples).
+      // ResNet's 16- and 24-channel layers: the direct forward, Winograd's backward (from 16
+      // channels in and out).
       {"ResNet 28x28", {3, 16, 28, 28}, {16, 16, 3, 3}, {.padding = {1, 1}}},
       {"ResNet 14x14, 13 samples", {13, 32, 14, 14}, {24, 32, 3, 3}, {.padding = {1, 1}}},
+      // The direct weight gradient (fewer than 16 output channels): one sample per block of grids
+      // (28x28), four per block with a partial last block (14x14, 13 samples).
+      {"12 outputs, 28x28", {3, 16, 28, 28}, {12, 16, 3, 3}, {.padding = {1, 1}}},
+      {"12 outputs, 14x14, 13 samples", {13, 32, 14, 14}, {12, 32, 3, 3}, {.padding = {1, 1}}},
       // Stride 2 (the blocked kernels): ResNet's downsampling layers, odd input sizes (phases of
       // unequal size), 5x5 with padding 2, 4x4 without padding; 80 output channels and 20 input
       // channels (channel vectors in groups of 2, 2 and 1, a partial vector) on rows of 23
