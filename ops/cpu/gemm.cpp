@@ -92,45 +92,51 @@ bool own_kernel_fits(int64_t m, int64_t n, int64_t k, float alpha, float beta) {
 
 // C (+)= op(A) op(B) with gemm_avx512, split over the pool as gemm_impl splits OpenBLAS's calls:
 // rows in multiples of its 12-row tiles, or columns in multiples of 32. op(B) = Bᵀ is copied
-// transposed first (k x n, O(k n) against the product's O(m n k)).
+// transposed first (k x n, O(k n) against the product's O(m n k)): by each column chunk for its
+// own columns where the columns are split (a linear layer's Wᵀ: both cores transpose, and each
+// chunk's panel is still in cache when its product reads it), else by the whole pool up front.
 void own_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
               const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int64_t a_row = ta ? 1 : lda, a_col = ta ? lda : 1;
+  const bool accumulate = beta != 0.0f;
   // A Tensor, so that the caching allocator hands the same pages back call after call (a fresh
   // buffer was faulted in page by page every call) and no thread keeps one past its use.
   Tensor bt;
+  float* bt_data = nullptr;
   if (tb) {
     bt = empty({k * n}, {.dtype = DType::f32});
-    float* dst = bt.data<float>();
-    // Blocks of 64 of B's rows per task (B (n, k) -> bt (k, n)).
-    constexpr int64_t blk = 64;
-    parallel_for(0, (n + blk - 1) / blk, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, k)),
-                 [&](int64_t j0, int64_t j1) {
-                   const int64_t r0 = j0 * blk, r1 = std::min(n, j1 * blk);
-                   transpose(b + r0 * ldb, r1 - r0, k, ldb, dst + r0, n);
-                 });
-    b = bt.data<float>();
-    ldb = n;
+    bt_data = bt.data<float>();
   }
-  const int64_t a_row = ta ? 1 : lda, a_col = ta ? lda : 1;
-  const bool accumulate = beta != 0.0f;
-  if (num_threads() == 1 || in_parallel_region() || m * n * k < kSplitMacs) {
-    gemm_avx512(m, n, k, a, a_row, a_col, b, ldb, accumulate, c, ldc);
+  // op(B)'s columns [c0, c1): transposed into bt first when B is stored transposed.
+  auto columns = [&](int64_t c0, int64_t c1) -> const float* {
+    if (!tb) return b + c0;
+    transpose(b + c0 * ldb, c1 - c0, k, ldb, bt_data + c0, n);
+    return bt_data + c0;
+  };
+  const int64_t bt_ld = tb ? n : ldb;
+  const bool serial = num_threads() == 1 || in_parallel_region() || m * n * k < kSplitMacs;
+  if (serial || m < n) {
+    constexpr int64_t cols = 32;
+    const int64_t panels = (n + cols - 1) / cols;
+    parallel_for(0, panels, serial ? panels : 1, [&](int64_t b0, int64_t b1) {
+      const int64_t c0 = b0 * cols, c1 = std::min(n, b1 * cols);
+      gemm_avx512(m, c1 - c0, k, a, a_row, a_col, columns(c0, c1), bt_ld, accumulate, c + c0, ldc);
+    });
     return;
   }
-  if (m >= n) {
-    constexpr int64_t rows = 12;
-    parallel_for(0, (m + rows - 1) / rows, 1, [&](int64_t b0, int64_t b1) {
-      const int64_t r0 = b0 * rows, r1 = std::min(m, b1 * rows);
-      gemm_avx512(r1 - r0, n, k, a + r0 * a_row, a_row, a_col, b, ldb, accumulate, c + r0 * ldc,
-                  ldc);
-    });
-  } else {
-    constexpr int64_t cols = 32;
-    parallel_for(0, (n + cols - 1) / cols, 1, [&](int64_t b0, int64_t b1) {
-      const int64_t c0 = b0 * cols, c1 = std::min(n, b1 * cols);
-      gemm_avx512(m, c1 - c0, k, a, a_row, a_col, b + c0, ldb, accumulate, c + c0, ldc);
-    });
+  if (tb) {
+    // Blocks of 16 of B's rows (B (n, k) -> bt (k, n)), at least ~16K floats per task.
+    constexpr int64_t blk = 16;
+    parallel_for(0, (n + blk - 1) / blk, std::max<int64_t>(1, 16384 / (blk * k)),
+                 [&](int64_t j0, int64_t j1) { columns(j0 * blk, std::min(n, j1 * blk)); });
   }
+  const float* bp = tb ? bt_data : b;
+  constexpr int64_t rows = 12;
+  parallel_for(0, (m + rows - 1) / rows, 1, [&](int64_t b0, int64_t b1) {
+    const int64_t r0 = b0 * rows, r1 = std::min(m, b1 * rows);
+    gemm_avx512(r1 - r0, n, k, a + r0 * a_row, a_row, a_col, bp, bt_ld, accumulate, c + r0 * ldc,
+                ldc);
+  });
 }
 
 template <class T>

@@ -53,11 +53,16 @@ double max_rel_error(const Tensor& x, const Tensor& ref, double atol, double rto
 }  // namespace
 
 TEST_CASE("gemm: all transpose combinations, alpha, beta and leading dims", "[ops][linalg]") {
-  // Sizes straddle the split threshold so both the single call and the pool split run.
-  // (150, 40, 600) spans several of stoke's AVX-512 GEMM's row and depth blocks (144 x 256), where
-  // f32 products run it (gemm_fastest_runs_avx512).
-  for (auto [m, n, k] :
-       {std::array<int64_t, 3>{5, 7, 3}, {130, 33, 257}, {33, 300, 129}, {150, 40, 600}}) {
+  // Sizes straddle the split threshold so both the single call and the pool split run (rows
+  // split: 130 x 33, 150 x 40; columns: 33 x 300, where each chunk transposes its own columns of
+  // a transposed B). (150, 40, 600) spans several of stoke's AVX-512 GEMM's row and depth blocks
+  // (144 x 256), where f32 products run it (gemm_fastest_runs_avx512); (40, 50, 100) runs it in
+  // one call, over a partial second column panel.
+  for (auto [m, n, k] : {std::array<int64_t, 3>{5, 7, 3},
+                         {40, 50, 100},
+                         {130, 33, 257},
+                         {33, 300, 129},
+                         {150, 40, 600}}) {
     for (bool ta : {false, true})
       for (bool tb : {false, true}) {
         INFO("m=" << m << " n=" << n << " k=" << k << " ta=" << ta << " tb=" << tb);
