@@ -83,6 +83,19 @@ void blocked_conv_backward_input(const ConvGeometry& g, const float* grad_out, c
 void blocked_conv_backward_weight(const ConvGeometry& g, const float* grad_out, const float* x,
                                   float* grad_w);
 
+// Row kernels for thin 3x3 convolutions (ops/cpu/conv2d_thin.cpp): f32, stride 1, dilation 1,
+// one group, at most 7 input channels (the stems), on CPUs with AVX-512 (checked at run time;
+// STOKE_CONV_THIN=0 turns them off). Tiles of 16 outputs of a row x up to 16 output channels,
+// stored straight into the output; parallel over runs of output rows (a batch of one too).
+bool thin_conv_fits(const ConvGeometry& g);
+// out (N, K, OH, OW) = conv(x, w) + bias (bias may be null).
+void thin_conv_forward(const ConvGeometry& g, const float* x, const float* w, const float* bias,
+                       float* out);
+// grad_w (K, C, 3, 3) = the weight gradient summed over the batch, overwritten (deterministic for
+// a given thread pool size); parallel over the batch.
+void thin_conv_backward_weight(const ConvGeometry& g, const float* grad_out, const float* x,
+                               float* grad_w);
+
 // Small output planes (ops/cpu/conv2d_positions.cpp): one GEMM per output position and kernel row
 // over the batch, multiplying only the taps that meet the input there. For one group, dilation 1,
 // planes of 2 to 16 positions where at most 80% of im2col's position-tap products are live (a 3x3

@@ -283,10 +283,18 @@ TEST_CASE("conv2d: f32 shapes of the direct (stride 1 and 2) and Winograd kernel
        {12, 8, 1, 3},
        {.stride = {2, 2}, .padding = {0, 1}}},
       {"stride 2: 2x2, 15 -> 17 channels", {3, 15, 8, 8}, {17, 15, 2, 2}, {.stride = {2, 2}}},
-      // Thin stride-1 layers (fewer than 64 multiply-adds per output): the blocked forward (up to
-      // 32 outputs) and weight gradient, one kernel row's taps and channels in one tile.
+      // Thin stride-1 layers (fewer than 64 multiply-adds per output). 3x3 ones run the row
+      // kernels of conv2d_thin.cpp: the forward (up to 32 outputs, in tiles of 16 channels) and
+      // the weight gradient (tiles of 3 channels): rows of 28 and 19 (a last segment that
+      // overlaps the one before: 12 and 3 new outputs), 13 (narrower than a vector: masked), 33
+      // (one new output), 32; no padding, padding 2; one sample. Other kernels take the blocked
+      // forward (up to 32 outputs) and weight gradient, one kernel row's taps and channels in one
+      // tile.
       {"thin: 1-channel 3x3 stem", {3, 1, 28, 28}, {16, 1, 3, 3}, {.padding = {1, 1}}},
       {"thin: 3 channels, 40 outputs", {2, 3, 17, 19}, {40, 3, 3, 3}, {.padding = {1, 1}}},
+      {"thin: 3 channels, 20 outputs, 13 wide", {2, 3, 12, 13}, {20, 3, 3, 3}, {.padding = {1, 1}}},
+      {"thin: 7 channels, 32 outputs, valid", {2, 7, 20, 35}, {32, 7, 3, 3}, {}},
+      {"thin: one sample, padding 2", {1, 2, 9, 30}, {5, 2, 3, 3}, {.padding = {2, 2}}},
       {"thin: 2x2, 7 channels", {2, 7, 9, 9}, {20, 7, 2, 2}, {}},
       // Small planes (conv2d_positions.cpp, f32 and f64 alike): VGG's 3x3 plane.
       {"VGG 3x3 plane", {16, 64, 3, 3}, {32, 64, 3, 3}, {.padding = {1, 1}}},
