@@ -5,8 +5,9 @@
 // each GEMM is split over the pool instead. 1x1 stride-1 unpadded convolutions read the input as
 // the column matrix directly; depthwise ones use the direct kernels in conv2d_kernels.cpp; f32
 // stride-1 ones take the AVX-512 direct kernels of conv2d_direct.cpp where the CPU and the shape
-// suit them, f32 stride-2 ones (and 1-channel stems' forward and weight gradient) the
-// channel-blocked kernels of conv2d_blocked.cpp; small output
+// suit them, f32 stride-2 ones (and thin stems' forward and weight gradient) the
+// channel-blocked kernels of conv2d_blocked.cpp, thin 3x3 stems the row kernels of
+// conv2d_thin.cpp; small output
 // planes (up to 16 positions) whose kernels hang over the padding take one GEMM per output position
 // (conv2d_positions.cpp); 3x3 stride-1 layers with 32+ channels take Winograd F(2x2, 3x3), their
 // backward from 16 channels (conv2d_winograd.cpp, see winograd_fits). Kernel taps that only ever
