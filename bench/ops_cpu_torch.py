@@ -71,7 +71,7 @@ def parse_case(case):
 
 # The first measurement of a process warms up for at least this long (as bench/bench_util.h):
 # right after start the machine is cold, and a process's first case read up to 10x slower.
-FIRST_WARMUP_MS = 500.0
+FIRST_WARMUP_MS = 2000.0
 _first = [True]
 
 
