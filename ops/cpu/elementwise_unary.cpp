@@ -4,6 +4,11 @@
 #include <cmath>
 #include <cstdint>
 
+#if defined(__AVX__)
+#include <immintrin.h>
+#endif
+
+#include "core/parallel.h"
 #include "ops/check.h"
 #include "ops/cpu/backend.h"
 #include "ops/cpu/elementwise_kernels.h"
@@ -113,6 +118,47 @@ T gelu_tanh(T x) {
   return T(0.5) * x * (T(1) + std::tanh(inner));
 }
 
+// hardswish(v) = v * min(max(v + 3, 0), 6) / 6 over n contiguous f32 values. The clamp as
+// max/min instructions: GCC keeps `t < 0 ? 0 : t` as a compare and a blend (it may not turn a
+// select into max without -ffinite-math-only), which made this map 20% slower than a plain copy
+// loop (0.159 against 0.131 ms on 6.4 MB, one thread). max(0, t) and min(6, r), in that operand
+// order, return t or r when it is NaN and -0 for t = -0, as the select does. (GCC 12's max/min
+// intrinsics start from _mm512_undefined_ps(), which it then reports as maybe uninitialized: a
+// false positive, as in transpose.cpp.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+void hardswish_f32(const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 three = _mm512_set1_ps(3.0f), six = _mm512_set1_ps(6.0f);
+  const __m512 zero = _mm512_setzero_ps(), sixth = _mm512_set1_ps(1.0f / 6.0f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    const __m512 r = _mm512_min_ps(six, _mm512_max_ps(zero, _mm512_add_ps(v, three)));
+    _mm512_storeu_ps(y + i, _mm512_mul_ps(_mm512_mul_ps(v, r), sixth));
+  }
+#elif defined(__AVX__)
+  const __m256 three = _mm256_set1_ps(3.0f), six = _mm256_set1_ps(6.0f);
+  const __m256 zero = _mm256_setzero_ps(), sixth = _mm256_set1_ps(1.0f / 6.0f);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_loadu_ps(x + i);
+    const __m256 r = _mm256_min_ps(six, _mm256_max_ps(zero, _mm256_add_ps(v, three)));
+    _mm256_storeu_ps(y + i, _mm256_mul_ps(_mm256_mul_ps(v, r), sixth));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = x[i], t = v + 3.0f;
+    const float r = t < 0.0f ? 0.0f : t;
+    y[i] = v * (r > 6.0f ? 6.0f : r) * (1.0f / 6.0f);
+  }
+}
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
 // Clamps t's values into out (out may be t) with the bounds present (one at least).
 void clamp_into(const char* op, const Tensor& out, const Tensor& x, std::optional<double> lo,
                 std::optional<double> hi) {
@@ -177,6 +223,14 @@ Tensor CpuBackend::unary(UnaryOp op, const Tensor& x) {
         return v / (T(1) + exp_value(-v));
       });
     case UnaryOp::hardswish:
+      if (x.dtype() == DType::f32 && x.is_contiguous()) {
+        Tensor out = empty(x.shape(), {.dtype = x.dtype()});
+        const float* xp = x.data<float>();
+        float* yp = out.data<float>();
+        parallel_for(0, x.numel(), kElementwiseGrain,
+                     [&](int64_t b, int64_t e) { hardswish_f32(xp + b, yp + b, e - b); });
+        return out;
+      }
       break;
   }
   return unary_kernel<true>(name, x, [](auto v) {

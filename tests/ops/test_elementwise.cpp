@@ -3,8 +3,10 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
+#include <vector>
 
 #include "autograd/elementwise.h"
 #include "ops/elementwise.h"
@@ -553,4 +555,37 @@ TEST_CASE("elementwise: silu and hardswish match PyTorch, forward and backward, 
       }
     }
   }
+}
+
+TEST_CASE(
+    "elementwise: hardswish's vector path (contiguous f32) matches its scalar path bit for bit",
+    "[ops][elementwise]") {
+  // Contiguous f32 takes the max/min vector loop of ops/cpu/elementwise_unary.cpp; a strided view
+  // of the same values takes the generic map. Special values: NaN stays NaN, -inf gives NaN
+  // (-inf * 0, as torch), +inf stays inf, -0 stays -0, and the kinks at -3 and 3.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> values = {nan,   -inf, inf,    -0.0f,   0.0f, -3.0f, 3.0f,  -6.0f, 6.0f,
+                               -2.9f, 2.9f, 1e-40f, -1e-40f, 7.5f, -7.5f, 0.25f, -0.25f};
+  for (int i = 0; i < 40; ++i) values.push_back(-8.0f + 0.41f * static_cast<float>(i));
+  const int64_t n = static_cast<int64_t>(values.size());
+  const Tensor x = from_vector(values, {n});
+  // The same values at every other element of a twice-as-long tensor.
+  Tensor wide = zeros({n, 2});
+  wide.select(1, 0).copy_(x);
+  const Tensor strided = wide.select(1, 0);
+  REQUIRE_FALSE(strided.is_contiguous());
+  const auto fast = ops::hardswish(x).to_vector<float>();
+  const auto slow = ops::hardswish(strided).to_vector<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    INFO("x = " << values[static_cast<size_t>(i)]);
+    const float a = fast[static_cast<size_t>(i)], b = slow[static_cast<size_t>(i)];
+    CHECK((std::isnan(a) ? std::isnan(b) : std::memcmp(&a, &b, sizeof a) == 0));
+  }
+  CHECK(std::isnan(fast[0]));
+  CHECK(std::isnan(fast[1]));
+  CHECK(fast[2] == inf);
+  CHECK(std::signbit(fast[3]));
+  CHECK(fast[6] == 3.0f);
+  CHECK(fast[5] == 0.0f);
 }
