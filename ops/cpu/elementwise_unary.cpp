@@ -155,6 +155,29 @@ void hardswish_f32(const float* x, float* y, int64_t n) {
     y[i] = v * (r > 6.0f ? 6.0f : r) * (1.0f / 6.0f);
   }
 }
+
+// grad_in = g * hardswish'(v) over n contiguous f32 values: 0 below -3, g * (v / 3 + 1/2) up to
+// 3, g from 3 on (and for NaN v, as the generic map's selects give). Masked moves instead of
+// GCC's compare-and-blend chains, as in the forward.
+void hardswish_backward_f32(const float* g, const float* x, float* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 lo = _mm512_set1_ps(-3.0f), hi = _mm512_set1_ps(3.0f);
+  const __m512 third = _mm512_set1_ps(1.0f / 3.0f), half = _mm512_set1_ps(0.5f);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i), gv = _mm512_loadu_ps(g + i);
+    const __mmask16 below = _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ);
+    const __mmask16 above = _mm512_cmp_ps_mask(v, hi, _CMP_NLT_UQ);  // v >= 3, or NaN
+    __m512 r = _mm512_mul_ps(gv, _mm512_add_ps(_mm512_mul_ps(v, third), half));
+    r = _mm512_mask_mov_ps(r, above, gv);
+    _mm512_storeu_ps(y + i, _mm512_maskz_mov_ps(__mmask16(~below), r));
+  }
+#endif
+  for (; i < n; ++i) {
+    const float v = x[i];
+    y[i] = v < -3.0f ? 0.0f : v < 3.0f ? g[i] * (v * (1.0f / 3.0f) + 0.5f) : g[i];
+  }
+}
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
 #endif
@@ -310,6 +333,16 @@ Tensor CpuBackend::unary_backward(UnaryGradOp op, const Tensor& grad, const Tens
         return g * s * (T(1) + v * (T(1) - s));
       });
     case UnaryGradOp::hardswish:
+      if (grad.dtype() == DType::f32 && saved.dtype() == DType::f32 && grad.is_contiguous() &&
+          saved.is_contiguous() && grad.shape() == saved.shape()) {
+        Tensor out = empty(grad.shape(), {.dtype = DType::f32});
+        const float *gp = grad.data<float>(), *xp = saved.data<float>();
+        float* op = out.data<float>();
+        parallel_for(0, grad.numel(), kElementwiseGrain, [&](int64_t b, int64_t e) {
+          hardswish_backward_f32(gp + b, xp + b, op + b, e - b);
+        });
+        return out;
+      }
       return backward_map("hardswish_backward", grad, saved, [](auto g, auto v) {
         using T = decltype(g);
         // v * (1/3), not v / 3: as in the forward, the divide dominated a memory-bound map.

@@ -588,4 +588,24 @@ TEST_CASE(
   CHECK(std::signbit(fast[3]));
   CHECK(fast[6] == 3.0f);
   CHECK(fast[5] == 0.0f);
+  // The backward likewise (its vector path multiplies and adds where the compiler may fuse the
+  // scalar path's into one FMA: within an ulp). NaN inputs pass the gradient through, as the
+  // scalar selects do; below -3 it is 0, from 3 on the gradient itself.
+  std::vector<float> grads(values.size());
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.5f + 0.37f * static_cast<float>(i % 7);
+  const Tensor g = from_vector(grads, {n});
+  Tensor wide_g = zeros({n, 2});
+  wide_g.select(1, 0).copy_(g);
+  const auto fast_g = ops::hardswish_backward(g, x).to_vector<float>();
+  const auto slow_g = ops::hardswish_backward(wide_g.select(1, 0), strided).to_vector<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    INFO("x = " << values[static_cast<size_t>(i)]);
+    const float a = fast_g[static_cast<size_t>(i)], b = slow_g[static_cast<size_t>(i)];
+    CHECK(std::abs(a - b) <= 1e-6f * (1.0f + std::abs(b)));
+  }
+  CHECK(fast_g[0] == grads[0]);                           // NaN
+  CHECK(fast_g[1] == 0.0f);                               // -inf
+  CHECK(fast_g[2] == grads[2]);                           // +inf
+  CHECK(std::abs(fast_g[5] + 0.5f * grads[5]) <= 1e-6f);  // -3: g * (-3 / 3 + 1/2), as torch
+  CHECK(fast_g[6] == grads[6]);                           // 3
 }
