@@ -278,11 +278,7 @@ void blocked_row_tiles(int64_t S, int64_t R, const int64_t* off, const float* x,
 }  // namespace
 
 bool blocked_conv_fits(const ConvGeometry& g) {
-  static const bool on = [] {
-    const char* env = std::getenv("STOKE_CONV_BLOCKED");
-    if (env && std::strcmp(env, "0") == 0) return false;
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
+  static const bool on = conv_kernel_enabled("STOKE_CONV_BLOCKED", true);
   return on && g.sh == g.sw && g.sh >= 1 && g.sh <= 2 && g.dh == 1 && g.dw == 1 && g.groups == 1 &&
          g.OH > 0 && g.OW > 0;
 }

@@ -390,11 +390,7 @@ ConvGeometry transposed_geometry(const ConvGeometry& g) {
 }
 
 bool direct_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("STOKE_CONV_DIRECT");
-    if (env && std::strcmp(env, "0") == 0) return false;
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
+  static const bool on = conv_kernel_enabled("STOKE_CONV_DIRECT", true);
   return on;
 }
 

@@ -1,6 +1,7 @@
 #include "ops/cpu/conv2d_kernels.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -159,6 +160,12 @@ template <class T>
 }
 
 }  // namespace
+
+bool conv_kernel_enabled(const char* env_switch, bool needs_avx512) {
+  const char* env = std::getenv(env_switch);
+  if (env && std::strcmp(env, "0") == 0) return false;
+  return !needs_avx512 || __builtin_cpu_supports("avx512f") != 0;
+}
 
 // The generic paths loop over kernel taps (i, j) outside and channels inside, so the valid ranges
 // (integer divisions) are computed once per tap rather than once per channel and tap.

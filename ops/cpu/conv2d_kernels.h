@@ -22,6 +22,11 @@ struct ConvGeometry {
   int64_t in_plane() const { return H * W; }
 };
 
+// Whether a conv kernel family may run: not when its environment switch (STOKE_CONV_BLOCKED and
+// the like) is "0", nor, for the AVX-512 ones, on a CPU without AVX-512F. Callers keep the answer
+// in a function-local static (read once per process).
+bool conv_kernel_enabled(const char* env_switch, bool needs_avx512);
+
 // col (Cg*kh*kw, OH*OW) <- the patches of x (Cg, H, W), zeros where the window hangs over the
 // padding. Row (c*kh + i)*kw + j holds input channel c shifted by kernel offset (i, j) and starts
 // ld elements after the previous row (ld >= OH*OW: several samples' columns side by side form the

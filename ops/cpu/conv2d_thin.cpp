@@ -18,7 +18,6 @@
 
 #include <algorithm>
 #include <array>
-#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -103,11 +102,17 @@ STOKE_THIN_KERNEL void thin_weight_tile(int64_t rows, int64_t segments, int64_t 
   for (int64_t r = 0; r < rows; ++r) {
     const float* gr = gout + r * ldr;
     const float* xr = x + r * ws;
-    for (int64_t s = 0; s + 1 < segments; ++s) {
-      const int64_t ow = s * kThinLanes;
+    for (int64_t s = 0; s < segments; ++s) {
+      // The last segment's multiply-adds are masked: lanes outside the mask keep their sums,
+      // whatever the input holds there (a masked FMA costs what a plain one does).
+      const bool last = s + 1 == segments;
+      const int64_t ow = last ? last_ow : s * kThinLanes;
+      const __mmask16 mask = last ? last_mask : __mmask16(0xFFFF);
       __m512 gv[KT];
 #pragma GCC unroll 3
-      for (int k = 0; k < KT; ++k) gv[k] = _mm512_loadu_ps(gr + k * ldg + ow);
+      for (int k = 0; k < KT; ++k)
+        gv[k] = last && masked_loads ? _mm512_maskz_loadu_ps(mask, gr + k * ldg + ow)
+                                     : _mm512_loadu_ps(gr + k * ldg + ow);
 #pragma GCC unroll 3
       for (int i = 0; i < 3; ++i)
 #pragma GCC unroll 3
@@ -115,25 +120,9 @@ STOKE_THIN_KERNEL void thin_weight_tile(int64_t rows, int64_t segments, int64_t 
           const __m512 xv = _mm512_loadu_ps(xr + i * ws + j + ow);
 #pragma GCC unroll 3
           for (int k = 0; k < KT; ++k)
-            acc[k][i * 3 + j] = _mm512_fmadd_ps(gv[k], xv, acc[k][i * 3 + j]);
+            acc[k][i * 3 + j] = _mm512_mask3_fmadd_ps(gv[k], xv, acc[k][i * 3 + j], mask);
         }
     }
-    // The last segment: masked multiply-adds (lanes outside the mask keep their sums, whatever
-    // the input holds there).
-    __m512 gv[KT];
-#pragma GCC unroll 3
-    for (int k = 0; k < KT; ++k)
-      gv[k] = masked_loads ? _mm512_maskz_loadu_ps(last_mask, gr + k * ldg + last_ow)
-                           : _mm512_loadu_ps(gr + k * ldg + last_ow);
-#pragma GCC unroll 3
-    for (int i = 0; i < 3; ++i)
-#pragma GCC unroll 3
-      for (int j = 0; j < 3; ++j) {
-        const __m512 xv = _mm512_loadu_ps(xr + i * ws + j + last_ow);
-#pragma GCC unroll 3
-        for (int k = 0; k < KT; ++k)
-          acc[k][i * 3 + j] = _mm512_mask3_fmadd_ps(gv[k], xv, acc[k][i * 3 + j], last_mask);
-      }
   }
 #pragma GCC unroll 3
   for (int k = 0; k < KT; ++k)
@@ -178,11 +167,7 @@ void thin_copy_rows(const ConvGeometry& g, const float* x, int64_t r0, int64_t r
 }  // namespace
 
 bool thin_conv_fits(const ConvGeometry& g) {
-  static const bool on = [] {
-    const char* env = std::getenv("STOKE_CONV_THIN");
-    if (env && std::strcmp(env, "0") == 0) return false;
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
+  static const bool on = conv_kernel_enabled("STOKE_CONV_THIN", true);
   return on && g.groups == 1 && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 &&
          g.dw == 1 && g.C >= 1 && g.C * 9 < 64 && g.OH > 0 && g.OW > 0 && g.N > 0;
 }

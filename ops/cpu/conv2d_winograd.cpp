@@ -59,10 +59,7 @@ WinogradPlan winograd_plan(const ConvGeometry& g) {
 }
 
 bool winograd_enabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("STOKE_CONV_WINOGRAD");
-    return !(env && std::strcmp(env, "0") == 0);
-  }();
+  static const bool on = conv_kernel_enabled("STOKE_CONV_WINOGRAD", false);
   return on;
 }
 
