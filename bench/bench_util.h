@@ -33,25 +33,29 @@ inline double median(std::vector<double> v) {
 
 // The first measurement of a process warms up for at least this long (when it warms up at all):
 // right after start the machine is cold (clock ramp, the BLAS threads' start-up spin), which made
-// a process's first case read up to 10x slower than the same case run later. A bench sets
-// first_measurement again after another process (the torch peer) ran: right after the peer's
-// busy threads exit this process ran up to 2x slower, for longer than 0.5 s at times (ResNet-8's
-// stride-2 forwards 0.80 against 0.60 ms within a second of the peer, level after 2 s).
+// a process's first case read up to 10x slower than the same case run later.
 inline constexpr double kFirstWarmupMs = 2000.0;
-inline bool first_measurement = true;  // median_ms is a template per callable: one flag for all
+// A measurement right after the other side of a comparison ran (the torch peer's case) warms up
+// for at least this long: right after the peer's busy threads go idle this process ran up to 2x
+// slower, for longer than 0.5 s at times (ResNet-8's stride-2 forwards 0.80 against 0.60 ms).
+// The peer does the same after stoke's side (bench/ops_cpu_torch.py).
+inline constexpr double kHandoffWarmupMs = 1000.0;
+// The least warm-up time of the next measurement that warms up at all; median_ms resets it to 0.
+// One variable for all: median_ms is a template per callable.
+inline double min_warmup_ms = kFirstWarmupMs;
 
-// Runs before() then fn() `warmup` times untimed (for kFirstWarmupMs at least the first time in
-// a process), then `reps` times timing only fn(); returns the median time of fn in milliseconds.
-// `before` resets state outside the timed region (clearing gradients, for instance).
+// Runs before() then fn() `warmup` times untimed (and for min_warmup_ms at least, when warmup >
+// 0), then `reps` times timing only fn(); returns the median time of fn in milliseconds. `before`
+// resets state outside the timed region (clearing gradients, for instance).
 template <class Fn, class Before>
 double median_ms(Fn&& fn, int reps, int warmup, Before&& before) {
   const double start = now_ms();
-  const bool first = first_measurement && warmup > 0;
-  for (int i = 0; i < warmup || (first && now_ms() - start < kFirstWarmupMs); ++i) {
+  const double at_least_ms = warmup > 0 ? min_warmup_ms : 0.0;
+  for (int i = 0; i < warmup || now_ms() - start < at_least_ms; ++i) {
     before();
     fn();
   }
-  if (warmup > 0) first_measurement = false;
+  if (warmup > 0) min_warmup_ms = 0.0;
   std::vector<double> times;
   times.reserve(static_cast<size_t>(std::max(reps, 0)));
   for (int i = 0; i < reps; ++i) {

@@ -1,12 +1,17 @@
 // stoke-bench-ops-cpu: times stoke's CPU ops, forward and forward+backward, against PyTorch on the
 // same machine in the same run.
 //
-//   stoke-bench-ops-cpu [--op NAME] [--reps 20] [--warmup 5] [--threads T] [--peer | --no-peer]
-//                       [--quick] [--torch-script PATH]
+//   stoke-bench-ops-cpu [--op NAME] [--case TEXT] [--reps 20] [--warmup 5] [--rounds 2]
+//                       [--threads T] [--peer | --no-peer] [--quick] [--torch-script PATH]
 //
-// For each op, stoke's cases are measured first, then bench/ops_cpu_torch.py runs the same cases
-// with the same thread count, so the two sides alternate op by op and share the machine's state.
-// Times are medians of --reps repetitions after --warmup untimed ones:
+// Each case is measured by stoke, then at once by the PyTorch peer (bench/ops_cpu_torch.py
+// --serve, one process for the run) with the same thread count: the two sides of a row run
+// seconds apart, so that a slow phase of the machine (this VM ran everything 1.4x slower for tens
+// of seconds at a time) hits both sides of a ratio rather than one. Each side's first measurement
+// after the other's warms up for at least a second (bench_util.h).
+// Each side measures a case --rounds times (default 2), the sides alternating, and its best round
+// is reported: a phase that slows one round of one side does not decide a ratio. Times are
+// medians of --reps repetitions after --warmup untimed ones:
 //   fwd      forward only, under NoGradGuard (no graph is recorded);
 //   fwd+bwd  forward with the inputs requiring grad, then out.backward(grad_out) (loss.backward()
 //            for cross_entropy); gradients are cleared between repetitions, outside the timing.
@@ -14,6 +19,7 @@
 // step (SGD with momentum, Adam) in the fwd column, against torch.optim with foreach=False.
 // The output is a table, then one JSON line with every row. --quick (CI smoke check) runs the
 // smallest case of each op once, without the peer: it checks that everything runs, not timings.
+#include <algorithm>
 #include <cctype>
 #include <cinttypes>
 #include <cmath>
@@ -24,6 +30,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +43,7 @@
 #include "autograd/pool.h"
 #include "autograd/softmax.h"
 #include "bench/bench_util.h"
+#include "bench/peer_process.h"
 #include "core/grad_mode.h"
 #include "ops/linalg.h"
 #include "ops/optimizer.h"
@@ -56,6 +64,7 @@ struct Args {
   std::string case_filter;  // --case: only the cases whose name contains it
   int reps = 20;
   int warmup = 5;
+  int rounds = 2;   // each case measured this many times by each side, alternating; best kept
   int threads = 0;  // 0: stoke::num_threads() as configured (STOKE_NUM_THREADS or the cores)
   int peer = -1;    // -1: on when /usr/bin/python3 can import torch
   bool quick = false;
@@ -69,6 +78,13 @@ struct Measured {
   double fwdbwd_ms = kNaN;
   double gflops = kNaN;
 };
+
+// Each side's best over the rounds: the least time, the most GFLOP/s (NaN where never measured).
+Measured best_of(const Measured& x, const Measured& y) {
+  return {.fwd_ms = std::fmin(x.fwd_ms, y.fwd_ms),
+          .fwdbwd_ms = std::fmin(x.fwdbwd_ms, y.fwdbwd_ms),
+          .gflops = std::fmax(x.gflops, y.gflops)};
+}
 
 struct Row {
   std::string op, name;
@@ -372,43 +388,49 @@ const std::vector<OpSpec>& op_specs() {
   return specs;
 }
 
-// Runs the torch peer for one op; returns its measurements by case name (empty on failure, with
-// the reason on stderr).
-std::map<std::string, Measured> run_peer(const std::string& op, const Args& a) {
-  std::string cmd = "/usr/bin/python3 '" + a.torch_script + "' --op " + op + " --threads " +
-                    std::to_string(num_threads()) + " --reps " + std::to_string(a.reps) +
-                    " --warmup " + std::to_string(a.warmup);
-  std::map<std::string, Measured> out;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) {
-    std::cerr << "stoke-bench-ops-cpu: could not start the torch peer: " << cmd << "\n";
-    return out;
-  }
-  std::string line;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, pipe)) {
-    line += buf;
-    if (line.empty() || line.back() != '\n') continue;  // a line longer than buf: keep reading
-    std::string name = bench::json_text(line, "case");
-    if (!name.empty()) {
-      Measured m;
-      m.fwd_ms = bench::json_number(line, "fwd_ms");
-      m.fwdbwd_ms = bench::json_number(line, "fwdbwd_ms");
-      m.gflops = bench::json_number(line, "gflops");
-      out[name] = m;
+// Starts the torch peer (bench/ops_cpu_torch.py --serve), or returns null with the reason on
+// stderr.
+std::unique_ptr<bench::PeerProcess> start_peer(const Args& a) {
+  try {
+    auto peer = std::make_unique<bench::PeerProcess>(std::vector<std::string>{
+        "/usr/bin/python3", a.torch_script, "--serve", "--threads", std::to_string(num_threads()),
+        "--reps", std::to_string(a.reps), "--warmup", std::to_string(a.warmup)});
+    // Its greeting comes once torch is imported: stoke's first case must not share the cores with
+    // the import.
+    const std::optional<std::string> hello = peer->read_line();
+    if (!hello || hello->find("\"ready\"") == std::string::npos) {
+      std::cerr << "stoke-bench-ops-cpu: the torch peer did not start (" << a.torch_script
+                << (hello ? " said '" + *hello + "'" : " exited") << ")\n";
+      return nullptr;
     }
-    line.clear();
+    return peer;
+  } catch (const std::exception& e) {
+    std::cerr << "stoke-bench-ops-cpu: could not start the torch peer: " << e.what() << "\n";
+    return nullptr;
   }
-  int status = pclose(pipe);
-  if (status != 0) {
-    std::cerr << "stoke-bench-ops-cpu: the torch peer failed (status " << status << "): " << cmd
-              << "\n";
+}
+
+// The peer's measurement of one case (NaNs, with the reason on stderr, when it has none).
+Measured ask_peer(bench::PeerProcess& peer, const std::string& op, const std::string& name) {
+  Measured m;
+  const std::optional<std::string> line = peer.ask(op + " " + name);
+  if (!line) {
+    std::cerr << "stoke-bench-ops-cpu: the torch peer exited (at " << op << " " << name
+              << "); the rest of the rows have no torch side\n";
+  } else if (bench::json_text(*line, "case") != name) {
+    std::cerr << "stoke-bench-ops-cpu: the torch peer answered '" << *line << "' for " << op << " "
+              << name << "\n";
+  } else if (const std::string error = bench::json_text(*line, "error"); !error.empty()) {
+    std::cerr << "stoke-bench-ops-cpu: the torch peer could not run " << op << " " << name << ": "
+              << error << "\n";
+  } else {
+    m.fwd_ms = bench::json_number(*line, "fwd_ms");
+    m.fwdbwd_ms = bench::json_number(*line, "fwdbwd_ms");
+    m.gflops = bench::json_number(*line, "gflops");
   }
-  // The next stoke measurement warms up as a process's first does (bench_util.h): right after the
-  // peer's busy threads exit, this process ran up to 2x slower (linear N128_784_256's forward
-  // 0.25-0.27 ms right after the conv peer, 0.13 otherwise).
-  bench::first_measurement = true;
-  return out;
+  // stoke's next measurement warms up longer: the peer's threads just went idle (bench_util.h).
+  bench::min_warmup_ms = std::max(bench::min_warmup_ms, bench::kHandoffWarmupMs);
+  return m;
 }
 
 bool torch_available(const Args& a) {
@@ -417,9 +439,10 @@ bool torch_available(const Args& a) {
 }
 
 void usage(std::ostream& os) {
-  os << "usage: stoke-bench-ops-cpu [--op NAME] [--case TEXT] [--reps N] [--warmup N] [--threads "
+  os << "usage: stoke-bench-ops-cpu [--op NAME] [--case TEXT] [--reps N] [--warmup N] [--rounds "
         "N]\n"
-        "                           [--peer | --no-peer] [--quick] [--torch-script PATH]\n"
+        "                           [--threads N] [--peer | --no-peer] [--quick] [--torch-script "
+        "PATH]\n"
         "  --op NAME     one of:";
   for (const auto& s : op_specs()) os << " " << s.name;
   os << "\n"
@@ -427,6 +450,8 @@ void usage(std::ostream& os) {
         "                --case C32_K32)\n"
         "  --reps N      timed repetitions per measurement (median reported; default 20)\n"
         "  --warmup N    untimed repetitions first (default 5)\n"
+        "  --rounds N    each case measured N times by each side, the sides alternating; each\n"
+        "                side's best median is reported (default 2)\n"
         "  --threads N   stoke's thread pool size, also passed to torch (default: num_threads())\n"
         "  --peer        also run PyTorch (bench/ops_cpu_torch.py); default when it imports\n"
         "  --no-peer     stoke only\n"
@@ -459,6 +484,8 @@ int parse_args(int argc, char** argv, Args& a) {
       a.reps = int_value("--reps", 1);
     } else if (s == "--warmup") {
       a.warmup = int_value("--warmup", 0);
+    } else if (s == "--rounds") {
+      a.rounds = int_value("--rounds", 1);
     } else if (s == "--threads") {
       a.threads = int_value("--threads", 1);
     } else if (s == "--op") {
@@ -493,6 +520,7 @@ int parse_args(int argc, char** argv, Args& a) {
   }
   if (a.quick) {
     a.reps = 1;
+    a.rounds = 1;
     a.warmup = 0;
     a.peer = 0;
   }
@@ -515,10 +543,12 @@ int main(int argc, char** argv) {
       std::cerr << "stoke-bench-ops-cpu: --peer: no torch script at " << a.torch_script << "\n";
       return 2;
     }
+    std::unique_ptr<bench::PeerProcess> peer = a.peer ? start_peer(a) : nullptr;
+    if (!peer) a.peer = 0;
     std::cout << "stoke-bench-ops-cpu: threads " << num_threads() << ", reps " << a.reps
-              << ", warmup " << a.warmup << ", peer " << (a.peer ? "torch" : "none")
+              << ", warmup " << a.warmup << ", rounds " << a.rounds << ", peer "
+              << (a.peer ? "torch" : "none")
               << (a.quick ? " (quick smoke run: times are not meaningful)" : "") << std::endl;
-
     std::vector<Row> rows;
     for (const auto& spec : op_specs()) {
       if (!a.op.empty() && spec.name != a.op) continue;
@@ -530,14 +560,13 @@ int main(int argc, char** argv) {
       size_t first = rows.size();
       for (const auto& name : cases) {
         std::cerr << "  " << spec.name << " " << name << " ..." << std::endl;
-        rows.push_back({spec.name, name, spec.run(name, a), {}});
-      }
-      if (a.peer) {
-        auto theirs = run_peer(spec.name, a);
-        for (size_t i = first; i < rows.size(); ++i) {
-          auto it = theirs.find(rows[i].name);
-          if (it != theirs.end()) rows[i].torch = it->second;
+        Row row{spec.name, name, {}, {}};
+        for (int round = 0; round < a.rounds; ++round) {
+          row.stoke = best_of(row.stoke, spec.run(name, a));
+          if (peer && peer->alive())
+            row.torch = best_of(row.torch, ask_peer(*peer, spec.name, name));
         }
+        rows.push_back(row);
       }
       if (spec.fwdbwd_flops)
         for (size_t i = first; i < rows.size(); ++i) {
@@ -579,6 +608,7 @@ int main(int argc, char** argv) {
                      .add("threads", num_threads())
                      .add("reps", a.reps)
                      .add("warmup", a.warmup)
+                     .add("rounds", a.rounds)
                      .add("peer", a.peer ? "torch" : "none")
                      .add("quick", a.quick)
                      .raw("rows", bench::json_array(json_rows))

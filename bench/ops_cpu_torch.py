@@ -4,6 +4,12 @@
 Usage:
     /usr/bin/python3 bench/ops_cpu_torch.py --op OP [--threads 2] [--reps N] [--warmup W]
                                             [--case NAME] [--list]
+    /usr/bin/python3 bench/ops_cpu_torch.py --serve [--threads 2] [--reps N] [--warmup W]
+
+--serve (how stoke-bench-ops-cpu runs it): prints {"ready": true} once torch is imported, then
+reads "OP CASE" lines from stdin and answers each with
+its JSON line ({"op": ..., "case": ..., "error": "..."} for a request it cannot run), until stdin
+closes; so the bench measures both sides of a row back to back.
 
 Prints one JSON line per case to stdout, e.g.
     {"op": "conv2d", "case": "N64_C32_K64_H14_k3", "fwd_ms": 2.71, "fwdbwd_ms": 8.70}
@@ -70,22 +76,25 @@ def parse_case(case):
 
 
 # The first measurement of a process warms up for at least this long (as bench/bench_util.h):
-# right after start the machine is cold, and a process's first case read up to 10x slower.
+# right after start the machine is cold, and a process's first case read up to 10x slower. In
+# --serve mode each case after the first warms up for HANDOFF_WARMUP_MS at least: stoke's side
+# just ran (bench_util.h's kHandoffWarmupMs, the same rule on stoke's side).
 FIRST_WARMUP_MS = 2000.0
-_first = [True]
+HANDOFF_WARMUP_MS = 1000.0
+_min_warmup_ms = [FIRST_WARMUP_MS]
 
 
 def median_ms(fn, reps, warmup, before=None):
     start = time.perf_counter()
+    at_least_ms = _min_warmup_ms[0] if warmup > 0 else 0.0
     i = 0
-    while i < warmup or (_first[0] and warmup > 0 and
-                         (time.perf_counter() - start) * 1e3 < FIRST_WARMUP_MS):
+    while i < warmup or (time.perf_counter() - start) * 1e3 < at_least_ms:
         if before is not None:
             before()
         fn()
         i += 1
     if warmup > 0:
-        _first[0] = False
+        _min_warmup_ms[0] = 0.0
     times = []
     for _ in range(reps):
         if before is not None:
@@ -238,15 +247,55 @@ def run_case(op, case, reps, warmup):
     raise ValueError("unknown op %r" % op)
 
 
+def measure(op, case, reps, warmup):
+    torch.manual_seed(0)  # each case's inputs the same whatever ran before it
+    res = {"op": op, "case": case}
+    res.update(run_case(op, case, reps, warmup))
+    return res
+
+
+def serve(reps, warmup):
+    """Says {"ready": true}, then answers "OP CASE" lines on stdin with JSON lines until stdin
+    closes."""
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or parts[0] not in OPS or parts[1] not in OPS[parts[0]]:
+            res = {"op": parts[0], "case": parts[1] if len(parts) > 1 else "",
+                   "error": "unknown request %r (expected OP CASE, a case of bench/ops_cpu_torch.py)"
+                            % line.strip()}
+        else:
+            try:
+                res = measure(parts[0], parts[1], reps, warmup)
+            except Exception as e:  # report it and go on with the next request
+                res = {"op": parts[0], "case": parts[1], "error": "%s: %s" % (type(e).__name__, e)}
+            _min_warmup_ms[0] = max(_min_warmup_ms[0], HANDOFF_WARMUP_MS)
+        print(json.dumps(res), flush=True)
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--op", required=True, choices=sorted(OPS))
+    ap.add_argument("--op", choices=sorted(OPS))
+    ap.add_argument("--serve", action="store_true",
+                    help="answer 'OP CASE' lines on stdin (instead of --op)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--case", default=None, help="run only this case")
     ap.add_argument("--list", action="store_true", help="print the case names of OP and exit")
     args = ap.parse_args()
+    if args.reps < 1 or args.warmup < 0:
+        print("--reps must be >= 1 and --warmup >= 0", file=sys.stderr)
+        return 2
+    if args.serve == (args.op is not None):
+        print("give either --op OP or --serve", file=sys.stderr)
+        return 2
+    torch.set_num_threads(args.threads)
+    if args.serve:
+        return serve(args.reps, args.warmup)
 
     cases = OPS[args.op]
     if args.list:
@@ -259,16 +308,8 @@ def main():
                   file=sys.stderr)
             return 2
         cases = [args.case]
-    if args.reps < 1 or args.warmup < 0:
-        print("--reps must be >= 1 and --warmup >= 0", file=sys.stderr)
-        return 2
-
-    torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
     for case in cases:
-        res = {"op": args.op, "case": case}
-        res.update(run_case(args.op, case, args.reps, args.warmup))
-        print(json.dumps(res), flush=True)
+        print(json.dumps(measure(args.op, case, args.reps, args.warmup)), flush=True)
     return 0
 
 
