@@ -1,7 +1,7 @@
 // stoke-bench-ops-cpu: times stoke's CPU ops, forward and forward+backward, against PyTorch on the
 // same machine in the same run.
 //
-//   stoke-bench-ops-cpu [--op NAME] [--case TEXT] [--reps 20] [--warmup 5] [--rounds 2]
+//   stoke-bench-ops-cpu [--op NAME] [--case TEXT] [--reps 20] [--warmup 5] [--rounds 3]
 //                       [--threads T] [--peer | --no-peer] [--quick] [--torch-script PATH]
 //
 // Each case is measured by stoke, then at once by the PyTorch peer (bench/ops_cpu_torch.py
@@ -9,7 +9,7 @@
 // seconds apart, so that a slow phase of the machine (this VM ran everything 1.4x slower for tens
 // of seconds at a time) hits both sides of a ratio rather than one. Each side's first measurement
 // after the other's warms up for at least a second (bench_util.h).
-// Each side measures a case --rounds times (default 2), the sides alternating, and its best round
+// Each side measures a case --rounds times (default 3), the sides alternating, and its best round
 // is reported: a phase that slows one round of one side does not decide a ratio. Times are
 // medians of --reps repetitions after --warmup untimed ones:
 //   fwd      forward only, under NoGradGuard (no graph is recorded);
@@ -64,7 +64,7 @@ struct Args {
   std::string case_filter;  // --case: only the cases whose name contains it
   int reps = 20;
   int warmup = 5;
-  int rounds = 2;   // each case measured this many times by each side, alternating; best kept
+  int rounds = 3;   // each case measured this many times by each side, alternating; best kept
   int threads = 0;  // 0: stoke::num_threads() as configured (STOKE_NUM_THREADS or the cores)
   int peer = -1;    // -1: on when /usr/bin/python3 can import torch
   bool quick = false;
@@ -451,7 +451,7 @@ void usage(std::ostream& os) {
         "  --reps N      timed repetitions per measurement (median reported; default 20)\n"
         "  --warmup N    untimed repetitions first (default 5)\n"
         "  --rounds N    each case measured N times by each side, the sides alternating; each\n"
-        "                side's best median is reported (default 2)\n"
+        "                side's best median is reported (default 3)\n"
         "  --threads N   stoke's thread pool size, also passed to torch (default: num_threads())\n"
         "  --peer        also run PyTorch (bench/ops_cpu_torch.py); default when it imports\n"
         "  --no-peer     stoke only\n"
