@@ -306,21 +306,27 @@ void run_same(const ConvGeometry& g, const float* x, const float* w, bool flip, 
   const int64_t span = kDirectLanes * p.nv, vectors = (Q + span - 1) / span * p.nv;
   // Tap (i, j) of output q = oh*W + ow reads the plane at q + off, where it lies inside.
   std::vector<int64_t> off(static_cast<size_t>(taps));
-  std::vector<__mmask16> masks(static_cast<size_t>(vectors * taps));
+  std::vector<__mmask16> masks(static_cast<size_t>(vectors * taps), 0);
   for (int64_t i = 0; i < g.kh; ++i)
-    for (int64_t j = 0; j < g.kw; ++j) {
-      const int64_t t = i * g.kw + j;
-      off[static_cast<size_t>(t)] = (i - g.ph) * g.W + (j - g.pw);
-      for (int64_t v = 0; v < vectors; ++v) {
-        unsigned m = 0;
-        for (int64_t l = 0; l < kDirectLanes; ++l) {
-          const int64_t q = v * kDirectLanes + l, oh = q / g.W, ow = q % g.W;
-          const int64_t ih = oh + i - g.ph, iw = ow + j - g.pw;
-          if (q < Q && ih >= 0 && ih < g.H && iw >= 0 && iw < g.W) m |= 1u << l;
-        }
-        masks[static_cast<size_t>(v * taps + t)] = static_cast<__mmask16>(m);
+    for (int64_t j = 0; j < g.kw; ++j)
+      off[static_cast<size_t>(i * g.kw + j)] = (i - g.ph) * g.W + (j - g.pw);
+  // One pass over the outputs (the lanes past Q stay off), oh and ow stepped rather than divided.
+  for (int64_t q = 0, oh = 0, ow = 0; q < Q; ++q) {
+    const auto bit = static_cast<__mmask16>(1u << (q % kDirectLanes));
+    __mmask16* m = masks.data() + q / kDirectLanes * taps;
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t ih = oh + i - g.ph;
+      if (ih < 0 || ih >= g.H) continue;
+      for (int64_t j = 0; j < g.kw; ++j) {
+        const int64_t iw = ow + j - g.pw;
+        if (iw >= 0 && iw < g.W) m[i * g.kw + j] = static_cast<__mmask16>(m[i * g.kw + j] | bit);
       }
     }
+    if (++ow == g.W) {
+      ow = 0;
+      ++oh;
+    }
+  }
   const Tensor packed = empty({p.Kr * R});
   pack_weight(g, p, w, flip, packed.data<float>());
   const float* wp = packed.data<float>();
