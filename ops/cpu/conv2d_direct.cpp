@@ -163,6 +163,22 @@ TileFn tile_fn(int kb) {
 
 // The tile shape with the least padded work: ceil(K/KB)*KB channels times Q rounded up to whole
 // tiles (a 7x7 plane's 63 grid outputs fill 4 vectors; 28x28's 840 fill 53, 18 tiles of 3).
+// Sets p.kb, p.nv to the tile shape with the least padded work for K channels over Q positions,
+// and p.Kr to K rounded up to whole tiles.
+void choose_tile(int64_t K, int64_t Q, DirectPlan& p) {
+  int64_t best = -1;
+  for (const auto& s : kTileShapes) {
+    const int64_t span = kDirectLanes * s[1];
+    const int64_t work = (K + s[0] - 1) / s[0] * s[0] * ((Q + span - 1) / span * span);
+    if (best < 0 || work < best) {
+      best = work;
+      p.kb = s[0];
+      p.nv = s[1];
+    }
+  }
+  p.Kr = (K + p.kb - 1) / p.kb * p.kb;
+}
+
 DirectPlan plan_of(const ConvGeometry& g) {
   DirectPlan p{};
   p.s = g.sh;
@@ -172,19 +188,9 @@ DirectPlan plan_of(const ConvGeometry& g) {
   p.plane = p.Hp * p.Wp;
   p.chan = p.phases * p.plane;
   p.Q = g.OH * p.Wp;
-  int64_t best = -1;
-  for (const auto& s : kTileShapes) {
-    const int64_t span = kDirectLanes * s[1];
-    const int64_t work = (g.K + s[0] - 1) / s[0] * s[0] * ((p.Q + span - 1) / span * span);
-    if (best < 0 || work < best) {
-      best = work;
-      p.kb = s[0];
-      p.nv = s[1];
-    }
-  }
+  choose_tile(g.K, p.Q, p);
   const int64_t span = kDirectLanes * p.nv;
   p.Qr = (p.Q + span - 1) / span * span;
-  p.Kr = (g.K + p.kb - 1) / p.kb * p.kb;
   // The last tile reads up to Qr-1 + the largest tap offset past its channel's first grid.
   int64_t reach = 0;
   for (int64_t i = 0; i < g.kh; ++i)
@@ -287,21 +293,10 @@ bool same_plane(const ConvGeometry& g) {
 void run_same(const ConvGeometry& g, const float* x, const float* w, bool flip, const float* bias,
               float* out) {
   const int64_t taps = g.kh * g.kw, R = g.C * taps, Q = g.H * g.W;
-  // The tile shape with the least padded work, as plan_of (which packs the weights for it).
+  // The tile shape with the least padded work (pack_weight reads kb and Kr).
   DirectPlan p{};
   p.s = 1;
-  int64_t best = -1;
-  for (const auto& shape : kTileShapes) {
-    const int64_t span = kDirectLanes * shape[1];
-    const int64_t work =
-        (g.K + shape[0] - 1) / shape[0] * shape[0] * ((Q + span - 1) / span * span);
-    if (best < 0 || work < best) {
-      best = work;
-      p.kb = shape[0];
-      p.nv = shape[1];
-    }
-  }
-  p.Kr = (g.K + p.kb - 1) / p.kb * p.kb;
+  choose_tile(g.K, Q, p);
   const TileFn tile = tile_fn<true>(p.kb);
   const int64_t span = kDirectLanes * p.nv, vectors = (Q + span - 1) / span * p.nv;
   // Tap (i, j) of output q = oh*W + ow reads the plane at q + off, where it lies inside.
