@@ -9,8 +9,9 @@
 // seconds apart, so that a slow phase of the machine (this VM ran everything 1.4x slower for tens
 // of seconds at a time) hits both sides of a ratio rather than one. Each side's first measurement
 // after the other's warms up for at least a second (bench_util.h).
-// Each side measures a case --rounds times (default 3), the sides alternating, and its best round
-// is reported: a phase that slows one round of one side does not decide a ratio. Times are
+// Each side measures every case --rounds times (default 3), and its best round is reported: a round
+// is one pass over the whole case list (stoke then torch on each case), so a case's rounds lie
+// minutes apart and a phase that slows one of them on one side does not decide a ratio. Times are
 // medians of --reps repetitions after --warmup untimed ones:
 //   fwd      forward only, under NoGradGuard (no graph is recorded);
 //   fwd+bwd  forward with the inputs requiring grad, then out.backward(grad_out) (loss.backward()
@@ -64,7 +65,7 @@ struct Args {
   std::string case_filter;  // --case: only the cases whose name contains it
   int reps = 20;
   int warmup = 5;
-  int rounds = 3;   // each case measured this many times by each side, alternating; best kept
+  int rounds = 3;   // passes over the case list, each side measuring each case once; best kept
   int threads = 0;  // 0: stoke::num_threads() as configured (STOKE_NUM_THREADS or the cores)
   int peer = -1;    // -1: on when /usr/bin/python3 can import torch
   bool quick = false;
@@ -450,8 +451,8 @@ void usage(std::ostream& os) {
         "                --case C32_K32)\n"
         "  --reps N      timed repetitions per measurement (median reported; default 20)\n"
         "  --warmup N    untimed repetitions first (default 5)\n"
-        "  --rounds N    each case measured N times by each side, the sides alternating; each\n"
-        "                side's best median is reported (default 3)\n"
+        "  --rounds N    N passes over the case list, each measuring every case on stoke then\n"
+        "                torch; each side's best median is reported (default 3)\n"
         "  --threads N   stoke's thread pool size, also passed to torch (default: num_threads())\n"
         "  --peer        also run PyTorch (bench/ops_cpu_torch.py); default when it imports\n"
         "  --no-peer     stoke only\n"
@@ -549,32 +550,35 @@ int main(int argc, char** argv) {
               << ", warmup " << a.warmup << ", rounds " << a.rounds << ", peer "
               << (a.peer ? "torch" : "none")
               << (a.quick ? " (quick smoke run: times are not meaningful)" : "") << std::endl;
+    // Every selected case, in order; each round is one pass over all of them, so that a case's
+    // rounds lie a whole pass (minutes) apart and a slow phase of the machine (tens of seconds)
+    // falls on at most one of them.
     std::vector<Row> rows;
+    std::vector<const OpSpec*> row_spec;
     for (const auto& spec : op_specs()) {
       if (!a.op.empty() && spec.name != a.op) continue;
-      std::vector<std::string> cases;
       for (const auto& name : spec.cases)
-        if (name.find(a.case_filter) != std::string::npos) cases.push_back(name);
-      if (cases.empty()) continue;
-      if (a.quick) cases.resize(1);
-      size_t first = rows.size();
-      for (const auto& name : cases) {
-        std::cerr << "  " << spec.name << " " << name << " ..." << std::endl;
-        Row row{spec.name, name, {}, {}};
-        for (int round = 0; round < a.rounds; ++round) {
-          row.stoke = best_of(row.stoke, spec.run(name, a));
-          if (peer && peer->alive())
-            row.torch = best_of(row.torch, ask_peer(*peer, spec.name, name));
-        }
-        rows.push_back(row);
-      }
-      if (spec.fwdbwd_flops)
-        for (size_t i = first; i < rows.size(); ++i) {
-          const double flops = spec.fwdbwd_flops(rows[i].name);
-          rows[i].stoke.gflops = flops / (rows[i].stoke.fwdbwd_ms * 1e6);
-          rows[i].torch.gflops = flops / (rows[i].torch.fwdbwd_ms * 1e6);
+        if (name.find(a.case_filter) != std::string::npos) {
+          rows.push_back(Row{spec.name, name, {}, {}});
+          row_spec.push_back(&spec);
+          if (a.quick) break;
         }
     }
+    for (int round = 0; round < a.rounds; ++round)
+      for (size_t i = 0; i < rows.size(); ++i) {
+        Row& row = rows[i];
+        std::cerr << "  round " << round + 1 << "/" << a.rounds << ": " << row.op << " " << row.name
+                  << " ..." << std::endl;
+        row.stoke = best_of(row.stoke, row_spec[i]->run(row.name, a));
+        if (peer && peer->alive())
+          row.torch = best_of(row.torch, ask_peer(*peer, row.op, row.name));
+      }
+    for (size_t i = 0; i < rows.size(); ++i)
+      if (row_spec[i]->fwdbwd_flops) {
+        const double flops = row_spec[i]->fwdbwd_flops(rows[i].name);
+        rows[i].stoke.gflops = flops / (rows[i].stoke.fwdbwd_ms * 1e6);
+        rows[i].torch.gflops = flops / (rows[i].torch.fwdbwd_ms * 1e6);
+      }
 
     bench::Table table({"op", "case", "stoke fwd", "stoke fwd+bwd", "torch fwd", "torch fwd+bwd",
                         "ratio fwd", "ratio fwd+bwd", "stoke GFLOP/s", "torch GFLOP/s"});
