@@ -53,10 +53,12 @@ class BasicBlock(nn.Module):
 
 
 class ResNet(nn.Module):
-    def __init__(self, blocks, widths, in_channels=1, num_classes=10, norm=nn.BatchNorm2d):
+    def __init__(self, blocks, widths, in_channels=1, num_classes=10, norm=nn.BatchNorm2d,
+                 stem_pool=False):
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, widths[0], 3, 1, 1, bias=False)
         self.bn1 = norm(widths[0])
+        self.maxpool = nn.MaxPool2d(2) if stem_pool else None
         inp = widths[0]
         for s, (n, w) in enumerate(zip(blocks, widths)):
             layer = []
@@ -69,6 +71,8 @@ class ResNet(nn.Module):
 
     def forward(self, x):
         x = F.relu(self.bn1(self.conv1(x)))
+        if self.maxpool is not None:
+            x = self.maxpool(x)
         for s in range(self.nstages):
             x = getattr(self, "layer%d" % (s + 1))(x)
         return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
@@ -160,6 +164,8 @@ def make_model(name, in_channels=1, num_classes=10, input_size=28):
     gn = name.endswith("_gn")
     base = name[:-3] if gn else name
     norm = group_norm if gn else nn.BatchNorm2d
+    if name == "resnet8_pool":
+        return ResNet([1, 1, 1], [16, 32, 64], in_channels, num_classes, stem_pool=True)
     if base in depths:
         n = depths[base]
         return ResNet([n, n, n], [16, 32, 64], in_channels, num_classes, norm)

@@ -47,12 +47,13 @@ Tensor BasicBlock::forward(const Tensor& x) {
 }
 
 ResNet::ResNet(const std::vector<int64_t>& blocks, const std::vector<int64_t>& widths,
-               ModelOptions o, ResNetNorm norm) {
+               ModelOptions o, ResNetNorm norm, ResNetStem stem) {
   STOKE_CHECK(blocks.size() == widths.size() && !blocks.empty(), "ResNet",
               "expected one width per stage, got ", blocks.size(), " stages and ", widths.size(),
               " widths");
   conv1 = register_module("conv1", conv3x3(o.in_channels, widths[0], 1, o.generator));
   bn1 = register_module("bn1", make_resnet_norm(widths[0], norm));
+  if (stem.max_pool) maxpool = register_module("maxpool", std::make_shared<MaxPool2d>(2));
   int64_t in = widths[0];
   for (size_t s = 0; s < blocks.size(); ++s) {
     auto layer = std::make_shared<Sequential>();
@@ -69,6 +70,7 @@ ResNet::ResNet(const std::vector<int64_t>& blocks, const std::vector<int64_t>& w
 
 Tensor ResNet::forward(const Tensor& x) {
   Tensor h = norm_relu(*bn1, conv1->forward(x));
+  if (maxpool) h = maxpool->forward(h);
   for (auto& layer : layers) h = layer->forward(h);
   h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
   return fc->forward(h);

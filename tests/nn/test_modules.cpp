@@ -72,6 +72,39 @@ TEST_CASE("models: every model runs forward and backward on 28x28 and 32x32 inpu
   }
 }
 
+TEST_CASE("models: resnet8_pool is ResNet-8 with a 2x2 max-pool between the stem and layer1",
+          "[nn][models]") {
+  auto plain = models::make_model("resnet8");
+  auto pooled = std::dynamic_pointer_cast<models::ResNet>(models::make_model("resnet8_pool"));
+  REQUIRE(pooled);
+  REQUIRE(pooled->maxpool);
+  // The same parameters and state_dict (the pool has none), so one checkpoint loads in either.
+  CHECK(pooled->num_parameters() == 77754);
+  CHECK(keys(pooled->state_dict()) == keys(plain->state_dict()));
+  pooled->load_state_dict(plain->state_dict());
+  pooled->eval();
+  plain->eval();
+  NoGradGuard no_grad;
+  manual_seed(3);
+  const Tensor x = randn({2, 1, 28, 28});
+  // The stem's output, pooled to 14x14, then the stages: 14x14 -> 7x7 -> 4x4.
+  Tensor h = norm_relu(*pooled->bn1, pooled->conv1->forward(x));
+  h = max_pool2d(h, {.kernel_size = {2, 2}});
+  REQUIRE(h.shape() == Shape{2, 16, 14, 14});
+  for (auto& layer : pooled->layers) h = layer->forward(h);
+  CHECK(h.shape() == Shape{2, 64, 4, 4});
+  const Tensor want = pooled->fc->forward(adaptive_avg_pool2d(h, {1, 1}).flatten(1));
+  const Tensor got = (*pooled)(x).contiguous(), ref = want.contiguous();
+  const Tensor unpooled = (*plain)(x).contiguous();
+  double diff = 0, apart = 0;
+  for (int64_t i = 0; i < 20; ++i) {
+    diff = std::max(diff, double(std::fabs(got.data<float>()[i] - ref.data<float>()[i])));
+    apart = std::max(apart, double(std::fabs(got.data<float>()[i] - unpooled.data<float>()[i])));
+  }
+  CHECK(diff == 0.0);
+  CHECK(apart > 1e-3);  // the pool changes the output: not ResNet-8 under another name
+}
+
 TEST_CASE("models: EfficientNet-B0 and ConvNeXt keep torchvision's state_dict keys",
           "[nn][models]") {
   const auto b0 = keys(models::make_model("efficientnet_b0")->state_dict());

@@ -133,8 +133,11 @@ TEST_CASE("stoke-train: flag values are checked and named", "[nn][train]") {
     CHECK_THAT(r.output, Catch::Contains("sgd (nesterov) lr 0.05, batch 128 x 1 accum, 1 epochs"));
     CHECK_THAT(r.output, !Catch::Contains("epoch 2/"));
   }
-  CHECK_THAT(run_train("--recipe fast --epochs 1" + limits).output,
-             Catch::Contains("sgd (nesterov) lr 0.1, batch 128 x 1 accum, 1 epochs"));
+  const Run fast = run_train("--recipe fast --epochs 1" + limits);
+  CHECK_THAT(fast.output, Catch::Contains("model: resnet8_pool, 77754 parameters"));
+  CHECK_THAT(fast.output, Catch::Contains("sgd (nesterov) lr 0.1, batch 128 x 1 accum, 1 epochs"));
+  CHECK_THAT(run_train("--recipe fast --model lenet5 --epochs 1" + limits).output,
+             Catch::Contains("model: lenet5, 61706 parameters"));
 }
 
 TEST_CASE("stoke-logits: bad flags explain instead of aborting, and logits of a trained model",
