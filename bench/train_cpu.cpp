@@ -3,6 +3,7 @@
 // (bench/train_cpu_torch.py), model by model. A benchmark, not a test.
 //
 //   stoke-bench-train-cpu [--steps 50] [--batch 128] [--models lenet5,resnet8] [--no-peer]
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -61,10 +62,8 @@ double torch_images_per_s(const std::string& name, const Args& a) {
   return k == std::string::npos ? 0 : std::atof(out.c_str() + k + 16);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Args a;
+// Returns the exit code for bad flags, or -1 when `a` holds them all.
+int parse_args(int argc, char** argv, Args& a) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto next = [&] {
@@ -96,6 +95,33 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  const std::vector<std::string> known = nn::models::model_names();
+  for (const auto& m : a.models)
+    if (std::find(known.begin(), known.end(), m) == known.end()) {
+      std::string list;
+      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
+      std::fprintf(stderr, "stoke-bench-train-cpu: --models: unknown model '%s' (known: %s)\n",
+                   m.c_str(), list.c_str());
+      return 2;
+    }
+  if (a.steps < 1 || a.warmup < 0 || a.batch < 1) {
+    std::fprintf(stderr,
+                 "stoke-bench-train-cpu: expected --steps >= 1, --warmup >= 0, --batch >= 1\n");
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  try {
+    if (int rc = parse_args(argc, argv, a); rc >= 0) return rc;
+  } catch (const std::exception& e) {  // std::stoll on a value that is not a number
+    std::fprintf(stderr, "stoke-bench-train-cpu: bad flag value (%s)\n", e.what());
+    return 2;
+  }
   if (a.peer && std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
     std::fprintf(stderr, "PyTorch not importable: measuring stoke only\n");
     a.peer = false;
@@ -103,7 +129,7 @@ int main(int argc, char** argv) {
   std::printf("train_cpu: batch %lld, %lld steps after %lld warm-up, %d threads\n",
               static_cast<long long>(a.batch), static_cast<long long>(a.steps),
               static_cast<long long>(a.warmup), num_threads());
-  std::printf("%-10s %14s %14s %8s\n", "model", "stoke img/s", "torch img/s", "ratio");
+  std::printf("%-13s %14s %14s %8s\n", "model", "stoke img/s", "torch img/s", "ratio");
   std::ostringstream json;
   json << "{\"bench\":\"train_cpu\",\"threads\":" << num_threads() << ",\"batch\":" << a.batch
        << ",\"steps\":" << a.steps << ",\"rows\":[";
@@ -112,7 +138,7 @@ int main(int argc, char** argv) {
     const double t = a.peer ? torch_images_per_s(a.models[i], a) : 0;
     char ratio[32] = "-";
     if (t > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", s / t);
-    std::printf("%-10s %14.0f %14.0f %8s\n", a.models[i].c_str(), s, t, ratio);
+    std::printf("%-13s %14.0f %14.0f %8s\n", a.models[i].c_str(), s, t, ratio);
     std::fflush(stdout);
     json << (i ? "," : "") << "{\"model\":\"" << a.models[i] << "\",\"stoke_images_per_s\":" << s
          << ",\"torch_images_per_s\":" << t << "}";
