@@ -161,10 +161,9 @@ TileFn tile_fn(int kb) {
   return direct_tile<4, 6, Same>;
 }
 
-// The tile shape with the least padded work: ceil(K/KB)*KB channels times Q rounded up to whole
-// tiles (a 7x7 plane's 63 grid outputs fill 4 vectors; 28x28's 840 fill 53, 18 tiles of 3).
-// Sets p.kb, p.nv to the tile shape with the least padded work for K channels over Q positions,
-// and p.Kr to K rounded up to whole tiles.
+// Sets p.kb, p.nv to the tile shape with the least padded work for K channels over Q positions
+// (ceil(K/KB)*KB channels times Q rounded up to whole tiles: a 7x7 plane's 63 grid outputs fill
+// 4 vectors; 28x28's 840 fill 53, 18 tiles of 3), and p.Kr to K rounded up to whole tiles.
 void choose_tile(int64_t K, int64_t Q, DirectPlan& p) {
   int64_t best = -1;
   for (const auto& s : kTileShapes) {
