@@ -42,4 +42,15 @@ void register_allocator(Device::Type type, DeviceAllocator* allocator);
 
 DeviceAllocator& cpu_allocator();
 
+// Debug mode: every block an allocator hands out (the CPU's, and the CUDA caching allocator's,
+// emulated or real) is first filled with 0xFF bytes: NaN in every float dtype (f32, f64, f16,
+// bf16), -1 in the signed integers, 255 in u8, true in bool. A kernel that reads memory it did not
+// write then poisons its result instead of silently reusing a stale value, as a cache hands the
+// same block from one call to the next: the CPU counterpart of compute-sanitizer's initcheck,
+// which AddressSanitizer cannot give for memory the cache reuses. On when the environment sets
+// STOKE_ALLOC_POISON=1 (read once, at the first allocation); set_alloc_poison overrides it.
+bool alloc_poison();
+void set_alloc_poison(bool on);
+constexpr unsigned char kAllocPoisonByte = 0xFF;
+
 }  // namespace stoke

@@ -275,6 +275,11 @@ struct CachingAllocator::Impl {
     s.stats.allocated_bytes += block->size;
     s.stats.peak_allocated_bytes = std::max(s.stats.peak_allocated_bytes, s.stats.allocated_bytes);
     ++s.stats.live_blocks;
+    if (alloc_poison()) {
+      // Ordered on the block's stream, so it lands before any kernel that uses the block.
+      DeviceGuard guard(device);
+      STOKE_CUDA_CHECK(cudaMemsetAsync(block->ptr, kAllocPoisonByte, block->size, stream));
+    }
     return block->ptr;
   }
 
