@@ -1,9 +1,11 @@
 // topk on the CPU against torch.topk's fixtures (tests/fixtures/topk.txt): -inf, +inf and NaN
 // several times in a row, ties, -0 and 0, k = n, largest and smallest, along the last dim and
 // along dim 0 of a 3-D tensor, in f32, f64 and (where the values are small integers, exact in
-// every dtype) f16 and bf16; the result does not depend on the thread count.
+// every dtype) f16 and bf16; the result does not depend on the thread count; the values' gradient
+// (a gather) passes gradcheck.
 #include <catch2/catch.hpp>
 
+#include "autograd/gradcheck.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
 #include "support/fixture_tensor.h"
@@ -48,4 +50,18 @@ TEST_CASE("topk: a row of several -inf and NaN gives each index once, and gradie
   sum(top.values.narrow(1, 1, 3) * from_vector<double>({1, 2, 3}, {1, 3}, {.dtype = DType::f64}))
       .backward();
   CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 2, 0, 0, 0, 1});
+}
+
+TEST_CASE("topk: the values' gradient passes gradcheck", "[autograd][reduce][topk]") {
+  // Distinct values (gradcheck's steps of 1e-6 never reorder them): a gather of the picked
+  // positions, largest and smallest, along either dim.
+  Generator g(3);
+  for (const TopkOptions& o :
+       {TopkOptions{}, TopkOptions{.dim = 0, .largest = false}, TopkOptions{.largest = false}}) {
+    const Tensor x = randn({4, 6}, {.dtype = DType::f64}, &g).set_requires_grad(true);
+    const auto r = autograd::gradcheck(
+        [&](const std::vector<Tensor>& in) { return topk(in[0], 3, o).values; }, {x});
+    INFO(r.worst);
+    CHECK(r.ok);
+  }
 }
