@@ -37,8 +37,9 @@ using ops::ValuesIndices;
 ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
 // The k largest (or smallest) entries along `dim`, in order, and their indices (torch.topk with
-// sorted=True); ties keep index order. Values are differentiable (a gather). Composed of k
-// argmax passes, so it suits small k (top-5 of logits), on every device.
+// sorted=True: NaN ranks above +inf, first for largest and last for smallest); equal values come
+// in ascending index order, each index once (docs/design-notes.md). Values are differentiable (a
+// gather). Composed of k selection passes, so it suits small k (top-5 of logits), on every device.
 struct TopkOptions {
   int64_t dim = -1;
   bool largest = true;

@@ -77,13 +77,14 @@ TEST_CASE("autocast: binary ops promote mixed floating dtypes as torch", "[autoc
   CHECK(sub(h, b).dtype() == DType::f32);  // neither holds the other
   CHECK(div(f, d).dtype() == DType::f64);
   CHECK(add(h, h).dtype() == DType::f16);
-  // The values: the narrow operand widened exactly, then the wide op.
+  // The values: the narrow operand widened exactly, then the wide op (exact: the same f32 add on
+  // the same values).
   const Tensor ref = add(h.detach().to(DType::f32), f.detach());
   CHECK(max_abs_diff(add(h, f), ref) == 0.0);
   sum(add(h, f)).backward();
   CHECK(h.grad().dtype() == DType::f16);
   CHECK(f.grad().dtype() == DType::f32);
-  CHECK(max_abs_diff(f.grad(), full({3}, 2.0)) == 0.0);  // broadcast over 2 rows
+  CHECK(max_abs_diff(f.grad(), full({3}, 2.0)) == 0.0);  // exact: 1 + 1, broadcast over 2 rows
   // Integers with floats are still refused (no silent int->float promotion here).
   CHECK_THROWS(add(ones({2}, {.dtype = DType::i64}), ones({2})));
 }
@@ -125,7 +126,10 @@ TEST_CASE("autocast: a weight is cast once per region, the cache cleared at the 
     CHECK(linear(x, w).dtype() == DType::f16);
   }
   CHECK(autocast_weight_casts() - before == 4);
-  // The gradient of the four uses arrives in f32 and equals the f32 computation's within bf16.
+  // The gradient of the four uses arrives in f32 and equals the f32 computation's within bf16:
+  // x rounded to bf16 (u = 2^-8 = 3.9e-3 per element; over 3 rows the sum of |x| is ~1.4 times
+  // |sum x| in norm) and each use's gradient rounded to bf16 once more (u): ~2.4 u = 9.4e-3 of
+  // the norm; 2e-2 is ~5 u.
   sum(y.to(DType::f32)).backward();
   REQUIRE(w.grad().dtype() == DType::f32);
   const Tensor g_ref = add(mul(sum(x, {0}), 3.0), sum(relu(x), {0})).unsqueeze(0).expand({4, 5});

@@ -1,8 +1,13 @@
 #include <catch2/catch.hpp>
 
+#include <tuple>
+#include <vector>
+
 #include "autograd/conv2d.h"
 #include "stoke/stoke.h"
+#include "support/conv_reference.h"
 #include "support/fixture.h"
+#include "support/fixture_tensor.h"
 
 using namespace stoke;
 
@@ -83,18 +88,23 @@ TEST_CASE("conv2d grad: PyTorch fixtures through backward()", "[autograd][conv][
     Tensor b = has_bias ? t("bias").set_requires_grad(true) : Tensor();
     Tensor y = conv2d(x, w, b, o);
     y.backward(t("grad_out"));
-    std::vector<std::pair<Tensor, const char*>> checks = {
-        {y, "output"}, {x.grad(), "grad_input"}, {w.grad(), "grad_weight"}};
-    if (has_bias) checks.push_back({b.grad(), "grad_bias"});
-    for (const auto& [got, name] : checks) {
+    // Each element within sum_error_factor of its sum of |terms| (tests/support/conv_reference.h,
+    // as in tests/ops/test_conv2d.cpp), plus the fixture's rounding to f32 (u |want|).
+    const testing::AbsSums abs = testing::abs_sums(t("grad_out"), x.detach(), w.detach(),
+                                                   has_bias ? b.detach() : Tensor(), o);
+    const testing::TermCounts n = testing::term_counts(x.shape(), w.shape(), y.shape(), o.groups);
+    const double growth = testing::winograd_growth(x.shape(), w.shape(), o);
+    std::vector<std::tuple<Tensor, const char*, Tensor, int64_t>> checks = {
+        {y, "output", abs.output, n.output},
+        {x.grad(), "grad_input", abs.input, n.input},
+        {w.grad(), "grad_weight", abs.weight, n.weight}};
+    if (has_bias) checks.push_back({b.grad(), "grad_bias", abs.bias, n.weight});
+    for (const auto& [got, name, abs_sum, terms] : checks) {
       INFO(name);
       REQUIRE(got.defined());
-      const auto gv = got.to_vector<float>(), ev = t(name).to_vector<float>();
-      REQUIRE(gv.size() == ev.size());
-      int bad = 0;
-      for (size_t i = 0; i < gv.size(); ++i)
-        bad += std::abs(gv[i] - ev[i]) > 1e-4 + 1e-4 * std::abs(ev[i]);
-      CHECK(bad == 0);
+      CHECK(testing::max_bound_ratio(got, t(name), abs_sum,
+                                     growth * testing::sum_error_factor(terms, DType::f32),
+                                     testing::unit_roundoff(DType::f32)) <= 1);
     }
   }
 }
@@ -122,19 +132,38 @@ TEST_CASE("conv_transpose2d: PyTorch fixtures in f32 and f64, forward and every 
       Tensor b = has_bias ? t("bias").set_requires_grad(true) : Tensor();
       Tensor y = conv_transpose2d(x, w, b, o);
       y.backward(t("grad_output"));
-      std::vector<std::pair<Tensor, const char*>> checks = {
-          {y, "output"}, {x.grad(), "grad_input"}, {w.grad(), "grad_weight"}};
-      if (has_bias) checks.push_back({b.grad(), "grad_bias"});
-      for (const auto& [got, name] : checks) {
+      // The transposed convolution is the adjoint of conv2d with the same weight: its output is
+      // conv2d's input gradient for grad_out = x, its input gradient conv2d's forward of
+      // grad_output, its weight gradient conv2d's weight gradient. Each element within
+      // sum_error_factor of its sum of |terms| (the naive loops on absolute values), plus the
+      // fixture's rounding to f32 (u |want|).
+      const ops::Conv2dOptions co{
+          .stride = o.stride, .padding = o.padding, .dilation = o.dilation, .groups = o.groups};
+      // An unbatched (C, H, W) input is a batch of one for the naive loops.
+      const auto batched = [&](const Tensor& v) { return x.dim() == 3 ? v.unsqueeze(0) : v; };
+      const Tensor ax = testing::abs64(batched(x.detach())), aw = testing::abs64(w.detach());
+      const Tensor ag = testing::abs64(batched(t("grad_output")));
+      const testing::NaiveGrads out = testing::naive_conv2d_backward(ax, ag, aw, co);
+      const int64_t cin = w.size(0), cout_g = w.size(1), taps = w.size(2) * w.size(3);
+      // Terms: an output element adds up to cin / groups * taps products and the bias; an input
+      // gradient element cout / groups * taps; a weight or bias gradient element N * H * W of x.
+      const int64_t spatial = ax.size(0) * ax.size(2) * ax.size(3);
+      std::vector<std::tuple<Tensor, const char*, Tensor, int64_t>> checks = {
+          {y, "output",
+           has_bias ? out.input + testing::abs64(b.detach()).view({1, -1, 1, 1}) : out.input,
+           cin / o.groups * taps + 1},
+          {x.grad(), "grad_input", testing::naive_conv2d(ag, aw, Tensor(), co), cout_g * taps},
+          {w.grad(), "grad_weight", out.weight, spatial}};
+      if (has_bias) checks.push_back({b.grad(), "grad_bias", ops::sum(ag, {0, 2, 3}), spatial});
+      const double u = testing::unit_roundoff(DType::f32);
+      for (const auto& [got, name, abs_sum, terms] : checks) {
         INFO(name);
         REQUIRE(got.defined());
         REQUIRE(got.shape() == t(name).shape());
-        const auto gv = got.to(DType::f64).to_vector<double>();
-        const auto ev = t(name).to(DType::f64).to_vector<double>();
-        int bad = 0;
-        for (size_t i = 0; i < gv.size(); ++i)
-          bad += std::abs(gv[i] - ev[i]) > 1e-5 + 1e-5 * std::abs(ev[i]);
-        CHECK(bad == 0);
+        // In f64 torch's own f64 rounding (before the fixture's f32 rounding) counts too: twice.
+        const double both = dtype == DType::f64 ? 2 : 1;
+        CHECK(testing::max_bound_ratio(got, t(name), abs_sum.reshape(got.shape()),
+                                       both * testing::sum_error_factor(terms, dtype), u) <= 1);
       }
     }
   }

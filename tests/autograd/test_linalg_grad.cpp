@@ -1,8 +1,11 @@
 #include <catch2/catch.hpp>
 
+#include <tuple>
+
 #include "autograd/linalg.h"
 #include "stoke/stoke.h"
 #include "support/fixture.h"
+#include "support/fixture_tensor.h"
 
 using namespace stoke;
 
@@ -84,15 +87,23 @@ TEST_CASE("linear grad: PyTorch fixtures through backward()", "[autograd][linalg
     Tensor b = t("bias").set_requires_grad(true);
     Tensor y = linear(x, w, b);
     y.backward(t("grad_out"));
-    for (auto [got, name] : {std::pair{y, "output"},
-                             {x.grad(), "grad_input"},
-                             {w.grad(), "grad_weight"},
-                             {b.grad(), "grad_bias"}}) {
+    // Each element a sum of terms (output: in + 1, grad_input: out, grad_weight and grad_bias:
+    // the rows), within testing::sum_error_factor of its sum of |terms| (the magnitudes computed
+    // as products of absolute values in f64), plus the fixture's rounding to f32 (u |want|).
+    const int64_t in = w.size(1), out = w.size(0);
+    const auto a64 = [](const Tensor& v) { return ops::abs(v.detach().to(DType::f64)); };
+    const Tensor ax = a64(x).reshape({-1, in}), ag = a64(t("grad_out")).reshape({-1, out});
+    const int64_t rows = ax.size(0);
+    const std::tuple<Tensor, const char*, Tensor, int64_t> checks[] = {
+        {y, "output", ops::matmul(ax, a64(w).t()) + a64(b), in + 1},
+        {x.grad(), "grad_input", ops::matmul(ag, a64(w)), out},
+        {w.grad(), "grad_weight", ops::matmul(ag.t(), ax), rows},
+        {b.grad(), "grad_bias", ops::sum(ag, {0}), rows}};
+    for (const auto& [got, name, abs, terms] : checks) {
       INFO(name);
-      const auto gv = got.to_vector<float>(), ev = t(name).to_vector<float>();
-      REQUIRE(gv.size() == ev.size());
-      for (size_t i = 0; i < gv.size(); ++i)
-        CHECK(gv[i] == Approx(ev[i]).margin(1e-4).epsilon(1e-4));
+      CHECK(testing::max_bound_ratio(got, t(name), abs.reshape(got.shape()),
+                                     testing::sum_error_factor(terms, DType::f32),
+                                     testing::unit_roundoff(DType::f32)) <= 1);
     }
   }
 }

@@ -35,7 +35,9 @@ TEST_CASE("view grads: every view kind passes gradcheck", "[autograd][views]") {
   // Views of views of a non-contiguous base.
   require_gradcheck(
       [](const Tensor& t) { return t.transpose(1, 2).narrow(0, 1, 2).select(2, 3).clone(); }, x);
-  // Casts are differentiable too (through f32: a coarser step, as f32 rounding is ~1e-7).
+  // Casts are differentiable too. Through f32 each value is off by u |x| (6e-8 |x|): a central
+  // difference with step eps errs by 2 u (|x| + eps) / (2 eps) = 2.4e-5 for eps = 1e-2 and
+  // |x| < 4, within atol 1e-4; rtol stays torch's gradcheck default 1e-3.
   require_gradcheck([](const Tensor& t) { return t.to(DType::f32).to(DType::f64); }, x,
                     {.eps = 1e-2, .atol = 1e-4, .rtol = 1e-3});
 }
@@ -186,8 +188,9 @@ TEST_CASE("view grads: f64 gradients through every view are exact, not rounded t
 TEST_CASE("view grads: f64 layers with a transposed input keep f64 precision",
           "[autograd][views]") {
   // x.t() @ w with a gradient of 1/3: dx[i][j] = sum_k g[j][k] * w[i][k] = (w[i][0] + w[i][1]) / 3.
-  // Through f32 the error would be ~1e-8; f64 keeps it at the last bits (BLAS may fuse the
-  // multiply-add, so the bound is 1e-15 rather than bit equality).
+  // Through f32 the error would be ~1e-8; f64 keeps it at the last bits: two products and a sum
+  // of values < 3 round 3 times (BLAS's summation order and FMAs may differ from the closed
+  // form's, so a bound rather than bit equality): 3 u * 2.4 = 8e-16 <= 1e-15.
   const double third = 1.0 / 3;
   Tensor x = from_vector<double>({1, 2, 3, 4, 5, 6}, {3, 2}, {.dtype = DType::f64});
   x.set_requires_grad(true);

@@ -77,15 +77,20 @@ TEST_CASE("group_norm / layer_norm: PyTorch fixtures (output and gradients)", "[
         f = ops::group_norm_forward(x, groups, w, b, o);
         g = ops::group_norm_backward(gy, x, groups, w, f.save_mean, f.save_rstd);
       }
-      // The references are f64 results rounded to f32; the offset cases' inputs are ~1e3-1e4,
-      // whose f32 ulp (6e-5 .. 1e-3) bounds the f32 kernel's normalized values.
+      // The references are f64 results rounded to f32 (6e-8 >= 2^-24 relative). f64: that
+      // rounding alone, and f64 sums (atol 1e-9 > 1024 * 2^-53 * 1e4 * rstd ~1 for the offset
+      // cases' inputs ~1e3-1e4; 1e-12 covers the others' |x| < 5 the same way). f32: torch's f32
+      // tolerance (assert_close: atol 1e-5, rtol 1.3e-6), except for the offset cases, where the
+      // mean is rounded to f32 (half an ulp of 1e3-1e4: 3e-5 .. 5e-4, times rstd ~1, into every
+      // normalized value and, summed over a row's dy, into the weight gradient): 2e-3.
       const bool offset = c.name.find("offset") != std::string::npos;
-      const double tol = dtype == DType::f64 ? 2e-6 : offset ? 2e-3 : 2e-5;
-      CHECK(max_abs_diff(f.output, testing::to_tensor(c.tensor("output"))) < tol);
-      CHECK(max_abs_diff(g.grad_input, testing::to_tensor(c.tensor("grad_input"))) < tol);
+      const double atol = dtype == DType::f64 ? (offset ? 1e-9 : 1e-12) : offset ? 2e-3 : 1e-5;
+      const double rtol = dtype == DType::f64 ? 6e-8 : 1.3e-6;
+      testing::check_matches(f.output, c.tensor("output"), "output", atol, rtol);
+      testing::check_matches(g.grad_input, c.tensor("grad_input"), "grad_input", atol, rtol);
       if (affine) {
-        CHECK(max_abs_diff(g.grad_weight, testing::to_tensor(c.tensor("grad_weight"))) < tol);
-        CHECK(max_abs_diff(g.grad_bias, testing::to_tensor(c.tensor("grad_bias"))) < tol);
+        testing::check_matches(g.grad_weight, c.tensor("grad_weight"), "grad_weight", atol, rtol);
+        testing::check_matches(g.grad_bias, c.tensor("grad_bias"), "grad_bias", atol, rtol);
         CHECK(g.grad_weight.shape() == w.shape());
       } else {
         CHECK_FALSE(g.grad_weight.defined());
@@ -110,6 +115,11 @@ TEST_CASE("group_norm / layer_norm: double reference on odd shapes, both layouts
       const auto f = ops::group_norm_forward(x, gc.groups, w, b, {});
       const RefNorm r = reference(x, gc.groups, C / gc.groups, w.to_vector<double>(),
                                   b.to_vector<double>(), 1e-5);
+      // f64: sums of <= 1640 values ~3 in lanes (chains of <= 128 additions): < 128 u |x| = 5e-14
+      // on the mean, and the output |xhat w + b| < 20 within 1e-12. f32 (the same values): the
+      // chains' 128 u relative typically sqrt(128) u, ~10 roundings per output, |y| < 10: about
+      // 20 u * 10 = 1.2e-5 typical; torch's f32 atol 1e-5 holds here. rstd = 1/std ~1 of a
+      // variance whose f32 sums of squares err ~sqrt(128) u relative: 10x that.
       const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
       CHECK(max_diff(f.output, r.out) < tol);
       CHECK(max_diff(f.save_mean, r.mean) < tol);
@@ -126,7 +136,7 @@ TEST_CASE("group_norm / layer_norm: double reference on odd shapes, both layouts
       const int64_t rows = x.numel() / shape.back();
       const RefNorm r = reference(x.reshape({rows, shape.back()}), 1, shape.back(),
                                   w.to_vector<double>(), b.to_vector<double>(), 1e-3);
-      CHECK(max_diff(f.output, r.out) < (dt == DType::f64 ? 1e-12 : 1e-5));
+      CHECK(max_diff(f.output, r.out) < (dt == DType::f64 ? 1e-12 : 1e-5));  // as above
     }
   }
 }
@@ -166,8 +176,11 @@ TEST_CASE(
     auto f32 = [](const Tensor& t) { return t.defined() ? t.to(DType::f32) : t; };
     const ops::GroupNormGrads ref = run(x, dy, w, b, {true, true, true});
     const ops::GroupNormGrads all = run(f32(x), f32(dy), f32(w), f32(b), {true, true, true});
-    // Within f32 rounding of the largest value. (Groups of 2 values failed this now and then: two
-    // values close together give a large rstd, and the f32 gradient is then ill-conditioned.)
+    // Within f32 rounding of the largest value: the inputs' rounding to f32 (u |x|, |x| < 6)
+    // enters xhat amplified by rstd (up to ~8 for the smallest spread among 450 groups of 4
+    // values), about 50 u, plus ~10 roundings per term: < 64 u = 3.8e-6 of the largest gradient;
+    // 2e-5 leaves 5x for the rstd of an unlucky draw (groups of 2 values, with rstd up to ~100,
+    // are not tested: their f32 gradient is ill-conditioned).
     auto close = [](const Tensor& got, const Tensor& want) {
       const std::vector<double> v = want.to_vector<double>();
       double scale = 1;
@@ -184,6 +197,8 @@ TEST_CASE(
       const Tensor& got = only == 0 ? one.grad_input : only == 1 ? one.grad_weight : one.grad_bias;
       const Tensor& want = only == 0 ? all.grad_input : only == 1 ? all.grad_weight : all.grad_bias;
       CHECK(got.defined() == want.defined());
+      // Exact: the backward computes the sums and each gradient in the same loops whichever
+      // gradients are asked for (ops/cpu/group_norm.cpp), in blocks fixed by the shape.
       if (got.defined()) CHECK(got.to_vector<float>() == want.to_vector<float>());
       CHECK((only == 0 || !one.grad_input.defined()));
     }
@@ -201,9 +216,16 @@ TEST_CASE("group_norm / layer_norm: f32 statistics of data far from zero stay ac
   const auto m64 = f64.save_mean.to_vector<double>(), m32 = f32.save_mean.to_vector<double>();
   const auto r64 = f64.save_rstd.to_vector<double>(), r32 = f32.save_rstd.to_vector<double>();
   for (size_t i = 0; i < m64.size(); ++i) {
-    CHECK(std::abs(m32[i] - m64[i]) < 1e-3);  // f32 ulp at 1e4 is ~1e-3
+    // The mean is stored in f32: half an ulp of 1e4 (4.9e-4) plus the f32 lane sums' error of
+    // the correction sum (x - m), < 128 u * 3 * 3000 / 3000: 5e-4 in all.
+    CHECK(std::abs(m32[i] - m64[i]) < 1e-3);
+    // rstd from the second pass's sums of (x - m)^2 (values exact: x and m within a factor 2,
+    // Sterbenz): chains of <= 128 f32 additions, typically sqrt(128) u = 6.7e-7 relative, and
+    // rstd halves it.
     CHECK(std::abs(r32[i] / r64[i] - 1) < 1e-6);
   }
+  // (x - m) * rstd with m off by < 5e-4 (above) and rstd ~1: 5e-4, and 4x for the kernel
+  // folding the mean's correction into its shift in f32 (u * 1e4 = 6e-4): 2e-3.
   CHECK(max_abs_diff(f32.output, f64.output) < 2e-3);
 }
 
@@ -212,6 +234,7 @@ TEST_CASE("group_norm / layer_norm: strided inputs and parameters", "[ops][group
   const Tensor x = base.transpose(0, 2);  // (6, 4, 5), not contiguous
   const Tensor w = randn({8}, {.dtype = DType::f64}).slice(0, 0, 8, 2);  // stride 2
   const Tensor b = randn({4}, {.dtype = DType::f64});
+  // Exact: the kernels make input and parameters contiguous before the same loops.
   CHECK(max_abs_diff(ops::group_norm(x, 2, w, b),
                      ops::group_norm(x.contiguous(), 2, w.contiguous(), b)) == 0);
   CHECK(max_abs_diff(ops::layer_norm(x, {4, 5}), ops::layer_norm(x.contiguous(), {4, 5})) == 0);

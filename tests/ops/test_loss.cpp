@@ -36,10 +36,13 @@ TEST_CASE("cross_entropy: matches PyTorch fixtures", "[ops][loss]") {
     const ops::CrossEntropyOptions opt{.reduction = reduction_of(c.attr("reduction")),
                                        .label_smoothing = c.attr_double("label_smoothing"),
                                        .ignore_index = c.attr_int("ignore_index")};
+    // Against torch's f64 results rounded to f32, within torch's f32 tolerance (check_matches'
+    // default: assert_close's atol 1e-5, rtol 1.3e-6).
     const auto f = ops::cross_entropy_forward(logits, target, opt);
     check_matches(f.loss, c.tensor("loss"), "loss");
     const Tensor g = ops::cross_entropy_backward(scalar_tensor(1), logits, target, f.lse, opt);
     check_matches(g, c.tensor("grad_logits"), "grad_logits");
+    // Exact: cross_entropy is cross_entropy_forward's loss.
     CHECK(ops::cross_entropy(logits, target, opt).item() == f.loss.item());
   }
 }
@@ -51,10 +54,14 @@ TEST_CASE("cross_entropy: reduction none and consistency with log_softmax + nll"
   CHECK(rows.shape() == Shape{6});
   const Tensor nll_rows =
       ops::nll_loss(ops::log_softmax(x, 1), t, {.reduction = ops::Reduction::none});
+  // Two paths (the fused cross entropy, log_softmax then nll): each row's loss (< 5 here) comes
+  // from max, 5 exps (3 ulp each), their f32 sum, a log and a difference: ~10 roundings of values
+  // < 5 per path, 2 * 10 u * 5 = 6e-6 apart at most: 1e-5.
   const auto a = rows.to_vector<float>(), b = nll_rows.to_vector<float>();
   for (size_t i = 0; i < a.size(); ++i) CHECK(std::abs(a[i] - b[i]) < 1e-5);
-  CHECK(a[2] == 0);
-  // mean divides by the 5 counted rows.
+  CHECK(a[2] == 0);  // exact: an ignored row contributes 0
+  // mean divides by the 5 counted rows: the row losses' 6e-6 (above) plus the sum's 5 roundings
+  // of values < 25: 1e-5 for the mean, 1e-4 for the sum (< 25: 5 * 6e-6 + 5 u * 25).
   double s = 0;
   for (float v : a) s += v;
   CHECK(std::abs(ops::cross_entropy(x, t).item() - s / 5) < 1e-5);
@@ -68,18 +75,20 @@ TEST_CASE("cross_entropy: reduction none and consistency with log_softmax + nll"
 TEST_CASE("nll_loss and mse_loss values", "[ops][loss]") {
   const Tensor lp = from_vector<float>({-1, -2, -3, -0.5f, -0.25f, -4}, {2, 3});
   const Tensor t = from_vector<int64_t>({2, 0}, {2}, {.dtype = DType::i64});
-  CHECK(ops::nll_loss(lp, t).item() == Approx(1.75));
-  CHECK(ops::nll_loss(lp, t, {.reduction = ops::Reduction::sum}).item() == Approx(3.5));
-  CHECK(ops::nll_loss(lp, t, {.ignore_index = 0}).item() == Approx(3.0));
+  // Exact: sums and means of small binary fractions (3 + 0.5 = 3.5, / 2 = 1.75).
+  CHECK(ops::nll_loss(lp, t).item() == 1.75);
+  CHECK(ops::nll_loss(lp, t, {.reduction = ops::Reduction::sum}).item() == 3.5);
+  CHECK(ops::nll_loss(lp, t, {.ignore_index = 0}).item() == 3.0);
   // Non-contiguous log_probs.
-  CHECK(ops::nll_loss(lp.t().contiguous().t(), t).item() == Approx(1.75));
+  CHECK(ops::nll_loss(lp.t().contiguous().t(), t).item() == 1.75);
   const Tensor gx = ops::nll_loss_backward(scalar_tensor(1), {2, 3}, t);
   CHECK(gx.to_vector<float>() == std::vector<float>{0, 0, -0.5f, -0.5f, 0, 0});
 
   const Tensor a = from_vector<float>({1, 2, 3, 4}, {2, 2});
   const Tensor b = from_vector<float>({1, 0, 5, 4}, {2, 2});
-  CHECK(ops::mse_loss(a, b).item() == Approx(2.0));
-  CHECK(ops::mse_loss(a, b, ops::Reduction::sum).item() == Approx(8.0));
+  // Exact: small integers.
+  CHECK(ops::mse_loss(a, b).item() == 2.0);
+  CHECK(ops::mse_loss(a, b, ops::Reduction::sum).item() == 8.0);
   CHECK(ops::mse_loss(a, b, ops::Reduction::none).to_vector<float>() ==
         std::vector<float>{0, 4, 4, 0});
   CHECK(ops::mse_loss_backward(scalar_tensor(1), a, b).to_vector<float>() ==

@@ -5,6 +5,7 @@
 
 #include "ops/reduce.h"
 #include "stoke/stoke.h"
+#include "support/fixture_tensor.h"
 
 using namespace stoke;
 
@@ -12,7 +13,7 @@ namespace {
 
 // Reference reduction in f64 by brute force: every input element is mapped to its output slot.
 struct Naive {
-  std::vector<double> sum, var;
+  std::vector<double> sum, var, sumsq;  // sumsq: the sum of x^2 over each output's elements
   std::vector<int64_t> count;
   Shape shape;
 };
@@ -29,6 +30,7 @@ Naive naive_reduce(const Tensor& x, std::vector<int64_t> dims, bool keepdim, int
   }
   const int64_t nout = keep.numel();
   r.sum.assign(nout, 0);
+  r.sumsq.assign(nout, 0);
   r.var.assign(nout, 0);
   r.count.assign(nout, 0);
   const std::vector<double> v = x.to_vector<double>();
@@ -44,6 +46,7 @@ Naive naive_reduce(const Tensor& x, std::vector<int64_t> dims, bool keepdim, int
   };
   for (int64_t i = 0; i < x.numel(); ++i) {
     r.sum[slot(i)] += v[i];
+    r.sumsq[slot(i)] += v[i] * v[i];
     r.count[slot(i)] += 1;
   }
   for (int64_t i = 0; i < x.numel(); ++i) {
@@ -55,38 +58,58 @@ Naive naive_reduce(const Tensor& x, std::vector<int64_t> dims, bool keepdim, int
   return r;
 }
 
-// One CHECK per tensor (not per element) keeps the large cases fast.
-void check_close(const Tensor& got, const std::vector<double>& want, double tol) {
+// One CHECK per tensor (not per element) keeps the large cases fast: |got - want| <= bound[i].
+void check_within(const Tensor& got, const std::vector<double>& want,
+                  const std::vector<double>& bound) {
   const std::vector<double> g = got.to_vector<double>();
   REQUIRE(g.size() == want.size());
   size_t bad = 0, first = 0;
   for (size_t i = 0; i < g.size(); ++i)
-    if (!(std::abs(g[i] - want[i]) <= tol * (1 + std::abs(want[i]))) && bad++ == 0) first = i;
+    if (!(std::abs(g[i] - want[i]) <= bound[i]) && bad++ == 0) first = i;
   INFO(bad << " mismatches; first at " << first << ": got " << (bad ? g[first] : 0.0) << ", want "
-           << (bad ? want[first] : 0.0));
+           << (bad ? want[first] : 0.0) << " +- " << (bad ? bound[first] : 0.0));
   CHECK(bad == 0);
 }
 
+// The bounds. A sum runs in 32 lanes of the input's type per block of 1,024 elements (chains of
+// 32 additions, then a 5-level tree of the lanes), the blocks' totals in f64 (ops/cpu/reduce.cpp;
+// columns accumulate in f64 throughout, which only lowers the error). An addition with result
+// s_k errs by delta_k s_k, |delta_k| <= u; with the delta_k independent and of mean zero,
+// |sum delta_k s_k| <= 8 u sqrt(sum s_k^2) with probability >= 1 - 2 exp(-32) (Hoeffding). For
+// values of mean ~0 a chain's partial sums have E s_k^2 = k sigma^2, so the chains give 16 sum x^2
+// and each tree level sum x^2 (per block): sum s_k^2 ~ 21 sum x^2; 32 sum x^2 with margin. The
+// result's rounding to the dtype adds u |sum|, and the naive f64 reference's own recursive sum
+// (sum s_k^2 ~ n sum x^2 / 2) 8 u64 sqrt(n sum x^2 / 2). The mean divides all of it by n. The
+// variance sums (x - mean)^2 >= 0 in f64 lanes on both sides: relative (n + 2) u64 each (Higham
+// eq. 3.5 for positive terms), and the result's rounding u.
 void check_all_reductions(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   INFO("shape " << x.shape() << " dims " << Shape(dims) << " keepdim " << keepdim);
-  const double tol = x.dtype() == DType::f32 ? 2e-5 : 1e-12;
+  const double u = testing::unit_roundoff(x.dtype()), u64 = 0x1p-53;
   const Naive r = naive_reduce(x, dims, keepdim, 1);
+  const size_t nout = r.sum.size();
+  std::vector<double> sum_bound(nout), mean(nout), mean_bound(nout), var_bound(nout);
+  std::vector<double> biased(nout), biased_bound(nout);
+  for (size_t i = 0; i < nout; ++i) {
+    const double n = static_cast<double>(r.count[i]);
+    sum_bound[i] = 8 * u * std::sqrt(32 * r.sumsq[i]) + u * std::abs(r.sum[i]) +
+                   8 * u64 * std::sqrt(n * r.sumsq[i] / 2);
+    mean[i] = r.sum[i] / n;
+    mean_bound[i] = sum_bound[i] / n + u * std::abs(mean[i]);
+    var_bound[i] = (2 * (n + 2) * u64 + u) * r.var[i];
+    biased[i] = r.var[i] * (n - 1) / n;
+    biased_bound[i] = (2 * (n + 2) * u64 + u) * biased[i];
+  }
   const Tensor s = ops::sum(x, dims, keepdim);
   CHECK(s.shape() == r.shape);
   CHECK(s.dtype() == x.dtype());
-  check_close(s, r.sum, tol);
-  std::vector<double> mean(r.sum.size());
-  for (size_t i = 0; i < mean.size(); ++i) mean[i] = r.sum[i] / r.count[i];
+  check_within(s, r.sum, sum_bound);
   const Tensor m = ops::mean(x, dims, keepdim);
   CHECK(m.shape() == r.shape);
-  check_close(m, mean, tol);
+  check_within(m, mean, mean_bound);
   const Tensor v = ops::var(x, dims, 1, keepdim);
   CHECK(v.shape() == r.shape);
-  check_close(v, r.var, tol);
-  std::vector<double> biased(r.var.size());
-  for (size_t i = 0; i < biased.size(); ++i)
-    biased[i] = r.var[i] * static_cast<double>(r.count[i] - 1) / static_cast<double>(r.count[i]);
-  check_close(ops::var(x, dims, 0, keepdim), biased, tol);
+  check_within(v, r.var, var_bound);
+  check_within(ops::var(x, dims, 0, keepdim), biased, biased_bound);
 }
 
 }  // namespace
@@ -124,6 +147,7 @@ TEST_CASE("reduce: large shapes take the parallel paths and stay exact", "[ops][
 }
 
 TEST_CASE("reduce: results are deterministic for a thread count", "[ops][reduce]") {
+  // Exact: a rerun, with the partial sums combined in chunk order.
   const Tensor x = randn({5, 200000});
   const auto a = ops::sum(x, {1}).to_vector<float>();
   const auto b = ops::sum(x, {1}).to_vector<float>();
@@ -145,11 +169,15 @@ TEST_CASE("reduce: sum of 1e6 f32 values is accurate", "[ops][reduce]") {
   const std::vector<float> v = x.to_vector<float>();
   double ref = 0;
   for (float f : v) ref += f;
+  // Positive terms: each block's f32 lanes (chains of 32, a 5-level tree) err by <= 37 u of the
+  // block's sum at worst, independently per block; the 977 blocks' totals add in f64, so with
+  // Hoeffding's 8 sigma the total's relative error is <= 8 * 37 u / sqrt(977) = 5.7e-7, and the
+  // f64 reference's 1e6 u64 = 1.1e-10: 1e-6.
   const double got = ops::sum(x).item();
   CHECK(std::abs(got - ref) / ref < 1e-6);
   const double got_mean = ops::mean(x.view({1000, 1000}), {0, 1}).item();
   CHECK(std::abs(got_mean - ref / 1e6) / (ref / 1e6) < 1e-6);
-  // Column sums over 1e6 rows as well.
+  // Column sums over 1e6 rows as well: accumulated in f64, so only the result's rounding (u).
   const Tensor c = x.view({500000, 2});
   const auto cs = ops::sum(c, {0}).to_vector<double>();
   double r0 = 0, r1 = 0;
@@ -171,7 +199,9 @@ TEST_CASE("reduce: var is numerically stable with a large mean", "[ops][reduce]"
   for (size_t i = 0; i < n.size(); ++i) shifted[i] = 1e4f + 0.1f * n[i];
   const Tensor y = from_vector(shifted, {100000});
   const Naive r = naive_reduce(y, {}, false, 1);
-  // torch's f32 var is 1.3e-8 off here; a mean rounded to f32 made ours 2e-6.
+  // torch's f32 var is 1.3e-8 off here; a mean rounded to f32 made ours 2e-6. Both passes sum in
+  // f64 (100,000 positive squares: (n + 2) u64 = 1.1e-11 relative) and the result rounds to f32
+  // once (u = 6e-8): 1e-7.
   CHECK(std::abs(ops::var(y).item() - r.var[0]) / r.var[0] < 1e-7);
   const Tensor rows = y.view({100, 1000});
   const Naive rr = naive_reduce(rows, {1}, false, 0);
@@ -319,7 +349,8 @@ TEST_CASE("reduce: errors name the op and the problem", "[ops][reduce]") {
                     Catch::Contains("mean") && Catch::Contains("f32 or f64"));
   CHECK_THROWS_WITH(ops::max(zeros({0, 3})), Catch::Contains("non-empty"));
   CHECK_THROWS_WITH(ops::argmax(zeros({2, 0}), 1), Catch::Contains("size 0"));
-  // f16 on the CPU: summed in f32, the result rounded to f16 (ops/cpu/backend.cpp).
+  // f16 on the CPU: summed in f32, the result rounded to f16 (ops/cpu/backend.cpp); exact, as the
+  // same f32 sum of the same values rounded once.
   CHECK(ops::sum(x.to(DType::f16)).to_vector<float>() ==
         ops::sum(x.to(DType::f16).to(DType::f32)).to(DType::f16).to_vector<float>());
   // 0-dim inputs reduce to themselves.
