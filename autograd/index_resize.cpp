@@ -75,30 +75,42 @@ std::vector<int64_t> nearest_sources(int64_t in, int64_t out, double scale_facto
   return idx;
 }
 
+// Source rows and weights of torch's bilinear along one dim, computed in M: torch's op math type
+// (area_pixel_compute_scale<opmath_t>), double for f64 inputs, float for the others.
+template <class M>
+void linear_sources(int64_t in, int64_t out, double scale_factor, bool align_corners,
+                    std::vector<int64_t>& i0, std::vector<int64_t>& i1, std::vector<double>& w0,
+                    std::vector<double>& w1) {
+  M scale;
+  if (align_corners)
+    scale = out > 1 ? static_cast<M>(in - 1) / static_cast<M>(out - 1) : M(0);
+  else
+    scale = scale_factor > 0 ? static_cast<M>(1.0 / scale_factor)
+                             : static_cast<M>(in) / static_cast<M>(out);
+  for (int64_t d = 0; d < out; ++d) {
+    M src =
+        align_corners ? scale * static_cast<M>(d) : scale * (static_cast<M>(d) + M(0.5)) - M(0.5);
+    if (src < 0) src = 0;
+    const int64_t lo = std::min<int64_t>(static_cast<int64_t>(src), in - 1);
+    const size_t k = static_cast<size_t>(d);
+    i0[k] = lo;
+    i1[k] = std::min<int64_t>(lo + 1, in - 1);
+    const M l1 = src - static_cast<M>(lo);
+    w1[k] = l1;
+    w0[k] = M(1) - l1;
+  }
+}
+
 // Bilinear along one dim: x[i0] * (1 - l) + x[i1] * l per output row, torch's source positions.
 Tensor linear_along(const Tensor& x, int64_t dim, int64_t out, double scale_factor,
                     bool align_corners) {
   const int64_t in = x.size(dim);
   std::vector<int64_t> i0(static_cast<size_t>(out)), i1(static_cast<size_t>(out));
   std::vector<double> w0(static_cast<size_t>(out)), w1(static_cast<size_t>(out));
-  float scale;
-  if (align_corners)
-    scale = out > 1 ? static_cast<float>(in - 1) / static_cast<float>(out - 1) : 0.f;
+  if (x.dtype() == DType::f64)
+    linear_sources<double>(in, out, scale_factor, align_corners, i0, i1, w0, w1);
   else
-    scale = scale_factor > 0 ? static_cast<float>(1.0 / scale_factor)
-                             : static_cast<float>(in) / static_cast<float>(out);
-  for (int64_t d = 0; d < out; ++d) {
-    float src = align_corners ? scale * static_cast<float>(d)
-                              : scale * (static_cast<float>(d) + 0.5f) - 0.5f;
-    if (src < 0) src = 0;
-    const int64_t lo = std::min<int64_t>(static_cast<int64_t>(src), in - 1);
-    const size_t k = static_cast<size_t>(d);
-    i0[k] = lo;
-    i1[k] = std::min<int64_t>(lo + 1, in - 1);
-    const float l1 = src - static_cast<float>(lo);
-    w1[k] = l1;
-    w0[k] = 1.0f - l1;
-  }
+    linear_sources<float>(in, out, scale_factor, align_corners, i0, i1, w0, w1);
   const int64_t rank = x.dim();
   return index_select(x, dim, index_on(i0, x)) * weights_along(w0, dim, rank, x) +
          index_select(x, dim, index_on(i1, x)) * weights_along(w1, dim, rank, x);

@@ -59,12 +59,9 @@ TEST_CASE("resize grad: pad and interpolate match PyTorch in f32 and f64",
       // and f64's own roundings). f32: pad is a selection (exact) and its gradient sums <= 4
       // shares; bilinear's source coordinates (< 6) round ~3 times in f32 (u * 6 * 3 = 1.1e-6
       // into each weight), which weigh 2 values < 3 per axis (2 axes: 1.3e-5 absolute at most,
-      // typically a few 1e-6), and its gradient adds such shares: 1e-5 of 1 + |want|.
-      // stoke computes bilinear's coordinates and weights in f32 for f64 tensors too
-      // (autograd/index_resize.cpp), where torch 1.13 computes them in f64 (its f64 results
-      // match a naive f64 loop to 1e-15): f64 bilinear then has f32's bound. Reported to the lead.
-      const bool bilinear = c.has_attr("mode") && c.attr("mode") == "bilinear";
-      const double tol = dtype == DType::f64 && !bilinear ? 6e-8 : 1e-5;
+      // typically a few 1e-6), and its gradient adds such shares: 1e-5 of 1 + |want|. f64
+      // bilinear computes its coordinates and weights in f64, as torch's op math does.
+      const double tol = dtype == DType::f64 ? 6e-8 : 1e-5;
       check_close(y, c.tensor("output"), tol);
       y.backward(testing::to_tensor(c.tensor("grad_output"), dtype));
       check_close(x.grad(), c.tensor("grad_input"), tol);
