@@ -1,0 +1,427 @@
+#!/usr/bin/env python3
+"""Training that matches PyTorch step after step.
+
+    train_vs_torch.py STOKE_TEST_TRAIN_STEPS MODEL [--steps 5] [--batch 8] [--configs all|default]
+
+PyTorch's twin of MODEL (bench/torch_models.py: the same modules and parameter names) is built with
+its own initialization, its weights rounded to float32 so that both sides start from the same
+point, and 5 random 28x28 batches are drawn. stoke (STOKE_TEST_TRAIN_STEPS,
+tests/nn/steps/train_steps_main.cpp) trains the 5 steps in float32 with SGD (lr 0.05, momentum
+0.9, weight decay 5e-4) and, from the same start, with AdamW (lr 1e-3, weight decay 1e-2), once
+per configuration: 1 and 2 threads, every CPU conv path on (the default) and each forced off
+(STOKE_CONV_WINOGRAD, _DIRECT, _BLOCKED, _THIN = 0: the shapes it took fall to the next path), and
+writes each step's loss, gradients, parameters, buffers and optimizer state. Dropout and
+stochastic depth are off on both sides.
+
+Each step k is checked against PyTorch's float64 run of that step from stoke's own state after
+step k - 1 (parameters, buffers, optimizer state; the fixture's weights for k = 1): its loss, every
+gradient, and the parameters, buffers and optimizer state after the update. Replaying each step
+from stoke's state keeps every step's check as sharp as the first: following torch's own
+trajectory instead, one legitimate difference (below) at step 2 moves every later step by far more
+than rounding. torch's own float32 replay of the same steps is printed beside stoke's errors for
+scale (for the first configuration), never asserted on; the loss of torch's float64 trajectory from the shared start is printed
+too.
+
+The bound, from f32 rounding (u = 2^-24): a value of the step is the end of a chain of D rounded
+sums (forward: one per conv/linear layer; backward: the input and the weight gradient per layer,
+so D = 3 L), each of at most K terms (the model's longest reduction: a weight gradient over the
+batch and the plane, or a dot product over C_in kh kw). Under the probabilistic model of rounding
+errors (Higham & Mary, SIAM J. Sci. Comput. 41(5), 2019: a sum of K terms is off by at most
+lambda sqrt(K) u relative to the sum of magnitudes, with probability >= 1 - 2 exp(-lambda^2 / 2)),
+independent errors along the chain add in quadrature:
+    tau = lambda sqrt(D K) u,   lambda = 3.
+Checks against tau: the loss relative to itself; each tensor row by row (a row: one output channel,
+so that one wrong channel cannot hide in a large tensor), ||stoke - ref|| <= tau max(||ref row||,
+||ref tensor|| / sqrt(rows)) (a row far smaller than the tensor's typical row is held to the
+tensor's scale); parameters and buffers through the step's change p_k - p_(k-1), plus 2 u |p| per
+row for p's float32 storage (the step rounds p, and SGD's momentum buffer before it: an absolute
+error that can dwarf a small change, as torch's float32 replay shows). AdamW divides by sqrt(v):
+an element whose gradient lies within the gradient's error of zero can step either way, so its
+parameter bound is per element,
+    |e_i| <= tau |dp_i| + lr min(5, 4 tau G / (|g_i| + eps)),
+G the tensor's largest |gradient| (its error bound tau G against the element's own |g_i|; 5 bounds
+|m_hat / sqrt(v_hat)| twice over 5 steps of beta1 0.9, beta2 0.999). Gradients that are rounding
+noise in float64 (a conv bias under batch norm: zero in exact arithmetic) are held to the model's
+gradient scale.
+
+ReLU decisions at activations within f32 rounding of zero. An activation whose exact value is
+2.7e-7 can come out negative in float32 (conv sums carry errors ~1e-6 of their magnitude), and
+then its gradient is cut where float64 passes it: one element, but batch norm's backward spreads a
+bias-gradient change over the whole channel and the layers before it (1.7% of the stem's gradient
+in the case that made this test: ResNet-8, SGD, step 3). Both results are right to float32
+precision; they differ by a decision, not by rounding. So when a step fails, the replay looks for
+ReLU inputs within delta = tau * rms(input) of zero and flips their decisions in torch, one at a
+time and then in pairs among the closest four, and the step passes if some flip set brings every
+check within tau: the table names each such decision (layer call, element, value). No flip is
+tried on a step that passes as is, and nothing else is forgiven.
+
+Exits 1 naming the configuration, step, tensor and both errors when a check fails; 77 (skipped)
+without python3-torch.
+"""
+
+import argparse
+import collections
+import copy
+import hashlib
+import itertools
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError as e:  # python3-torch is optional (install-deps.sh --no-torch): skip, visibly
+    print("skipped: %s (scripts/install-deps.sh installs python3-torch)" % e)
+    sys.exit(77)
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
+import torch_models  # noqa: E402  (the twins of stoke's models)
+
+U = 2.0 ** -24
+LAMBDA = 3.0
+SGD = dict(lr=0.05, momentum=0.9, weight_decay=5e-4)
+ADAMW = dict(lr=1e-3, weight_decay=1e-2, eps=1e-8)
+CONV_PATHS = ["WINOGRAD", "DIRECT", "BLOCKED", "THIN"]
+DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.int64): "I64"}
+
+# --- ReLU with recorded inputs and chosen flips (every twin calls F.relu, nn.ReLU included) ---
+_relu = F.relu
+RELU = {"record": None, "flips": set(), "call": 0}
+
+
+def relu_hooked(x, inplace=False):
+    call = RELU["call"]
+    RELU["call"] += 1
+    if RELU["record"] is not None:
+        RELU["record"].append(x.detach())
+    if not RELU["flips"]:
+        return _relu(x, inplace=inplace)
+    mask = (x > 0).to(x.dtype)
+    flat = mask.view(-1)
+    for c, i in RELU["flips"]:
+        if c == call:
+            flat[i] = 1 - flat[i]
+    return x * mask  # the flipped element's value is within delta of 0 either way
+
+
+F.relu = relu_hooked
+
+
+
+def save_safetensors(path, tensors):
+    """A plain safetensors writer: the tensors in order, their data end to end (offsets cover the
+    data section exactly, as the reference library requires)."""
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        a = t.detach().cpu().contiguous().numpy()
+        b = a.tobytes()
+        header[name] = {"dtype": DTYPES[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def load(path):
+    """A stoke step file: float tensors as float64, and its parameter order."""
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        meta = json.loads(f.read(n)).get("__metadata__", {})
+    t = {k: v.double() if v.is_floating_point() else v
+         for k, v in torch_models.load_safetensors(path).items()}
+    return t, meta.get("parameters", "").split(",")
+
+
+def build(name):
+    m = torch_models.make_model(name)
+    for mod in m.modules():  # dropout and stochastic depth off, as on stoke's side
+        if isinstance(mod, nn.Dropout) or type(mod).__name__ == "StochasticDepth":
+            mod.p = 0.0
+    return m
+
+
+def chain_bound(model, batch):
+    """tau = lambda sqrt(D K) u from the model's conv/linear layers and its activations' shapes."""
+    count, longest = [0], [0]
+
+    def hook(mod, inp, out):
+        x = inp[0]
+        if isinstance(mod, nn.Conv2d):
+            kh, kw = mod.kernel_size
+            sums = (mod.in_channels // mod.groups * kh * kw, out.shape[0] * out.shape[2] * out.shape[3],
+                    mod.out_channels // mod.groups * kh * kw)
+        else:
+            sums = (mod.in_features, x.numel() // x.shape[-1], mod.out_features)
+        count[0] += 1
+        longest[0] = max(longest[0], *sums)
+
+    handles = [m.register_forward_hook(hook) for m in model.modules()
+               if isinstance(m, (nn.Conv2d, nn.Linear))]
+    with torch.no_grad():
+        model(torch.zeros(batch, 1, 28, 28, dtype=torch.float64))
+    for h in handles:
+        h.remove()
+    D, K = 3 * count[0], longest[0]
+    return LAMBDA * math.sqrt(D * K) * U, D, K
+
+
+def make_optimizer(opt_name, params):
+    if opt_name == "sgd":
+        return torch.optim.SGD(params, **SGD)
+    return torch.optim.AdamW(params, **ADAMW)
+
+
+def torch_step(model, state, order, batch, opt_name, dtype, flips=()):
+    """One step of a copy of `model` in `dtype` from `state` (params/buffers/optim entries as in a
+    stoke step file); returns the same entries after it, "grad.*" and "loss"."""
+    m = copy.deepcopy(model).to(dtype)
+    with torch.no_grad():
+        for n, t in list(m.named_parameters()) + list(m.named_buffers()):
+            src = state[("param." if isinstance(t, nn.Parameter) else "buffer.") + n]
+            t.copy_(src.to(t.dtype))
+    m.train()
+    params = dict(m.named_parameters())
+    opt = make_optimizer(opt_name, params.values())
+    for i, n in enumerate(order):  # stoke numbers its state by its parameter order, as torch does
+        key = "optim.state.%d." % i
+        st = {k[len(key):]: v for k, v in state.items() if k.startswith(key)}
+        if st:
+            p = params[n]
+            # copies: the step updates its state in place, and `state` is replayed again
+            opt.state[p] = {k: (v.to(dtype).clone() if k != "step" else v.double().reshape(()).float())
+                            for k, v in st.items()}
+    x, y = batch
+    RELU["flips"], RELU["call"], RELU["record"] = set(flips), 0, [] if not flips else None
+    opt.zero_grad()
+    loss = F.cross_entropy(m(x.to(dtype)), y)
+    loss.backward()
+    relu_inputs = RELU["record"]
+    RELU["flips"], RELU["record"] = set(), None
+    out = {"loss": loss.detach().double().reshape(())}
+    for n, p in params.items():
+        out["grad." + n] = p.grad.detach().double().clone()
+    opt.step()
+    for n, p in params.items():
+        out["param." + n] = p.detach().double().clone()
+        for k, v in opt.state[p].items():
+            idx = order.index(n)
+            out["optim.state.%d.%s" % (idx, k)] = v.detach().double().clone().reshape(
+                v.shape if k != "step" else ())
+    for n, b in m.named_buffers():
+        out["buffer." + n] = b.detach().double().clone() if b.is_floating_point() else b.detach().clone()
+    return out, relu_inputs
+
+
+def rows(t):
+    return t.reshape(t.shape[0], -1) if t.dim() >= 2 else t.reshape(1, -1)
+
+
+def normwise(err, ref, tau, stored=None):
+    """Largest row error over tau times its scale: max(row norm, tensor norm / sqrt(rows)), plus
+    2 u |p| of the row for values stored in float32 (`stored`)."""
+    e, r = rows(err), rows(ref)
+    floor = float(r.norm()) / math.sqrt(r.shape[0])
+    bound = tau * torch.clamp(r.norm(dim=1), min=floor + 1e-300)
+    if stored is not None:
+        bound = bound + 2 * U * rows(stored).norm(dim=1)
+    return float((e.norm(dim=1) / bound).max())
+
+
+def check_step(ref, got, before, opt_name, tau, grad_scale):
+    """[(check, error / bound, tensor)] for one step: every value must be <= 1."""
+    out = [("loss", abs(float(got["loss"]) - float(ref["loss"])) / (tau * abs(float(ref["loss"]))),
+            "loss")]
+    for key, rv in ref.items():
+        if key == "loss":
+            continue
+        gv = got.get(key)
+        if gv is None or gv.shape != rv.shape:
+            out.append(("missing", math.inf, key))
+            continue
+        if not rv.is_floating_point() or key.endswith(".step"):
+            out.append(("count", 0.0 if torch.equal(gv.double(), rv.double()) else math.inf, key))
+            continue
+        kind = key.split(".", 1)[0]
+        if kind == "grad":
+            if float(rv.norm()) <= 1e-9 * grad_scale:  # rounding noise in float64
+                out.append(("grad (noise)", float(gv.norm()) / (tau * grad_scale), key))
+            else:
+                out.append(("grad", normwise(gv - rv, rv, tau), key))
+            continue
+        start = before.get(key)
+        change = rv - start if start is not None else rv
+        if kind == "param" and opt_name == "adamw":
+            g = ref["grad." + key.split(".", 1)[1]]
+            b = tau * change.abs() + ADAMW["lr"] * torch.clamp(
+                4 * tau * float(g.abs().max()) / (g.abs() + ADAMW["eps"]), max=5.0) + 2 * U * rv.abs()
+            out.append(("param (adamw)", float(((gv - rv).abs() / b).max()), key))
+        elif kind == "optim" and opt_name == "adamw":
+            continue  # exp_avg(_sq) of noise gradients are noise: the parameters are checked
+        elif float(change.norm()) == 0:
+            out.append((kind + " (unchanged)", 0.0 if torch.equal(gv, rv) else math.inf, key))
+        else:
+            out.append((kind + " change", normwise(gv - rv, change, tau, rv), key))
+    return out
+
+
+def explain_by_flips(model, state, order, batch, opt_name, tau, grad_scale, got, before,
+                     relu_inputs):
+    """A set of ReLU decisions within delta of zero whose flips bring the step within the bound."""
+    cands = []
+    for call, x in enumerate(relu_inputs):
+        delta = tau * float(x.pow(2).mean().sqrt())
+        flat = x.reshape(-1)
+        for i in (flat.abs() < delta).nonzero().reshape(-1).tolist():
+            cands.append((abs(float(flat[i])), call, i, float(flat[i])))
+    cands.sort()
+    tries = [[c] for c in cands] + [list(p) for p in itertools.combinations(cands[:4], 2)]
+    for t in tries:
+        ref, _ = torch_step(model, state, order, batch, opt_name, torch.float64,
+                            [(c, i) for _, c, i, _ in t])
+        if all(v <= 1 for _, v, _ in check_step(ref, got, before, opt_name, tau, grad_scale)):
+            return [(c, i, v) for _, c, i, v in t]
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("program")
+    ap.add_argument("model")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--configs", default="all", choices=["all", "default"])
+    a = ap.parse_args()
+    torch.manual_seed(1234)
+    model = build(a.model).double()
+    with torch.no_grad():  # start from float32 values: both sides hold the same weights
+        for t in model.state_dict().values():
+            if t.is_floating_point():
+                t.copy_(t.float().double())
+    tau, D, K = chain_bound(model, a.batch)
+    g = torch.Generator().manual_seed(99)
+    batches = [(torch.randn(a.batch, 1, 28, 28, generator=g).float().double(),
+                torch.randint(0, 10, (a.batch,), generator=g)) for _ in range(a.steps)]
+    init = {}
+    for n, p in model.named_parameters():
+        init["param." + n] = p.detach().clone()
+    for n, b in model.named_buffers():
+        init["buffer." + n] = b.detach().clone()
+    order = [n for n, _ in model.named_parameters()]
+    print("%s: batch %d, %d steps; %d conv/linear layers, longest sum K = %d: tau = 3 sqrt(%d * %d)"
+          " u = %.2e" % (a.model, a.batch, a.steps, D // 3, K, D, K, tau))
+
+    configs = [{}]
+    if a.configs == "all":
+        configs += [{"STOKE_CONV_" + p: "0"} for p in CONV_PATHS]
+    failures, table, flips_used = [], [], []
+    replays = collections.OrderedDict()  # (optimizer, step, state's hash) -> torch's f64 replay
+    with tempfile.TemporaryDirectory(prefix="stoke-vs-torch-") as tmp:
+        fixture = {k: v.float() if v.is_floating_point() else v for k, v in init.items()}
+        for k, (x, y) in enumerate(batches, start=1):
+            fixture["x.%d" % k] = x.float()
+            fixture["y.%d" % k] = y
+        init_path = os.path.join(tmp, "init.safetensors")
+        save_safetensors(init_path, fixture)
+        for opt_name in ("sgd", "adamw"):
+            # torch's float64 trajectory from the shared start, for the printed loss column
+            state, traj = dict(init), []
+            for k in range(a.steps):
+                r, _ = torch_step(model, state, order, batches[k], opt_name, torch.float64)
+                traj.append(float(r["loss"]))
+                state = r
+            for threads in (1, 2):
+                for cfg in configs:
+                    env = dict(os.environ, STOKE_NUM_THREADS=str(threads), **cfg)
+                    name = "%s, %d thread%s, %s" % (
+                        opt_name, threads, "" if threads == 1 else "s",
+                        " ".join("%s=0" % k[len("STOKE_CONV_"):] for k in cfg) or "default paths")
+                    out = os.path.join(tmp, "run")
+                    os.makedirs(out, exist_ok=True)
+                    p = subprocess.run([a.program, "--model", a.model, "--init", init_path,
+                                        "--optimizer", opt_name, "--steps", str(a.steps),
+                                        "--out", out], env=env, capture_output=True, text=True)
+                    if p.returncode != 0:
+                        failures.append("%s: stoke exited %d: %s" % (name, p.returncode,
+                                                                    p.stderr.strip()))
+                        continue
+                    worst, worst32 = {}, {}
+                    state, state_key = dict(init), "init"
+                    for k in range(1, a.steps + 1):
+                        path = os.path.join(out, "step%d.safetensors" % k)
+                        got, stoke_order = load(path)
+                        if stoke_order != order:
+                            failures.append("%s: stoke's parameter order differs from torch's" % name)
+                            break
+                        # Configurations that reach the same state (a path a model never takes,
+                        # forced off; every configuration's first step) share torch's replay.
+                        key = (opt_name, k, state_key)
+                        if key not in replays:
+                            replays[key] = torch_step(model, state, order, batches[k - 1], opt_name,
+                                                      torch.float64)
+                            if len(replays) > 8:
+                                replays.popitem(last=False)
+                        ref, relu_inputs = replays[key]
+                        before = {kk: v for kk, v in state.items() if not kk.startswith("optim.")}
+                        grad_scale = max(float(v.norm()) for kk, v in ref.items()
+                                         if kk.startswith("grad."))
+                        res = check_step(ref, got, before, opt_name, tau, grad_scale)
+                        if any(not v <= 1 for _, v, _ in res):
+                            fl = explain_by_flips(model, state, order, batches[k - 1], opt_name, tau,
+                                                  grad_scale, got, before, relu_inputs)
+                            if fl is None:
+                                for what, v, key in res:
+                                    if not v <= 1:
+                                        failures.append("%s, step %d: %s %s at %.3g of its bound"
+                                                        % (name, k, what, key, v))
+                            else:
+                                flips_used.append((name, k, fl))
+                                res = [(w, 0.0, kk) for w, _, kk in res]
+                        if not table:  # torch's float32 replay, for scale: the first configuration
+                            r32, _ = torch_step(model, state, order, batches[k - 1], opt_name,
+                                                torch.float32)
+                            for what, v, _ in check_step(ref, r32, before, opt_name, tau, grad_scale):
+                                worst32[what] = max(worst32.get(what, 0.0), v)
+                        for what, v, tensor in res:
+                            if v > worst.get(what, (-1.0,))[0]:
+                                worst[what] = (v, "step %d %s" % (k, tensor))
+                        state = got
+                        with open(path, "rb") as f:
+                            state_key = hashlib.sha1(f.read()).hexdigest()
+                    table.append((name, worst, worst32 if not table else {}, float(got["loss"]),
+                                  traj[-1]))
+    print("errors as fractions of their bound (<= 1 passes); torch f32: torch's own float32 replay")
+    print("%-40s %-16s %9s %9s  %s" % ("stoke configuration", "check", "stoke", "torch f32",
+                                        "worst at"))
+    for name, worst, worst32, last, last_traj in table:
+        for what, (v, where) in sorted(worst.items()):
+            print("%-40s %-16s %9.2e %9.2e  %s" % (name, what, v, worst32.get(what, float("nan")),
+                                                  where))
+        print("%-40s %-16s %9.6f %9.6f  (stoke's last loss; torch f64's own trajectory)"
+              % (name, "last loss", last, last_traj))
+    for name, k, fl in flips_used:
+        print("%s, step %d: matched after flipping ReLU decision(s) %s (ReLU call, element, "
+              "float64 input)" % (name, k, ", ".join("(%d, %d, %.2e)" % f for f in fl)))
+    if failures:
+        print("\nFAILED (%d checks):" % len(failures))
+        for f in failures[:40]:
+            print("  " + f)
+        return 1
+    print("\nevery step of every configuration within tau = %.2e" % tau)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
