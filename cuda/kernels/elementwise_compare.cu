@@ -5,6 +5,8 @@
 
 #include <type_traits>
 
+#include "cuda/kernels/dispatch.h"
+
 namespace stoke::cuda {
 namespace {
 
@@ -72,23 +74,6 @@ __global__ void __launch_bounds__(kCompareThreads)
   }
 }
 
-// Calls fn(E{}) with an unsigned integer type of `element_size` bytes (1, 2, 4 or 8).
-template <class Fn>
-void dispatch_size(const char* op, size_t element_size, Fn&& fn) {
-  switch (element_size) {
-    case 1:
-      return fn(uint8_t{});
-    case 2:
-      return fn(uint16_t{});
-    case 4:
-      return fn(uint32_t{});
-    case 8:
-      return fn(uint64_t{});
-    default:
-      STOKE_FAIL(op, "expected elements of 1, 2, 4 or 8 bytes, got ", element_size);
-  }
-}
-
 template <class Fn>
 void dispatch_op(CompareOp op, Fn&& fn) {
   switch (op) {
@@ -143,7 +128,7 @@ void where(const bool* cond, const void* a, const void* b, void* out, size_t ele
            const StridedOffsets<4>& offsets, int64_t n, cudaStream_t stream) {
   STOKE_NVTX_RANGE("stoke::cuda::where");
   if (n == 0) return;
-  dispatch_size("cuda::where", element_size, [&](auto tag) {
+  dispatch_size(element_size, "cuda::where", [&](auto tag) {
     using E = decltype(tag);
     auto* k = &where_kernel<E>;
     STOKE_LAUNCH(k, ew::grid_for(n, kCompareThreads), kCompareThreads, 0, stream)
@@ -156,7 +141,7 @@ void select_or_zero(const bool* cond, bool keep, const void* value, void* out, s
                     const StridedOffsets<3>& offsets, int64_t n, cudaStream_t stream) {
   STOKE_NVTX_RANGE("stoke::cuda::select_or_zero");
   if (n == 0) return;
-  dispatch_size("cuda::select_or_zero", element_size, [&](auto tag) {
+  dispatch_size(element_size, "cuda::select_or_zero", [&](auto tag) {
     using E = decltype(tag);
     auto* k = &select_or_zero_kernel<E>;
     STOKE_LAUNCH(k, ew::grid_for(n, kCompareThreads), kCompareThreads, 0, stream)

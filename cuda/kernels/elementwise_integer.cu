@@ -5,6 +5,8 @@
 
 #include <type_traits>
 
+#include "cuda/kernels/dispatch.h"
+
 namespace stoke::cuda {
 namespace {
 
@@ -62,20 +64,6 @@ __global__ void __launch_bounds__(kIntegerThreads)
     __syncthreads();
   }
   if (threadIdx.x == 0) out[o] = partial[0];
-}
-
-template <class Fn>
-void dispatch_int(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::i32:
-      return fn(int32_t{});
-    case DType::i64:
-      return fn(int64_t{});
-    case DType::u8:
-      return fn(uint8_t{});
-    default:
-      STOKE_FAIL(op, "expected dtype i32, i64 or u8, got ", dtype);
-  }
 }
 
 template <class Fn>

@@ -11,6 +11,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "cuda/compat.h"
+#include "cuda/kernels/dispatch.h"
 
 namespace stoke::cuda {
 
@@ -188,49 +189,9 @@ __device__ __forceinline__ float row_reduce(float v, Op op, float identity) {
 }
 #endif  // __CUDACC__ || STOKE_CUDA_EMU
 
-// Calls fn(T{}) with T = float, __half or __nv_bfloat16 for f32, f16, bf16; any other dtype is
-// an error naming `op`.
-template <class Fn>
-void dispatch_floating(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      fn(float{});
-      return;
-    case DType::f16:
-      fn(__half{});
-      return;
-    case DType::bf16:
-      fn(__nv_bfloat16{});
-      return;
-    default:
-      STOKE_FAIL(op, "expected dtype f32, f16 or bf16, got ", dtype);
-  }
-}
-
-// Calls fn(T{}) with the storage type of every dtype (f16/bf16 as __half/__nv_bfloat16); an
-// unknown value is an error naming `op`.
-template <class Fn>
-void dispatch_all(DType dtype, const char* op, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32:
-      return fn(float{});
-    case DType::f64:
-      return fn(double{});
-    case DType::f16:
-      return fn(__half{});
-    case DType::bf16:
-      return fn(__nv_bfloat16{});
-    case DType::i32:
-      return fn(int32_t{});
-    case DType::i64:
-      return fn(int64_t{});
-    case DType::u8:
-      return fn(uint8_t{});
-    case DType::boolean:
-      return fn(bool{});
-  }
-  STOKE_FAIL(op, "unknown dtype ", static_cast<int>(dtype));
-}
+// The dtype dispatchers (dispatch_floating, dispatch_all) live in cuda/kernels/dispatch.h.
+using cuda::dispatch_all;
+using cuda::dispatch_floating;
 
 // Blocks for a grid-stride loop over `work` items with `threads` per block, capped so that huge
 // tensors loop instead of launching millions of blocks.

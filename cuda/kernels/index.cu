@@ -2,6 +2,8 @@
 // element size); backward kernels scatter with atomicAdd, one thread per gradient element.
 #include "cuda/kernels/index.h"
 
+#include "cuda/kernels/dispatch.h"
+
 namespace stoke::cuda {
 namespace {
 
@@ -108,23 +110,6 @@ void fill(E* p, int64_t n, E value, cudaStream_t stream) {
   auto* k = &index_fill_kernel<E>;
   STOKE_LAUNCH(k, ew::grid_for(n, kIndexThreads), kIndexThreads, 0, stream)(p, n, value);
   STOKE_CUDA_CHECK(cudaGetLastError());
-}
-
-// Calls fn(E{}) with an unsigned integer type of elem_size bytes.
-template <class Fn>
-void dispatch_size(size_t elem_size, const char* op, Fn&& fn) {
-  switch (elem_size) {
-    case 1:
-      return fn(uint8_t{});
-    case 2:
-      return fn(uint16_t{});
-    case 4:
-      return fn(uint32_t{});
-    case 8:
-      return fn(uint64_t{});
-    default:
-      STOKE_FAIL(op, "expected an element size of 1, 2, 4 or 8 bytes, got ", elem_size);
-  }
 }
 
 void check_geometry(const char* op, int64_t outer, int64_t n, int64_t k, int64_t inner) {

@@ -38,19 +38,6 @@ std::vector<Chunk> chunks_of(const std::vector<Tensor>& ts) {
 template <class T>
 using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
-// Calls f(TypeTag<T>{}) with T the storage type of an optimizer dtype.
-template <class F>
-void dispatch_storage(DType d, const char* op, F&& f) {
-  switch (d) {
-    case DType::f16:
-      return f(TypeTag<Half>{});
-    case DType::bf16:
-      return f(TypeTag<BFloat16>{});
-    default:
-      return dispatch_float(d, op, std::forward<F>(f));
-  }
-}
-
 // Calls f(std::true_type{}) or f(std::false_type{}): the rule's options become template
 // parameters, so each loop below has no branch inside and vectorizes (measured on 1M f32
 // parameters, 2 threads: SGD with nesterov momentum 1.10 -> 0.21 ms, Adam 3.42 -> 0.51 ms against
