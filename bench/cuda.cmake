@@ -6,3 +6,11 @@ if(TARGET stoke_cuda)
                                       ops_cuda_nn.cpp ops_cuda_optim.cpp ops_cuda_data.cpp)
   target_link_libraries(stoke-bench-ops-cuda PRIVATE stoke::stoke stoke_flags)
 endif()
+
+# bench/emu.cpp (stoke-bench-emu): cuda/emu's execution modes (OS threads, fibers on one worker and
+# on every core) on single launches and on LeNet-5 / ResNet-8 training steps. Built wherever the
+# emulated backend is (no GPU needed).
+if(TARGET stoke_ops_cuda_emu AND TARGET stoke_nn)
+  add_executable(stoke-bench-emu emu.cpp)
+  target_link_libraries(stoke-bench-emu PRIVATE stoke_ops_cuda_emu stoke_nn stoke_flags)
+endif()

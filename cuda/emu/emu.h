@@ -2,12 +2,19 @@
 // the CUDA compiler's built-ins when STOKE_CUDA_EMU is defined, so that every kernel file also
 // compiles with the host compiler and runs on the CPU.
 //
-// A grid runs block by block; every CUDA thread of a block is an OS thread from a pool that grows
-// to the largest block size seen and is reused across launches. The barriers and warp exchanges
-// below are the only happens-before edges between the threads of a block, so a missing
-// __syncthreads() is a data race that ThreadSanitizer reports at the kernel's line. The toolkit's
-// own headers provide dim3, the vector types, __half/__nv_bfloat16 (their host code paths) and the
-// runtime-API declarations; cuda/emu/runtime.cpp defines the subset of that API the backend uses.
+// A grid runs in one of two execution modes (ExecutionMode below; docs/design-notes.md,
+// "cuda/emu"):
+// - fibers (the default): a block's CUDA threads run one after another on one OS thread, each
+//   leaving its stack for another only where it must wait (__syncthreads(), shuffles, votes,
+//   __syncwarp()); the blocks are spread over a pool of OS threads, one per core;
+// - OS threads (STOKE_EMU_THREADS=os, the default in ThreadSanitizer builds): every CUDA thread of
+//   a block is an OS thread from a pool that grows to the largest block size seen, blocks run one
+//   after another. The barriers and warp exchanges below are then the only happens-before edges
+//   between the threads of a block, so a missing __syncthreads() is a data race that
+//   ThreadSanitizer reports at the kernel's line.
+// The toolkit's own headers provide dim3, the vector types, __half/__nv_bfloat16 (their host code
+// paths) and the runtime-API declarations; cuda/emu/runtime.cpp defines the subset of that API the
+// backend uses.
 #pragma once
 
 #ifndef STOKE_CUDA_EMU
@@ -26,16 +33,27 @@
 #include <type_traits>
 #include <utility>
 
+namespace stoke::emu::detail {
+/// Called where a kernel declares a __shared__ variable: in fiber mode, the block takes the
+/// launch's statics for itself until it ends (blocks of one launch may run at once there).
+void note_static_shared();
+}  // namespace stoke::emu::detail
+
 // The toolkit's host_defines.h makes the execution-space qualifiers empty for a host compiler;
-// __shared__ becomes a function-local static: blocks of a grid run one after another and launches
-// are serialized, so a static is exactly "storage shared by the block".
+// __shared__ becomes a function-local static, one copy for the process: launches are serialized
+// and no two blocks of a launch that use it run at once (note_static_shared), so a static is
+// exactly "storage shared by the block". __shared__ is valid in function bodies only (as it is
+// in practice in CUDA); the call before it is what a namespace-scope use would fail to compile.
 #undef __shared__
-#define __shared__ static
+#define __shared__                            \
+  ::stoke::emu::detail::note_static_shared(); \
+  static
 #ifndef __launch_bounds__
 #define __launch_bounds__(...)
 #endif
 
-// The built-in variables: per OS thread, set by the pool before each block runs.
+// The built-in variables: per OS thread, set by the mode's workers before each block runs; in
+// fiber mode threadIdx is set again each time a worker switches to another CUDA thread.
 inline constinit thread_local uint3 threadIdx{};
 inline constinit thread_local uint3 blockIdx{};
 inline constinit thread_local dim3 blockDim{};
@@ -116,6 +134,27 @@ bool set_device_memory_guard(bool on);
 /// STOKE_EMU_STREAMS=deferred starts with it on. Returns the previous setting.
 bool set_deferred_streams(bool on);
 
+/// How the CUDA threads of a block run (docs/design-notes.md, "cuda/emu").
+enum class ExecutionMode {
+  /// On one OS thread, one after another, switching stacks only where a thread must wait; the
+  /// blocks spread over set_fiber_workers() OS threads. Fast: whole training steps in seconds.
+  kFibers,
+  /// An OS thread per CUDA thread, blocks one after another: ThreadSanitizer sees a missing
+  /// barrier as a race between threads.
+  kOsThreads,
+};
+
+/// Sets the mode of the launches that run from now on; returns the previous mode. The default is
+/// kFibers, kOsThreads in ThreadSanitizer builds; STOKE_EMU_THREADS=fibers|os chooses at startup
+/// (any other value fails every launch with cudaErrorInvalidValue, naming it).
+ExecutionMode set_execution_mode(ExecutionMode mode);
+ExecutionMode execution_mode();
+
+/// The OS threads (the launching one included) over which fiber mode spreads a launch's blocks,
+/// 1 to 1024; returns the previous count. The default is the number of cores;
+/// STOKE_EMU_WORKERS=N chooses at startup (any other value fails every launch, naming it).
+unsigned set_fiber_workers(unsigned workers);
+
 /// The emulator presents this many identical devices, so that code selecting cuda:1 (the device
 /// guard of every op, allocation on the tensor's device) is tested too.
 inline constexpr int kDeviceCount = 2;
@@ -132,6 +171,8 @@ struct Stats {
   std::size_t device_allocations = 0;  ///< live cudaMalloc blocks
   std::size_t host_bytes_live = 0;     ///< cudaMallocHost/cudaHostAlloc'd and not yet freed
   int last_launch_device = -1;         ///< the launching thread's current device, last launch
+  std::uint64_t stack_switches = 0;    ///< fiber mode: switches from one CUDA thread's stack to
+                                       ///< another's, all launches
 };
 Stats stats();
 

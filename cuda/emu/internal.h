@@ -35,8 +35,8 @@ unsigned stream_flags(cudaStream_t stream);
 /// The dynamic shared memory a kernel may use: cudaFuncSetAttribute's opt-in, else 48 KiB.
 std::size_t max_dynamic_shared(const void* kernel);
 
-/// Counts a finished launch in stats().
-void count_launch();
+/// Counts a finished launch in stats(), with the fiber stack switches it made.
+void count_launch(std::uint64_t stack_switches);
 /// Records the device of a launch as it is issued (stats().last_launch_device).
 void note_launch(int device);
 

@@ -1,283 +1,77 @@
-// cuda/emu: running a grid. A pool of OS threads (grown to the largest block seen, reused across
-// launches) runs thread t of every block on worker t; blocks run one after another, separated by
-// a block-end barrier. __syncthreads(), the per-warp exchanges and the block-end barrier are
-// std::mutex/condition_variable rendezvous: ThreadSanitizer understands them, and they are the only
-// synchronization between the threads of a block, so a missing barrier is a reported race.
-#include <array>
-#include <bit>
-#include <condition_variable>
+// cuda/emu: launching a grid. The launch is checked like CUDA's, queued on its stream
+// (cuda/emu/streams.cpp), and run under one process-wide mutex (launches are serialized, so the
+// device-memory window and the __shared__ statics belong to one grid at a time) in the execution
+// mode of the moment: fibers (launch_fibers.cpp) or an OS thread per CUDA thread
+// (launch_threads.cpp). The kernel-side calls go to the mode that runs the calling thread.
+#include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <cstring>
-#include <exception>
-#include <memory>
 #include <mutex>
 #include <new>
 #include <system_error>
 #include <thread>
-#include <vector>
 
+#include "cuda/emu/exec.h"
+#include "cuda/emu/fiber.h"
 #include "cuda/emu/internal.h"
 
 namespace stoke::emu {
 namespace {
 
 constexpr unsigned kMaxBlockThreads = 1024;
-constexpr unsigned kWarp = 32;
-constexpr unsigned kMaxWarps = kMaxBlockThreads / kWarp;
-constexpr std::size_t kSlotBytes = 16;
+constexpr unsigned kMaxWorkers = 1024;
 
-// One warp's exchange. Lanes publish a value, a predicate, the lane they want to read and the
-// mask they wait for; when every live lane of an arrived lane's mask has arrived, that group is
-// released at once and each member's result is copied out while the lock is held, so a fast lane
-// may start its next exchange without overwriting what a slow one has yet to read.
-struct Warp {
+// The execution mode and the fiber mode's worker count: from the environment at first use, then
+// from set_execution_mode / set_fiber_workers. A malformed variable fails every launch with its
+// name and value (until the program sets the setting itself).
+struct Settings {
   std::mutex m;
-  std::condition_variable cv;
-  std::uint32_t live = 0;
-  std::uint32_t arrived = 0;
-  std::uint32_t released = 0;
-  std::uint32_t predicates = 0;
-  std::array<std::uint32_t, kWarp> wait_mask{};
-  std::array<int, kWarp> source{};
-  std::array<std::uint32_t, kWarp> group{};
-  std::array<std::uint32_t, kWarp> ballot{};
-  alignas(16) unsigned char slot[kWarp][kSlotBytes] = {};
-  alignas(16) unsigned char result[kWarp][kSlotBytes] = {};
+  ExecutionMode mode;
+  unsigned workers;
+  std::string mode_error;
+  std::string workers_error;
 
-  void reset(std::uint32_t lanes) {
-    live = lanes;
-    arrived = released = predicates = 0;
-  }
-
-  // Called with m held after an arrival or an exit.
-  void try_release() {
-    bool any = false;
-    std::uint32_t pending = arrived;
-    while (pending != 0) {
-      const int first = std::countr_zero(pending);
-      const std::uint32_t need = wait_mask[first] & live;  // includes `first`: it is live
-      if ((arrived & need) != need) {
-        pending &= ~(1u << first);
-        continue;
+  Settings() {
+#if defined(STOKE_EMU_TSAN)
+    mode =
+        ExecutionMode::kOsThreads;  // ThreadSanitizer sees a missing barrier only between threads
+#else
+    mode = ExecutionMode::kFibers;
+#endif
+    if (const char* env = std::getenv("STOKE_EMU_THREADS"); env != nullptr && *env != '\0') {
+      if (std::strcmp(env, "os") == 0) {
+        mode = ExecutionMode::kOsThreads;
+      } else if (std::strcmp(env, "fibers") == 0) {
+        mode = ExecutionMode::kFibers;
+      } else {
+        mode_error =
+            stoke::detail::str_cat("STOKE_EMU_THREADS='", env, "': expected 'fibers' or 'os'");
       }
-      const std::uint32_t votes = predicates & need;
-      for (std::uint32_t rest = need; rest != 0; rest &= rest - 1) {
-        const int k = std::countr_zero(rest);
-        const int s = source[k];
-        const int from = (s >= 0 && s < static_cast<int>(kWarp) && ((need >> s) & 1u)) ? s : k;
-        std::memcpy(result[k], slot[from], kSlotBytes);
-        group[k] = need;
-        ballot[k] = votes;
-      }
-      released |= need;
-      arrived &= ~need;
-      pending &= ~need;
-      any = true;
     }
-    if (any) cv.notify_all();
+    workers = std::max(1u, std::thread::hardware_concurrency());
+    if (const char* env = std::getenv("STOKE_EMU_WORKERS"); env != nullptr && *env != '\0') {
+      unsigned n = 0;
+      const char* end = env + std::strlen(env);
+      const auto r = std::from_chars(env, end, n);
+      if (r.ec == std::errc() && r.ptr == end && n >= 1 && n <= kMaxWorkers) {
+        workers = n;
+      } else {
+        workers_error = stoke::detail::str_cat(
+            "STOKE_EMU_WORKERS='", env, "': expected a whole number from 1 to ", kMaxWorkers);
+      }
+    }
   }
 };
 
-// The block's barrier (__syncthreads) and the block-end barrier between consecutive blocks.
-struct Block {
-  std::mutex m;
-  std::condition_variable cv;
-  unsigned threads = 0;  // per block
-  unsigned live = 0;     // not yet returned from the kernel
-  unsigned arrived = 0;  // waiting at __syncthreads
-  unsigned done = 0;     // returned, waiting for the next block
-  int count = 0;         // __syncthreads_count accumulator
-  int last_count = 0;
-  std::uint64_t sync_gen = 0;
-  std::uint64_t block_gen = 0;
-  bool stop = false;  // a thread failed: run no further blocks
-
-  void release_barrier() {
-    arrived = 0;
-    last_count = count;
-    count = 0;
-    ++sync_gen;
-    cv.notify_all();
-  }
-};
-
-struct AlignedFree {
-  void operator()(unsigned char* p) const { ::operator delete (p, std::align_val_t{16}); }
-};
-
-struct Job {
-  LaunchConfig config;
-  void (*body)(void*) = nullptr;
-  void* ctx = nullptr;
-  unsigned threads = 0;
-  std::uint64_t blocks = 0;
-  std::unique_ptr<unsigned char, AlignedFree> shared;
-  Block* block = nullptr;
-  Warp* warps = nullptr;
-  std::mutex m;
-  std::condition_variable cv;
-  unsigned remaining = 0;  // workers still running
-  bool failed = false;
-  std::string failure;
-
-  void fail(const std::string& what) {
-    std::lock_guard lock(m);
-    if (failed) return;  // the first failure is the one reported
-    failed = true;
-    failure = stoke::detail::str_cat("kernel threw in block (", blockIdx.x, ",", blockIdx.y, ",",
-                                     blockIdx.z, ") thread (", threadIdx.x, ",", threadIdx.y, ",",
-                                     threadIdx.z, "): ", what);
-  }
-};
-
-struct ThreadContext {
-  Job* job = nullptr;
-  Warp* warp = nullptr;
-  unsigned lane = 0;
-};
-thread_local ThreadContext tls;
-
-void reset_warps(Job& job) {
-  for (unsigned w = 0; w * kWarp < job.threads; ++w) {
-    const unsigned lanes = std::min(kWarp, job.threads - w * kWarp);
-    job.warps[w].reset(lanes == kWarp ? ~0u : ((1u << lanes) - 1));
-  }
-}
-
-// Worker t's part of the grid: thread t of every block.
-void run_thread(Job& job, unsigned t) {
-  const dim3 bd = job.config.block;
-  const dim3 gd = job.config.grid;
-  blockDim = bd;
-  gridDim = gd;
-  threadIdx = uint3{t % bd.x, (t / bd.x) % bd.y, t / (bd.x * bd.y)};
-  Warp& warp = job.warps[t / kWarp];
-  const std::uint32_t bit = 1u << (t % kWarp);
-  tls = ThreadContext{&job, &warp, t % kWarp};
-  Block& block = *job.block;
-  for (std::uint64_t b = 0; b < job.blocks; ++b) {
-    blockIdx = uint3{static_cast<unsigned>(b % gd.x), static_cast<unsigned>((b / gd.x) % gd.y),
-                     static_cast<unsigned>(b / (std::uint64_t{gd.x} * gd.y))};
-    try {
-      job.body(job.ctx);
-    } catch (const std::exception& e) {
-      job.fail(e.what());
-    } catch (...) {
-      job.fail("an exception not derived from std::exception");
-    }
-    {  // A returned thread drops out of its warp's exchanges...
-      std::lock_guard lock(warp.m);
-      warp.live &= ~bit;
-      warp.try_release();
-    }
-    // ... and out of the block's barrier; the last one to return starts the next block.
-    std::unique_lock lock(block.m);
-    --block.live;
-    ++block.done;
-    if (block.arrived > 0 && block.arrived == block.live) block.release_barrier();
-    if (block.done == block.threads) {
-      block.live = block.threads;
-      block.done = 0;
-      reset_warps(job);
-      {
-        std::lock_guard failure_lock(job.m);
-        block.stop = job.failed;
-      }
-      ++block.block_gen;
-      block.cv.notify_all();
-    } else {
-      const std::uint64_t gen = block.block_gen;
-      block.cv.wait(lock, [&] { return block.block_gen != gen; });
-    }
-    if (block.stop) break;
-  }
-  tls = ThreadContext{};
-}
-
-class Pool {
- public:
-  ~Pool() {
-    for (auto& w : workers_) {
-      {
-        std::lock_guard lock(w->m);
-        w->quit = true;
-      }
-      w->cv.notify_one();
-      w->thread.join();
-    }
-  }
-
-  // Runs the job on workers [0, job.threads); the caller holds the launch mutex.
-  void run(Job& job) {
-    while (workers_.size() < job.threads) {
-      auto w = std::make_unique<Worker>();
-      const auto index = static_cast<unsigned>(workers_.size());
-      Worker* raw = w.get();
-      w->thread = std::thread([raw, index] { loop(*raw, index); });
-      workers_.push_back(std::move(w));
-    }
-    block_.threads = job.threads;
-    block_.live = job.threads;
-    block_.arrived = block_.done = 0;
-    block_.count = 0;
-    block_.stop = false;
-    job.block = &block_;
-    job.warps = warps_.data();
-    reset_warps(job);
-    job.remaining = job.threads;
-    for (unsigned i = 0; i < job.threads; ++i) {
-      Worker& w = *workers_[i];
-      {
-        std::lock_guard lock(w.m);
-        w.job = &job;
-      }
-      w.cv.notify_one();
-    }
-    std::unique_lock lock(job.m);
-    job.cv.wait(lock, [&] { return job.remaining == 0; });
-  }
-
- private:
-  struct Worker {
-    std::mutex m;
-    std::condition_variable cv;
-    Job* job = nullptr;
-    bool quit = false;
-    std::thread thread;
-  };
-
-  static void loop(Worker& w, unsigned index) {
-    for (;;) {
-      Job* job = nullptr;
-      {
-        std::unique_lock lock(w.m);
-        w.cv.wait(lock, [&] { return w.job != nullptr || w.quit; });
-        if (w.quit) return;
-        job = std::exchange(w.job, nullptr);
-      }
-      run_thread(*job, index);
-      std::lock_guard lock(job->m);
-      if (--job->remaining == 0) job->cv.notify_one();
-    }
-  }
-
-  std::vector<std::unique_ptr<Worker>> workers_;
-  Block block_;
-  std::array<Warp, kMaxWarps> warps_;
-};
-
-Pool& pool() {
-  static Pool instance;
-  return instance;
+Settings& settings() {
+  static Settings s;
+  return s;
 }
 
 std::mutex& launch_mutex() {
   static std::mutex m;
   return m;
-}
-
-ThreadContext& kernel_context(const char* what) {
-  if (tls.job == nullptr) STOKE_FAIL("emu", what, " called outside a kernel");
-  return tls;
 }
 
 cudaError_t check_config(const LaunchConfig& c, std::string& why) {
@@ -309,14 +103,85 @@ cudaError_t check_config(const LaunchConfig& c, std::string& why) {
   return cudaSuccess;
 }
 
-void run_grid(const LaunchConfig& config, void (*body)(void*), void* ctx);
-
 cudaError_t fail_launch(cudaError_t error, const std::string& why) {
   detail::set_failure_detail(stoke::detail::str_cat("launch rejected: ", why));
   return detail::set_last_error(error);
 }
 
+void run_grid(const LaunchConfig& config, void (*body)(void*), void* ctx) {
+  std::lock_guard serialize(launch_mutex());
+  ExecutionMode mode;
+  unsigned workers;
+  {
+    Settings& s = settings();
+    std::lock_guard lock(s.m);
+    const std::string& error = !s.mode_error.empty() ? s.mode_error : s.workers_error;
+    if (!error.empty()) {
+      fail_launch(cudaErrorInvalidValue, error);
+      return;
+    }
+    mode = s.mode;
+    workers = s.workers;
+  }
+  detail::Grid grid;
+  grid.config = config;
+  grid.body = body;
+  grid.ctx = ctx;
+  grid.threads = config.block.x * config.block.y * config.block.z;
+  grid.blocks = std::uint64_t{config.grid.x} * config.grid.y * config.grid.z;
+  detail::GridFailure failure;
+  std::uint64_t switches = 0;
+  try {
+    const DeviceAccess access;  // the kernel's threads may touch device memory
+    if (mode == ExecutionMode::kFibers) {
+      switches = detail::fibers::run(grid, failure, workers);
+    } else {
+      detail::os_threads::run(grid, failure);
+    }
+  } catch (const std::system_error& e) {
+    // Only thread creation throws here, and only before any block of this grid started.
+    fail_launch(cudaErrorLaunchOutOfResources,
+                stoke::detail::str_cat("cannot start threads: ", e.what()));
+    return;
+  }
+  detail::count_launch(switches);
+  if (failure.failed()) {
+    detail::set_failure_detail(failure.message());
+    detail::set_last_error(cudaErrorLaunchFailure);
+  }
+}
+
 }  // namespace
+
+namespace detail {
+std::string kernel_threw(const std::string& what) {
+  return stoke::detail::str_cat("kernel threw in block (", blockIdx.x, ",", blockIdx.y, ",",
+                                blockIdx.z, ") thread (", threadIdx.x, ",", threadIdx.y, ",",
+                                threadIdx.z, "): ", what);
+}
+}  // namespace detail
+
+ExecutionMode set_execution_mode(ExecutionMode mode) {
+  Settings& s = settings();
+  std::lock_guard lock(s.m);
+  s.mode_error.clear();
+  return std::exchange(s.mode, mode);
+}
+
+ExecutionMode execution_mode() {
+  Settings& s = settings();
+  std::lock_guard lock(s.m);
+  return s.mode;
+}
+
+unsigned set_fiber_workers(unsigned workers) {
+  STOKE_CHECK(workers >= 1 && workers <= kMaxWorkers, "emu", "set_fiber_workers(", workers,
+              "): expected 1 to ", kMaxWorkers);
+  Settings& s = settings();
+  std::lock_guard lock(s.m);
+  s.workers_error.clear();
+  return std::exchange(s.workers, workers);
+}
 
 void launch(const LaunchConfig& config, void (*body)(void*), void* ctx,
             std::shared_ptr<void> keep) {
@@ -343,88 +208,42 @@ void launch(const LaunchConfig& config, void (*body)(void*), void* ctx,
   });
 }
 
-namespace {
-void run_grid(const LaunchConfig& config, void (*body)(void*), void* ctx) {
-  std::lock_guard serialize(launch_mutex());
-  Job job;
-  job.config = config;
-  job.body = body;
-  job.ctx = ctx;
-  job.threads = config.block.x * config.block.y * config.block.z;
-  job.blocks = std::uint64_t{config.grid.x} * config.grid.y * config.grid.z;
-  if (config.shared_bytes > 0) {
-    job.shared.reset(
-        static_cast<unsigned char*>(::operator new (config.shared_bytes, std::align_val_t{16})));
-  }
-  try {
-    const DeviceAccess access;  // the kernel's threads may touch device memory
-    pool().run(job);
-  } catch (const std::system_error& e) {
-    // Only thread creation throws here, and only before any worker of this job started.
-    fail_launch(cudaErrorLaunchOutOfResources,
-                stoke::detail::str_cat("cannot start threads: ", e.what()));
-    return;
-  }
-  detail::count_launch();
-  if (job.failed) {
-    detail::set_failure_detail(job.failure);
-    detail::set_last_error(cudaErrorLaunchFailure);
-  }
-}
-}  // namespace
-
 void* dynamic_shared_memory() {
-  return kernel_context("STOKE_DYNAMIC_SHARED").job->shared.get();
+  if (detail::fibers::in_kernel()) return detail::fibers::dynamic_shared_memory();
+  return detail::os_threads::dynamic_shared_memory();
 }
 
 int syncthreads(int predicate) {
-  Block& b = *kernel_context("__syncthreads()").job->block;
-  std::unique_lock lock(b.m);
-  ++b.arrived;
-  if (predicate != 0) ++b.count;
-  if (b.arrived == b.live) {
-    b.release_barrier();
-  } else {
-    const std::uint64_t gen = b.sync_gen;
-    b.cv.wait(lock, [&] { return b.sync_gen != gen; });
-  }
-  // Safe to read: the next barrier cannot complete before this thread arrives at it.
-  return b.last_count;
+  if (detail::fibers::in_kernel()) return detail::fibers::syncthreads(predicate);
+  return detail::os_threads::syncthreads(predicate);
 }
 
 WarpResult warp_exchange(unsigned mask, const void* value, std::size_t bytes, int src_lane,
                          bool predicate, void* out) {
-  ThreadContext& c = kernel_context("a warp shuffle, vote or __syncwarp()");
-  STOKE_CHECK(bytes <= kSlotBytes, "emu", "warp exchange of at most ", kSlotBytes, " bytes, got ",
-              bytes);
-  Warp& w = *c.warp;
-  const unsigned lane = c.lane;
-  const std::uint32_t bit = 1u << lane;
-  std::unique_lock lock(w.m);
-  if (bytes > 0) std::memcpy(w.slot[lane], value, bytes);
-  w.source[lane] = src_lane;
-  w.wait_mask[lane] = mask | bit;
-  w.predicates = predicate ? (w.predicates | bit) : (w.predicates & ~bit);
-  w.arrived |= bit;
-  w.try_release();
-  w.cv.wait(lock, [&] { return (w.released & bit) != 0; });
-  w.released &= ~bit;
-  if (bytes > 0) std::memcpy(out, w.result[lane], bytes);
-  return WarpResult{w.group[lane], w.ballot[lane]};
+  if (detail::fibers::in_kernel()) {
+    return detail::fibers::warp_exchange(mask, value, bytes, src_lane, predicate, out);
+  }
+  return detail::os_threads::warp_exchange(mask, value, bytes, src_lane, predicate, out);
 }
 
 unsigned lane_id() {
-  return kernel_context("the lane id").lane;
+  if (detail::fibers::in_kernel()) return detail::fibers::lane_id();
+  return detail::os_threads::lane_id();
 }
 
 unsigned active_mask() {
-  ThreadContext& c = kernel_context("__activemask()");
-  std::lock_guard lock(c.warp->m);
-  return c.warp->live;
+  if (detail::fibers::in_kernel()) return detail::fibers::active_mask();
+  return detail::os_threads::active_mask();
 }
 
 bool in_kernel() {
-  return tls.job != nullptr;
+  return detail::fibers::in_kernel() || detail::os_threads::in_kernel();
 }
+
+namespace detail {
+void note_static_shared() {
+  fibers::note_static_shared();
+}
+}  // namespace detail
 
 }  // namespace stoke::emu

@@ -149,10 +149,11 @@ std::size_t device_memory_limit() {
   std::lock_guard lock(s.m);
   return s.limit;
 }
-void count_launch() {
+void count_launch(std::uint64_t stack_switches) {
   State& s = state();
   std::lock_guard lock(s.m);
   ++s.stats.launches;
+  s.stats.stack_switches += stack_switches;
 }
 void note_launch(int device) {
   State& s = state();
