@@ -335,6 +335,8 @@ TEST_CASE("optimizers: parameter groups step as separate optimizers with each gr
       ref1.step();
     }
   }
+  // Bit for bit: a group's step is its optimizer's elementwise update on its own parameters with
+  // its own settings, the same operations on the same values as the single-group optimizers.
   for (size_t i = 0; i < a.size(); ++i) {
     INFO("parameter " << i);
     CHECK(a[i].to_vector<double>() == b[i].to_vector<double>());
