@@ -73,6 +73,10 @@ TEST_CASE("dist: host-staged (emu): cuda tensors through a host engine equal cpu
         for (int r = 0; r < n; ++r) {
           const size_t ring_skipped = dtype == DType::f64 ? 1 : 0;
           REQUIRE(on_cuda[r].size() + ring_skipped == on_cpu[r].size());
+          // Bit for bit: a staged call copies the device tensors to the host and runs the same
+          // host engine's code on the same values (cpu tensors go straight to it); the ring's
+          // steps are one addition each, in f32 (f16/bf16 added in f32 and rounded once) on the
+          // device as on the host, correctly rounded to one result.
           for (size_t k = 0, j = 0; k < on_cuda[r].size(); ++k, ++j) {
             if (ring_skipped && k == 6) ++j;  // the f64 ring result exists on the cpu only
             REQUIRE(on_cuda[r][k] == on_cpu[r][j]);

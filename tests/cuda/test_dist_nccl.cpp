@@ -45,6 +45,21 @@ std::vector<double> host(const Tensor& t) {
   return t.to(Device::cpu()).to(DType::f64).to_vector<double>();
 }
 
+// Twice the unit roundoff of dtype: one correctly rounded result is within u of the exact value;
+// a value rounded in f32 and then to f16/bf16 (a double rounding) within u (1 + 2^-13) < 2u.
+double two_u(DType dtype) {
+  switch (dtype) {
+    case DType::f64:
+      return 0x1p-52;
+    case DType::f16:
+      return 0x1p-10;
+    case DType::bf16:
+      return 0x1p-7;
+    default:
+      return 0x1p-23;
+  }
+}
+
 // A two-layer MLP, small enough for the emulator.
 struct Mlp : nn::Module {
   std::shared_ptr<nn::Linear> fc1, fc2;
@@ -95,8 +110,9 @@ TEST_CASE("dist: nccl (emu): every collective matches its closed form", "[nccl_d
               m = std::max(m, value(q, i));
             }
             const size_t k = static_cast<size_t>(i);
-            REQUIRE(sum[r][k] == s);
-            REQUIRE(avg[r][k] == Approx(s / n).epsilon(dtype == DType::bf16 ? 1e-2 : 1e-3));
+            REQUIRE(sum[r][k] == s);  // exact sums (see value())
+            // The exact sum divided by n, rounded to the dtype once (f16/bf16 through f32).
+            REQUIRE(avg[r][k] == Approx(s / n).epsilon(two_u(dtype)));
             REQUIRE(mx[r][k] == m);
             double sc = 0;
             for (int q = 0; q < n; ++q) sc += value(q, r * len + i);
@@ -125,9 +141,14 @@ TEST_CASE("dist: nccl (emu): stoke's ring over NCCL's send/recv equals NCCL's al
         native[c.rank()] = host(b);
       });
       for (int r = 0; r < n; ++r) {
-        REQUIRE(ring[r] == ring[0]);  // bit-identical on every rank
+        // Bit-identical on every rank: each chunk is reduced once and the result copied to all.
+        REQUIRE(ring[r] == ring[0]);
+        // Both divide the exact sum (see value()) by n in f32: within u of s / n as a quotient,
+        // 2u as a product by the rounded 1 / n, so under 4u apart; bf16 then rounds two such
+        // values to the same or adjacent bf16 values, at most 2^-7 apart.
+        const double rel = dtype == DType::bf16 ? 0x1p-7 : 2 * two_u(dtype);
         for (size_t i = 0; i < ring[r].size(); ++i)
-          REQUIRE(ring[r][i] == Approx(native[r][i]).epsilon(dtype == DType::bf16 ? 1e-2 : 1e-6));
+          REQUIRE(ring[r][i] == Approx(native[r][i]).epsilon(rel));
       }
     }
   }
@@ -179,7 +200,13 @@ TEST_CASE("dist: nccl (emu): DDP on cuda tensors of 2 ranks equals one process o
         got[static_cast<size_t>(c.rank())].push_back(p.detach().to(Device::cpu()));
     });
     for (size_t i = 0; i < want.size(); ++i) {
-      REQUIRE(host(got[1][i]) == host(got[0][i]));  // replicas bit-identical
+      // Replicas bit-identical: both ranks apply the same allreduced bytes in the same step.
+      REQUIRE(host(got[1][i]) == host(got[0][i]));
+      // The same per-sample terms summed as 2 x 4 then averaged against 8 at once: sums of 8 or
+      // 6 products (|.| <= 4 / 8) per gradient element, within signed_sum_tol(8, 8 x 0.25) = 1.4e-6
+      // of each other (tests/cuda/ops_cuda_util.h); three steps of lr 0.1 with momentum 0.9 move a
+      // weight by (1 + 1.9 + 2.71) x 0.1 = 0.56 times a gradient difference: under 1e-6, and a
+      // rounding of |w| <= 1.5 each step: 1e-5 absolute.
       const std::vector<double> g = host(got[0][i]), w = host(want[i]);
       for (size_t k = 0; k < g.size(); ++k) REQUIRE(g[k] == Approx(w[k]).margin(1e-5));
     }
@@ -287,11 +314,18 @@ TEST_CASE("dist: nccl (emu): DDP of LeNet-5 on cuda tensors with no_sync, 2 rank
   for (Engine engine : {Engine::nccl, Engine::staged}) {
     INFO((engine == Engine::nccl ? "NCCL" : "in-process, staged through the host"));
     const DdpRun got = lenet_run(x, y, 2, kSteps, 2, engine);
+    // The two sides sum the same per-sample terms in other orders, on other kernels: a gradient
+    // element sums K <= 8 x 784 terms of random sign (conv1's weights), the two within
+    // 6u sqrt(K / 3) = 1.6e-5 of |g|; after two steps of lr 0.05 the losses (~2.3) move by that
+    // times their small descent, plus the mean's own rounding (2 sqrt(8) u 2.3 = 7.8e-7): 1e-5
+    // holds; the parameters move by that fraction of their path, under 0.2 in two steps of lr
+    // 0.05 (with momentum) for gradients below 1: 3.2e-6, so 1e-5 holds for them too.
     for (size_t s = 0; s < kSteps; ++s) {
       INFO("step " << s);
       CHECK(std::abs(got.losses[s] - ref.losses[s]) < 1e-5);
+      // Replicas bit-identical: both ranks apply the same allreduced bytes in the same step.
       for (size_t i = 0; i < got.params[s].size(); ++i)
-        REQUIRE(host(got.replica[s][i]) == host(got.params[s][i]));  // replicas bit-identical
+        REQUIRE(host(got.replica[s][i]) == host(got.params[s][i]));
     }
     double diff = 0;
     for (size_t i = 0; i < ref.params.back().size(); ++i) {

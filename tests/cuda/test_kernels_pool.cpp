@@ -149,10 +149,13 @@ TEST_CASE("cuda kernels: avg_pool2d_forward_kernel and avg_pool2d_backward_kerne
             cuda::avg_pool2d_forward(g, ptr<T>(x), ptr<T>(y), nullptr);
             cuda::avg_pool2d_backward(g, ptr<T>(gy), ptr<T>(gx), nullptr);
           });
-          // Same f32 sums in the same order as the CPU: equal up to the final rounding.
-          require_close(y, rounded(ref, d), kernels_test::tol(d), "avg_pool2d");
+          // Bit for bit, then rounded once to the dtype: the same f32 sums in the same order as
+          // the CPU (a window's values row by row from 0, then / divisor; the 2x2 stride-2 path's
+          // * 0.25 is the same exact scaling), and the backward adds each input's g / divisor in
+          // output order on both (cuda/kernels/pool.cu, ops/cpu/pool.cpp).
+          kernels_test::require_equal(y, rounded(ref, d), "avg_pool2d");
           const Tensor want = ops::avg_pool2d_backward(gy.to(DType::f32), c.shape, cc.o);
-          require_close(gx, rounded(want, d), kernels_test::tol(d), "avg_pool2d_backward");
+          kernels_test::require_equal(gx, rounded(want, d), "avg_pool2d_backward");
         }
 }
 
@@ -185,9 +188,10 @@ TEST_CASE(
           cuda::adaptive_avg_pool2d_forward(g, ptr<T>(x), ptr<T>(y), nullptr);
           cuda::adaptive_avg_pool2d_backward(g, ptr<T>(gy), ptr<T>(gx), nullptr);
         });
-        require_close(y, rounded(ref, d), kernels_test::tol(d), "adaptive_avg_pool2d");
+        // Bit for bit, as avg_pool2d above: the same sums in the same order on both.
+        kernels_test::require_equal(y, rounded(ref, d), "adaptive_avg_pool2d");
         const Tensor want = ops::adaptive_avg_pool2d_backward(gy.to(DType::f32), shape);
-        require_close(gx, rounded(want, d), kernels_test::tol(d), "adaptive_avg_pool2d_backward");
+        kernels_test::require_equal(gx, rounded(want, d), "adaptive_avg_pool2d_backward");
       }
 }
 

@@ -63,18 +63,35 @@ struct Tolerance {
   double atol;
 };
 
-// Tolerance for results stored in `dtype` from f32 math: a few ulps of the dtype (f16: 2^-10,
-// bf16: 2^-7 relative), and ~100 f32 ulps for f32 (transcendental functions differ between the
-// CPU's vectorized polynomials and libm / CUDA's math library).
+// f32's unit roundoff: a correctly rounded result is within u |x| of the exact x.
+inline constexpr double kU = 0x1p-24;
+
+// Tolerance of an elementwise map, kernel against the CPU op, stored in `dtype` from f32 math.
+// f32: the maps evaluate the same formulas (bit for bit where they are written alike) except for
+// their transcendentals and a few rearranged constants; the worst here is gelu, Phi through erfc
+// (the CPU's Numerical Recipes fit within 1.2e-7 relative, CUDA's erfcf within 4 ulp = 4.8e-7)
+// and ~4 roundings on each side: 1.1e-6, so rtol 2e-6; the others (exp 1.5 ulp against expf's 2,
+// powf 1 against 4, tanhf, log) stay under 14u = 8.3e-7. atol for results that cancel (a - b,
+// x (1 + t), values near 0): a few u of operands up to 4, 4 x 4u = 1e-6. f16/bf16: two f32
+// values that close round to the same or adjacent values of the dtype, one of its ulps apart
+// (2^-10, 2^-7 relative); f16's subnormals step by 2^-24 absolute.
 inline Tolerance tol(DType dtype) {
+  constexpr Tolerance f32{2e-6, 1e-6};
   switch (dtype) {
     case DType::f16:
-      return {2e-3, 1e-4};
+      return {0x1p-10 + f32.rtol, f32.atol + 0x1p-24};
     case DType::bf16:
-      return {1.6e-2, 1e-3};
+      return {0x1p-7 + f32.rtol, f32.atol};
     default:
-      return {1e-5, 1e-6};
+      return f32;
   }
+}
+
+// The relative tolerance of a sum of K terms of one sign, kernel against CPU (other orders):
+// each typically within sqrt(K) u of the exact sum relative (random rounding errors; K u at
+// worst), twice that for the two: over 4 standard deviations of their difference.
+inline double positive_sum_rtol(int64_t k) {
+  return 2 * std::sqrt(static_cast<double>(k)) * kU;
 }
 
 // Checks got ≈ want elementwise (same shape; NaN matches NaN, infinities match exactly) and

@@ -174,7 +174,11 @@ TEST_CASE("batcher: normalization matches the naive formula", "[data][batcher]")
         const float naive = (static_cast<float>(src[sample * 63 + p]) / 255.f - mean) / std;
         worst = std::max(worst, std::abs(out[k * 63 + p] - naive) / std::max(1.f, std::abs(naive)));
       }
-      CHECK(worst <= 1e-6f);  // relative to max(1, |value|): a few ulps
+      // x * fl(1 / fl(255 std)) + fl(-mean / std) against ((x / 255) - mean) / std, both in f32:
+      // with r the result and b = mean / std (0.81), |got - exact| <= u (4|r| + 4|b|) and
+      // |naive - exact| <= u (3|r| + |b|), so |got - naive| <= u (7|r| + 5|b|) <= 11u max(1, |r|)
+      // = 6.6e-7 max(1, |r|) (u = 2^-24).
+      CHECK(worst <= 1e-6f);
     }
   }
 }
@@ -198,6 +202,8 @@ TEST_CASE("batcher: (N, H, W, C) input becomes (B, C, H, W)", "[data][batcher]")
           for (int64_t x = 0; x < w; ++x) {
             const uint8_t v = src[((s * h + y) * w + x) * c + ch];
             const float naive = (static_cast<float>(v) / 255.f - 0.5f) / 0.25f;
+            // As above, with b = 2 and 255 * 0.25, 0.5 / 0.25 exact: <= u (5|r| + 6) <= 11u
+            // max(1, |r|).
             mismatches += std::abs(out[((k * c + ch) * h + y) * w + x] - naive) >
                           1e-6f * std::max(1.f, std::abs(naive));
           }
@@ -217,8 +223,9 @@ TEST_CASE("batcher: non-contiguous inputs", "[data][batcher]") {
   for (int64_t k = 0; k < 10; ++k) {
     CHECK(batch.labels.data<int64_t>()[k] == 1000 + 2 * k);
     const uint8_t first = images.data<uint8_t>()[2 * k * 9];
+    // x * fl(1 / 255) (two roundings) against x / 255 (one): within 3 u = 3 * 2^-24 relative.
     CHECK(batch.images.data<float>()[k * 9] ==
-          Approx(static_cast<float>(first) / 255.f).epsilon(1e-6));
+          Approx(static_cast<float>(first) / 255.f).epsilon(3 * 0x1p-24));
   }
 }
 

@@ -59,8 +59,12 @@ TEST_CASE("normalize: f32 and f16 NCHW equal the literal formula", "[data][norma
         for (int64_t y = 0; y < k.h; ++y)
           for (int64_t x = 0; x < k.w; ++x, ++i) {
             const double want = reference(in, n, ch, y, x, k.mean, k.std);
+            // x * s + b in f32 with s = fl(1 / fl(255 std)) (2 roundings) and b = fl(-mean / std):
+            // |got - want| <= u (3|x s| + |b| + |got|) <= u (4|want| + 4|b|), u = 2^-24; the
+            // largest |b| here is 0.49 / 0.25 = 1.96, so under 7.1e-7 (1 + |want|).
             REQUIRE(std::abs(a[i] - want) <= 1e-6 * (1 + std::abs(want)));
-            // f16 is the f32 result rounded to nearest even.
+            // f16 is the f32 result rounded to nearest even: the same row_f32 on the same bytes,
+            // then a correctly rounded conversion (F16C or core/half.h, one answer either way).
             REQUIRE(b[i].bits == Half(a[i]).bits);
           }
   }
@@ -70,6 +74,7 @@ TEST_CASE("normalize: into a reused buffer, and errors name what is wrong", "[da
   const Tensor in = make_u8(2, 3, 3, 1);
   Tensor out = empty({2, 1, 3, 3});
   normalize_into(in, out, {.mean = {0.5f}, .std = {0.25f}});
+  // As above with b = -2 exact and s rounded once: 2u |x s| + u |got| <= 2u * 4 + 2u = 6e-7.
   CHECK(out.data<float>()[4] == Approx(reference(in, 0, 0, 1, 1, {0.5f}, {0.25f})).margin(1e-6));
   CHECK_THROWS_WITH(normalize(in.to(DType::f32)), Contains("normalize") && Contains("u8"));
   CHECK_THROWS_WITH(normalize(in, {.mean = {0.1f, 0.2f}}),
@@ -161,7 +166,10 @@ TEST_CASE("crop_flip_normalize: the same batch as RandomCrop + HorizontalFlip on
       const Tensor want = via_workers(images, idx, k.o, 7, epoch, norm);
       const Tensor got = crop_flip_normalize(images, crops, norm, k.o.height, k.o.width);
       REQUIRE(got.shape() == want.shape());
-      // Bit for bit: the same bytes through the same multiply-add.
+      // Bit for bit: crops and flips only select bytes, the padding is bias (= 0 * scale + bias),
+      // and both passes compute fl(fl(x * scale) + bias) per pixel (ops/cpu/normalize.cpp's
+      // row_f32 and crop_flip_span, written alike; FMA contraction is off project-wide, issue 37,
+      // so the compiler cannot fuse one and not the other).
       CHECK(got.to_vector<float>() == want.to_vector<float>());
       // f16 and bf16: the f32 result rounded once.
       for (DType d : {DType::f16, DType::bf16}) {

@@ -97,6 +97,8 @@ TEST_CASE("models: resnet8_pool is ResNet-8 with a 2x2 max-pool between the stem
   CHECK(h.shape() == Shape{2, 64, 4, 4});
   const Tensor want = pooled->fc->forward(adaptive_avg_pool2d(h, {1, 1}).flatten(1));
   const Tensor got = (*pooled)(x);
+  // Bit for bit: ResNet::forward (nn/models/resnet.cpp) makes these same calls on the same values,
+  // so the same kernels run in the same order (a rerun).
   CHECK(max_abs_diff(got, want) == 0.0);
   // The pool changes the output: not ResNet-8 under another name.
   CHECK(max_abs_diff(got, (*plain)(x)) > 1e-3);
@@ -171,7 +173,7 @@ TEST_CASE("modules: load_state_dict copies values and reports every mismatch at 
   auto a = models::make_model("lenet5");
   auto b = models::make_model("lenet5");
   b->load_state_dict(a->state_dict());
-  for (size_t i = 0; i < a->state_dict().size(); ++i)
+  for (size_t i = 0; i < a->state_dict().size(); ++i)  // a copy: bit for bit
     CHECK(a->state_dict()[i].second.to_vector<float>() ==
           b->state_dict()[i].second.to_vector<float>());
   NamedTensors bad = a->state_dict();

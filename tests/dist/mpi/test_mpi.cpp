@@ -184,9 +184,11 @@ TEST_CASE("mpi: non-blocking calls complete in issue order and wait() returns", 
 
 TEST_CASE("mpi: stoke's ring over MPI equals MPI's native collectives", "[mpi]") {
   MpiCommunicator& c = world();
-  // f32 data is not integer-valued (the sums round, in a different order): within 1e-6 relative;
-  // positive, so that no sum cancels. f64 data is integer-valued: exact. Half types: the ring
-  // rounds after each of its N - 1 adds, native once.
+  // f32 data is not integer-valued (the sums round, in a different order); positive, so that no
+  // sum cancels and |sum| = sum |x|: each order is within (N - 1) u |sum| of the exact sum, and
+  // avg rounds once more, so the two agree to 2 N u = N 2^-23 = (N + 1) eps_of(f32) at most. f64
+  // data is integer-valued: exact. Half types: the ring rounds after each of its N - 1 adds,
+  // native once (eps_of is 2u of the dtype, a factor 2 of margin).
   auto input = [&](int64_t n, DType dtype) {
     if (dtype == DType::f64) return ramp(c.rank(), n, dtype);
     std::vector<double> v(static_cast<size_t>(n));
@@ -195,9 +197,7 @@ TEST_CASE("mpi: stoke's ring over MPI equals MPI's native collectives", "[mpi]")
   };
   auto close = [&](const Tensor& ring, const Tensor& native) -> std::string {
     const std::vector<double> a = ring.to_vector<double>(), b = native.to_vector<double>();
-    const double rel = ring.dtype() == DType::f64   ? 0.0
-                       : ring.dtype() == DType::f32 ? 1e-6
-                                                    : (c.size() + 1) * eps_of(ring.dtype());
+    const double rel = ring.dtype() == DType::f64 ? 0.0 : (c.size() + 1) * eps_of(ring.dtype());
     for (size_t i = 0; i < a.size(); ++i)
       if (!(std::fabs(a[i] - b[i]) <= rel * std::fabs(b[i])))
         return detail::str_cat("element ", i, ": ring ", a[i], ", native ", b[i]);
