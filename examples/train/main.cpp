@@ -109,6 +109,15 @@ int main(int argc, char** argv) {
   try {
     const stoke::train::Flags flags = stoke::train::parse_flags(argc, argv);
     dist = stoke::train::join_job(flags);
+    if (const std::string only = stoke::train::distributed_only_flags(flags);
+        !only.empty() && !dist.active()) {
+      std::fprintf(stderr,
+                   "stoke-train: %s: only under mpirun, in a job of 2 or more ranks, does this "
+                   "mean something; this is one process, where it would be ignored. Drop it, or "
+                   "start the run with mpirun -np N.\n",
+                   only.c_str());
+      return 2;
+    }
     return stoke::train::run(flags, dist);
   } catch (const std::exception& e) {
     if (dist.active()) {

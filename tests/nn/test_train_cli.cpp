@@ -101,7 +101,7 @@ TEST_CASE("stoke-train: flag values are checked and named", "[nn][train]") {
            Bad{"--workers 100000", "flag --workers expects an integer in [0, 256]"},
            Bad{"--lr inf", "flag --lr expects a finite number, got 'inf'"},
            Bad{"--gamma nan", "flag --gamma expects a finite number, got 'nan'"},
-           Bad{"--lr 0", "--lr must be positive"},
+           Bad{"--lr 0", "flag --lr expects a number in (0, inf), got '0'"},
            Bad{"--epochs abc", "flag --epochs expects an integer"},
            Bad{"--amsgrad", "--amsgrad is Adam's: it needs --optimizer adam or adamw, got sgd"},
        }) {
