@@ -67,12 +67,14 @@ int run(Flags f, Distributed& dist) {
   MetricsLog metrics;
   if (dist.root()) {
     try {
-      if (const auto refusal = earlier_results(f)) {
+      check_run_outputs(f);
+      if (auto refusal = earlier_results(f); refusal || (refusal = resume_refusal(f))) {
         error = *refusal;
         status = 2;
       } else {
         prepare_checkpoint_dir(f);
-        if (!f.metrics.empty()) metrics.open(f.metrics, f.resume);
+        if (!f.metrics.empty()) metrics.open(f.metrics, f.resume, metrics_origin(f));
+        prepare_profile_output(f);
       }
     } catch (const std::exception& e) {
       error = e.what();
