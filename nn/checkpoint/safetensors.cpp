@@ -20,6 +20,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace stoke::nn {
 
@@ -404,7 +405,10 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   const std::string header = make_header(items, stored, path);
 
   TempFile tmp{.path = path + ".tmp." + std::to_string(::getpid())};
-  tmp.file = std::fopen(tmp.path.c_str(), "wb");
+  // Opened without blocking: a FIFO left at the temporary name is refused, not waited on.
+  const int fd = open_output_file(tmp.path, O_TRUNC, kSaveOp, path + ": temporary file");
+  tmp.file = ::fdopen(fd, "wb");
+  if (!tmp.file) ::close(fd);
   STOKE_CHECK(tmp.file, kSaveOp, path, ": cannot create ", tmp.path, ": ", errno_text());
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));

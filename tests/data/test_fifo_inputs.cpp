@@ -114,6 +114,18 @@ TEST_CASE("a FIFO given as an output file is refused at once", "[data][fifo]") {
   CHECK_THAT(
       error_within_deadline([&] { open_output_file(dir.path.string(), 0, "test", "--out"); }),
       Catch::Contains("is a directory"));
+  // A FIFO left at the temporary name of an atomic write (a checkpoint, a packed shard or PNG).
+  const std::string ckpt = dir.file("w.safetensors");
+  make_fifo(dir, "w.safetensors.tmp." + std::to_string(::getpid()));
+  CHECK_THAT(error_within_deadline([&] { nn::save_safetensors(ckpt, {{"a", ones({2})}}); }),
+             Catch::Contains(ckpt) && Catch::Contains("is a FIFO (named pipe)"));
+  const std::string png = dir.file("w.png");
+  make_fifo(dir, "w.png.tmp" + std::to_string(::getpid()));
+  CHECK_THAT(error_within_deadline([&] {
+               const uint8_t byte = 0;
+               data::write_file_atomic(png, &byte, 1);
+             }),
+             Catch::Contains(png) && Catch::Contains("is a FIFO (named pipe)"));
   // A regular file and a character device are taken.
   const int fd = open_output_file(dir.file("plain.txt"), O_TRUNC, "test", "--out");
   CHECK(fd >= 0);
