@@ -1,15 +1,20 @@
 #include "core/profiler.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace stoke::profiler {
 
@@ -354,11 +359,20 @@ std::string chrome_trace_json() {
 
 void write_chrome_trace(const std::string& path) {
   const std::string json = chrome_trace_json();
-  std::ofstream f(path, std::ios::binary);
-  STOKE_CHECK(f.good(), "profiler", "cannot open ", path, " for writing");
-  f.write(json.data(), static_cast<std::streamsize>(json.size()));
-  f.close();
-  STOKE_CHECK(!f.fail(), "profiler", "cannot write ", path);
+  // Never blocks on a FIFO, and names a directory or other special file (core/files.h).
+  const int fd = open_output_file(path, O_TRUNC, "profiler", "the trace file");
+  size_t done = 0;
+  while (done < json.size()) {
+    const ssize_t n = ::write(fd, json.data() + done, json.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      STOKE_FAIL("profiler", "cannot write ", path, ": ", std::strerror(err));
+    }
+    done += static_cast<size_t>(n);
+  }
+  STOKE_CHECK(::close(fd) == 0, "profiler", "cannot write ", path, ": ", std::strerror(errno));
 }
 
 std::vector<OpStat> op_stats() {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -45,10 +45,16 @@ std::vector<std::string> batch_files(const std::string& input, const CifarOption
   return paths;
 }
 
-// Non-empty lines of a names file next to the batches, or {} when it is absent.
+// Non-empty lines of a names file next to the batches, or {} when it is absent. Read as the
+// batches are (read_file_bytes): a FIFO in its place is refused at once (an ifstream blocked on it
+// until a writer came, and stoke-pack hung without a word).
 std::vector<std::string> read_names(const fs::path& path) {
   std::vector<std::string> out;
-  std::ifstream f(path);
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return out;
+  std::vector<uint8_t> bytes;
+  read_file_bytes(path.string(), bytes);
+  std::istringstream f(std::string(bytes.begin(), bytes.end()));
   std::string line;
   while (std::getline(f, line)) {
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();

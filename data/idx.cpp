@@ -86,6 +86,7 @@ class RawSource {
   }
   // An upper bound on the bytes left (exact here), checked before allocating the tensor.
   uint64_t max_remaining() const { return file_.size() > pos_ ? file_.size() - pos_ : 0; }
+  static constexpr bool kExact = true;
   // Consumes and counts the bytes left.
   uint64_t count_rest() {
     const uint64_t n = max_remaining();
@@ -147,6 +148,9 @@ class GzipSource {
   // Deflate's best compression ratio is 1032:1, so a header declaring more than this is
   // truncated for sure: checked before allocating what a corrupt header asks for.
   uint64_t max_remaining() const { return input_left() * 1032 + 1024; }
+  static constexpr bool kExact = false;
+  // The compressed bytes not yet inflated, for the error that max_remaining() bounds.
+  uint64_t compressed_left() const { return input_left(); }
 
   uint64_t count_rest() {
     std::vector<uint8_t> scratch(size_t{1} << 16);
@@ -264,9 +268,18 @@ uint64_t available_memory_bytes() {
   return static_cast<uint64_t>(kib) * 1024;
 }
 
+// An IDX header: the element type and the dims, with the byte counts they imply.
+struct Header {
+  uint8_t code = 0;
+  ElementType type{};
+  Shape shape;
+  uint64_t count = 1, data_bytes = 0;
+  size_t header_bytes = 0;
+};
+
 template <class Source>
-Tensor parse(Source& src, const std::string& path, bool gzipped, uint64_t max_bytes) {
-  const char* where = gzipped ? " (after decompression)" : "";
+Header read_header(Source& src, const std::string& path, const char* where) {
+  Header h;
   uint8_t head[4 + 4 * kMaxDims];
   size_t got = src.read(head, 4);
   if (got < 4)
@@ -274,64 +287,117 @@ Tensor parse(Source& src, const std::string& path, bool gzipped, uint64_t max_by
   if (head[0] != 0 || head[1] != 0)
     fail(path, "bad magic: an IDX file starts with bytes 0x00 0x00, found ", hex_byte(head[0]), " ",
          hex_byte(head[1]), where);
-  const uint8_t code = head[2];
-  ElementType type;
-  if (!element_type(code, &type))
-    fail(path, "unknown IDX element type code ", hex_byte(code),
+  h.code = head[2];
+  if (!element_type(h.code, &h.type))
+    fail(path, "unknown IDX element type code ", hex_byte(h.code),
          " (known: 0x08 u8, 0x09 i8, 0x0B i16, 0x0C i32, 0x0D f32, 0x0E f64)");
   const int ndims = head[3];
   if (ndims == 0 || ndims > kMaxDims)
     fail(path, "bad number of dims ", ndims, " in the IDX header (expected 1 to ", kMaxDims, ")");
-  const size_t header_bytes = 4 + 4 * static_cast<size_t>(ndims);
-  got = src.read(head + 4, header_bytes - 4);
-  if (got < header_bytes - 4)
-    fail(path, "truncated header: ", ndims, " dims need ", header_bytes, " header bytes, found ",
+  h.header_bytes = 4 + 4 * static_cast<size_t>(ndims);
+  got = src.read(head + 4, h.header_bytes - 4);
+  if (got < h.header_bytes - 4)
+    fail(path, "truncated header: ", ndims, " dims need ", h.header_bytes, " header bytes, found ",
          4 + got, where);
-
-  Shape shape;
-  uint64_t count = 1;
   bool overflow = false;
   for (int d = 0; d < ndims; ++d) {
     const uint8_t* p = head + 4 + 4 * d;
     const uint64_t n = (uint64_t{p[0]} << 24) | (uint64_t{p[1]} << 16) | (p[2] << 8) | p[3];
-    shape.push_back(static_cast<int64_t>(n));
-    overflow = overflow || __builtin_mul_overflow(count, n, &count);
+    h.shape.push_back(static_cast<int64_t>(n));
+    overflow = overflow || __builtin_mul_overflow(h.count, n, &h.count);
   }
-  uint64_t data_bytes = 0;
-  overflow = overflow || __builtin_mul_overflow(count, type.file_size, &data_bytes) ||
-             data_bytes > (uint64_t{1} << 62);
+  overflow = overflow || __builtin_mul_overflow(h.count, h.type.file_size, &h.data_bytes) ||
+             h.data_bytes > (uint64_t{1} << 62);
   if (overflow)
-    fail(path, "absurd size in the IDX header: dims ", shape, " of ", type.name,
+    fail(path, "absurd size in the IDX header: dims ", h.shape, " of ", h.type.name,
          " overflow a 64-bit byte count");
+  return h;
+}
+
+template <class Source>
+Tensor parse(Source& src, const std::string& path, bool gzipped, uint64_t max_bytes,
+             int64_t max_items) {
+  const char* where = gzipped ? " (after decompression)" : "";
+  const Header h = read_header(src, path, where);
+  const uint8_t code = h.code;
+  const ElementType type = h.type;
+  const Shape& original_shape = h.shape;
+  const uint64_t data_bytes = h.data_bytes;
+  const size_t header_bytes = h.header_bytes;
+  Shape shape = h.shape;
+  uint64_t count = h.count;
+  size_t got = 0;
 
   auto truncated = [&](uint64_t found) {
-    fail(path, "truncated data: the header declares dims ", shape, " of ", type.name,
+    fail(path, "truncated data: the header declares dims ", original_shape, " of ", type.name,
          ", which need ", data_bytes, " data bytes after the ", header_bytes,
          "-byte header, but only ", found, " are present", where);
   };
-  if (data_bytes > src.max_remaining()) truncated(src.count_rest());
+  // More than the file can hold fails here, before anything is inflated or allocated: a raw
+  // file's bytes are counted exactly; a gzip stream's only bounded (inflating it all to count
+  // them took as long as the bomb was big).
+  if (data_bytes > src.max_remaining()) {
+    if constexpr (Source::kExact) {
+      truncated(src.count_rest());
+    } else {
+      fail(path, "truncated data: the header declares dims ", original_shape, " of ", type.name,
+           ", which need ", data_bytes, " data bytes, but the ", src.compressed_left(),
+           " compressed bytes left can hold at most ", src.max_remaining(),
+           " (deflate compresses at most 1032:1)", where);
+    }
+  }
+  // --limit: only the first max_items entries of the first dim are read.
+  const bool limited = max_items > 0 && shape[0] > max_items;
+  const uint64_t row = count == 0 ? 0 : count / static_cast<uint64_t>(shape[0]);
+  if (limited) {
+    shape[0] = max_items;
+    count = row * static_cast<uint64_t>(max_items);
+  }
+  const uint64_t read_bytes = limited ? count * type.file_size : data_bytes;
   // The tensor (and the file-typed copy when elements widen) must fit the memory limit.
   const bool widens = type.file_size != dtype_size(type.dtype);
   uint64_t need = 0;
   if (__builtin_mul_overflow(count, dtype_size(type.dtype), &need) ||
-      __builtin_add_overflow(need, widens ? data_bytes : 0, &need))
+      __builtin_add_overflow(need, widens ? read_bytes : 0, &need))
     need = UINT64_MAX;
+  const std::string what =
+      limited ? stoke::detail::str_cat("the first ", max_items, " entries of the header's dims ",
+                                       original_shape)
+              : stoke::detail::str_cat("the header declares dims ", original_shape, " of ",
+                                       type.name, ", which");
   const uint64_t limit = max_bytes ? max_bytes : available_memory_bytes();
   if (limit && need > limit)
-    fail(path, "the header declares dims ", shape, " of ", type.name, ", which need ", need,
-         " bytes of memory", where, ", more than the ", limit, " bytes ",
-         max_bytes ? "allowed" : "available (MemAvailable)");
+    fail(path, what, " need ", need, " bytes of memory", where, ", more than the ", limit,
+         " bytes ", max_bytes ? "allowed" : "available (MemAvailable)");
 
   Tensor out = empty(shape, {.dtype = type.dtype});
   const bool widen = type.file_size != dtype_size(type.dtype);
   std::unique_ptr<uint8_t[]> raw;
   uint8_t* dst = static_cast<uint8_t*>(out.data_ptr());
   if (widen) {
-    raw.reset(new uint8_t[data_bytes]);
+    raw.reset(new uint8_t[read_bytes]);
     dst = raw.get();
   }
-  got = src.read(dst, data_bytes);
-  if (got < data_bytes) truncated(got);
+  got = src.read(dst, read_bytes);
+  if (got < read_bytes) {
+    if (limited)
+      fail(path, "truncated data: ", what, " need ", read_bytes, " data bytes after the ",
+           header_bytes, "-byte header, but only ", got, " are present", where);
+    truncated(got);
+  }
+  if (limited) {
+    // A raw file's size says at no cost whether the rest is there; a gzip stream's is not read.
+    if constexpr (Source::kExact) {
+      const uint64_t rest = src.max_remaining();
+      if (rest != data_bytes - read_bytes)
+        fail(path, rest < data_bytes - read_bytes ? "truncated data" : "trailing bytes",
+             ": the header declares dims ", original_shape, " of ", type.name, " = ", data_bytes,
+             " data bytes after the ", header_bytes, "-byte header, but the file holds ",
+             read_bytes + rest);
+    }
+    convert(out, raw.get(), code);
+    return out;
+  }
   const uint64_t extra = src.count_rest();
   if (extra > 0)
     fail(path, "trailing bytes: the header declares dims ", shape, " of ", type.name, " = ",
@@ -364,28 +430,47 @@ Tensor read_idx(const std::string& path, IdxReadOptions options) {
     if (got != file.size())
       fail(path, "file shrank while reading: expected ", file.size(), " bytes, got ", got);
     GzipSource src(std::move(data), got, path);
-    return parse(src, path, true, options.max_bytes);
+    return parse(src, path, true, options.max_bytes, options.max_items);
   }
   RawSource src(file);
-  return parse(src, path, false, options.max_bytes);
+  return parse(src, path, false, options.max_bytes, options.max_items);
 }
 
-IdxDataset load_mnist(const std::string& dir, bool train) {
+Shape read_idx_shape(const std::string& path) {
+  File file(path);
+  uint8_t magic[2];
+  if (file.read_at(magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+    // The header is the stream's first 36 bytes at most: the first 64 KiB of input hold them.
+    const uint64_t size = std::min<uint64_t>(file.size(), uint64_t{1} << 16);
+    std::unique_ptr<uint8_t[]> data(new uint8_t[size]);
+    const size_t got = file.read_at(data.get(), size, 0);
+    GzipSource src(std::move(data), got, path);
+    return read_header(src, path, " (after decompression)").shape;
+  }
+  RawSource src(file);
+  return read_header(src, path, "").shape;
+}
+
+IdxDataset load_mnist(const std::string& dir, bool train, int64_t limit) {
   const std::string prefix = train ? "train" : "t10k";
   const std::string images_path = find_file(dir, prefix + "-images-idx3-ubyte");
   const std::string labels_path = find_file(dir, prefix + "-labels-idx1-ubyte");
   IdxDataset ds;
-  ds.images = read_idx(images_path);
+  ds.images = read_idx(images_path, {.max_items = limit});
   STOKE_CHECK(ds.images.dtype() == DType::u8 && ds.images.dim() == 3, "load_mnist", "'",
               images_path, "': expected u8 images (N, H, W), got ", ds.images.dtype(), " ",
               ds.images.shape());
-  Tensor raw = read_idx(labels_path);
+  Tensor raw = read_idx(labels_path, {.max_items = limit});
   STOKE_CHECK(raw.dim() == 1 && (raw.dtype() == DType::u8 || raw.dtype() == DType::i32),
               "load_mnist", "'", labels_path, "': expected 1-D u8 or i32 labels, got ", raw.dtype(),
               " ", raw.shape());
   const int64_t n = ds.images.size(0);
-  STOKE_CHECK(raw.size(0) == n, "load_mnist", "'", images_path, "' has ", n, " images but '",
-              labels_path, "' has ", raw.size(0), " labels");
+  // With a limit, the counts the headers declare are compared (the files are read only so far).
+  const int64_t declared_images = limit > 0 ? read_idx_shape(images_path)[0] : n;
+  const int64_t declared_labels = limit > 0 ? read_idx_shape(labels_path)[0] : raw.size(0);
+  STOKE_CHECK(raw.size(0) == n && declared_images == declared_labels, "load_mnist", "'",
+              images_path, "' has ", declared_images, " images but '", labels_path, "' has ",
+              declared_labels, " labels");
   ds.labels = empty({n}, {.dtype = DType::i64});
   int64_t* out = ds.labels.data<int64_t>();
   if (raw.dtype() == DType::u8) {

@@ -24,7 +24,7 @@ std::string image_file(const std::string& dir, bool train) {
 
 IdxImageDataset::IdxImageDataset(const std::string& dir, IdxImageOptions options)
     : source_(image_file(dir, options.train)), class_names_(std::move(options.class_names)) {
-  IdxDataset ds = load_mnist(dir, options.train);
+  IdxDataset ds = load_mnist(dir, options.train, options.limit);
   images_ = ds.images.contiguous();
   labels_ = ds.labels.contiguous();
   init();

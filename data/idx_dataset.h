@@ -16,6 +16,9 @@ struct IdxImageOptions {
   bool train = true;  // train-* files (60k for MNIST) or t10k-* (10k)
   // Class names in label order (e.g. Fashion-MNIST's); IDX files carry none. Empty = none.
   std::vector<std::string> class_names = {};
+  // Only the first `limit` images (0 = all): the files are read, and a gzip inflated, only as far
+  // as they need (load_mnist's limit).
+  int64_t limit = 0;
 };
 
 // The images of {train,t10k}-images-idx3-ubyte[.gz] with the labels of the matching label file,

@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/files.h"
 
 #include "data/image_codecs.h"
 
@@ -207,8 +208,8 @@ std::vector<uint8_t> encode_png(const uint8_t* pixels, int64_t height, int64_t w
 void write_file_atomic(const std::string& path, const uint8_t* bytes, size_t size, bool sync) {
   constexpr const char* kOp = "write_file_atomic";
   const std::string tmp = path + ".tmp" + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) STOKE_FAIL(kOp, "'", tmp, "': cannot create: ", std::strerror(errno));
+  // Opened without blocking: a FIFO left at the temporary name is refused, not waited on.
+  const int fd = open_output_file(tmp, O_TRUNC, kOp, "temporary file");
   size_t done = 0;
   while (done < size) {
     const ssize_t r = ::write(fd, bytes + done, size - done);

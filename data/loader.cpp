@@ -79,6 +79,15 @@ void DataLoader::set_epoch(int64_t epoch, int64_t start_batch) {
   failure_ = nullptr;
 }
 
+void DataLoader::resume_epoch(int64_t epoch, int64_t samples_done) {
+  join_workers();
+  batches_.set_epoch(epoch, samples_done);
+  epoch_ = epoch;
+  next_ = 0;
+  stopped_ = false;
+  failure_ = nullptr;
+}
+
 void DataLoader::stop() {
   join_workers();
   stopped_ = true;

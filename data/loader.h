@@ -98,6 +98,12 @@ class DataLoader {
   // call to next().
   void set_epoch(int64_t epoch, int64_t start_batch = 0);
 
+  // Selects `epoch` with the first `samples_done` positions of its order (the order every rank
+  // shares) trained on already, by a run at any batch size and world size (a resumed run): the
+  // loader delivers its sampler's share of the rest (Sampler::indices_from) from batch 0, and
+  // num_batches() counts those batches until the next set_epoch().
+  void resume_epoch(int64_t epoch, int64_t samples_done);
+
   // The next batch of the epoch in sampler order, or nullopt after the last one. Rethrows a
   // worker's exception (a stoke::Error naming batch, sample index and source) at the position of
   // the failing batch, and again on every later call until set_epoch().

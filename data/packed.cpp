@@ -164,6 +164,11 @@ PackResult pack_dataset(const Dataset& dataset, const std::string& out_dir, Pack
         uint8_t* rec = records + r * record_bytes;
         if (ex.height == h && ex.width == w) {
           std::memcpy(rec, ex.pixels.data(), static_cast<size_t>(pixel_bytes));
+        } else if (options.fit == Fit::exact) {
+          STOKE_FAIL(kPack, dataset.describe(i), ": a ", ex.height, "x", ex.width,
+                     " image, but the records are ", h, "x", w,
+                     options.height ? "" : " (the first sample's size)",
+                     " and no resize was asked for: ", options.resize_hint);
         } else {
           try {
             fit_image(ex.pixels.data(), ex.height, ex.width, c, h, w, options.fit, fitted);

@@ -22,6 +22,9 @@ struct PackOptions {
   int64_t shard_bytes = int64_t{64} << 20;  // records per shard = max(1, shard_bytes / record)
   int threads = 0;                          // pool threads while packing; 0 = stoke's default
   bool sync = true;                         // fsync each file before renaming it into place
+  // How the caller asks for a resize, in the error for a sample of another size under
+  // Fit::exact (stoke-pack: "pass --size HxW ...").
+  std::string resize_hint = "set PackOptions height, width and fit to resize";
 };
 
 // What pack_dataset wrote.

@@ -9,6 +9,14 @@
 
 namespace stoke::data {
 
+std::vector<int64_t> Sampler::indices_from(int64_t start) const {
+  std::vector<int64_t> all = indices();
+  STOKE_CHECK(start >= 0 && start <= static_cast<int64_t>(all.size()), "Sampler", "start position ",
+              start, " out of range: the epoch has ", all.size(), " positions");
+  all.erase(all.begin(), all.begin() + start);
+  return all;
+}
+
 SequentialSampler::SequentialSampler(int64_t n) : n_(n) {
   STOKE_CHECK(n >= 0, "SequentialSampler", "expected a dataset size >= 0, got ", n);
 }
@@ -73,6 +81,28 @@ std::vector<int64_t> DistributedSampler::indices() const {
   return out;
 }
 
+std::vector<int64_t> DistributedSampler::indices_from(int64_t start) const {
+  STOKE_CHECK(start >= 0 && start <= n_, "DistributedSampler", "start position ", start,
+              " out of range: the epoch has ", n_, " samples");
+  if (start == 0) return indices();
+  std::vector<int64_t> all;
+  if (options_.shuffle) {
+    all = shuffled_indices(n_, options_.seed, epoch_);
+  } else {
+    all.resize(static_cast<size_t>(n_));
+    std::iota(all.begin(), all.end(), int64_t{0});
+  }
+  const int64_t w = options_.world_size, rest = n_ - start;
+  const int64_t per_rank = options_.drop_last ? rest / w : (rest + w - 1) / w;
+  std::vector<int64_t> out(static_cast<size_t>(per_rank));
+  // As indices() over the order's remaining `rest` positions: padding repeats their beginning.
+  for (int64_t k = 0; k < per_rank; ++k) {
+    const int64_t p = options_.rank + k * w;
+    out[static_cast<size_t>(k)] = all[static_cast<size_t>(start + (p < rest ? p : p % rest))];
+  }
+  return out;
+}
+
 BatchSampler::BatchSampler(std::shared_ptr<Sampler> sampler, BatchSamplerOptions options)
     : sampler_(std::move(sampler)), options_(options) {
   STOKE_CHECK(sampler_ != nullptr, "BatchSampler", "expected a sampler, got null");
@@ -81,9 +111,9 @@ BatchSampler::BatchSampler(std::shared_ptr<Sampler> sampler, BatchSamplerOptions
   order_ = sampler_->indices();
 }
 
-void BatchSampler::set_epoch(int64_t epoch) {
+void BatchSampler::set_epoch(int64_t epoch, int64_t start) {
   sampler_->set_epoch(epoch);
-  order_ = sampler_->indices();
+  order_ = start == 0 ? sampler_->indices() : sampler_->indices_from(start);
 }
 
 int64_t BatchSampler::num_batches() const {

@@ -23,6 +23,12 @@ class Sampler {
   int64_t epoch() const { return epoch_; }
   // The current epoch's indices, in visiting order.
   virtual std::vector<int64_t> indices() const = 0;
+  // The rest of the current epoch when the first `start` positions of its order (the order every
+  // rank shares, of size() x world size positions) were visited already, by an earlier run at any
+  // batch size or world size: a run resumed mid-epoch. The default, for samplers whose order is the
+  // whole epoch's (one process), is indices() without its first `start`; DistributedSampler
+  // shards the rest over the ranks. 0 <= start <= the epoch's positions.
+  virtual std::vector<int64_t> indices_from(int64_t start) const;
 
  protected:
   int64_t epoch_ = 0;
@@ -75,6 +81,11 @@ class DistributedSampler : public Sampler {
   DistributedSampler(int64_t n, DistributedSamplerOptions options);
   int64_t size() const override { return per_rank_; }
   std::vector<int64_t> indices() const override;
+  // Rank r's shard of the rest of the epoch: the shared order without its first `start` positions
+  // (0 <= start <= n), padded (or truncated) to a multiple of world_size as a whole epoch is, rank
+  // r taking its positions r, r + world_size, ... So the job visits every sample it had not
+  // visited once, whatever batch size and world size visited the first `start`.
+  std::vector<int64_t> indices_from(int64_t start) const override;
 
  private:
   int64_t n_;
@@ -92,8 +103,9 @@ struct BatchSamplerOptions {
 class BatchSampler {
  public:
   BatchSampler(std::shared_ptr<Sampler> sampler, BatchSamplerOptions options);
-  // Sets the sampler's epoch and fetches that epoch's order.
-  void set_epoch(int64_t epoch);
+  // Sets the sampler's epoch and fetches that epoch's order, without the first `start` positions
+  // of the shared order (Sampler::indices_from) when start > 0.
+  void set_epoch(int64_t epoch, int64_t start = 0);
   int64_t epoch() const { return sampler_->epoch(); }
   int64_t num_batches() const;
   int64_t batch_size() const { return options_.batch_size; }

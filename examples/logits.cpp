@@ -4,6 +4,7 @@
 //
 //   stoke-logits --model lenet5 --weights ckpt/best.safetensors [--count 16] [--data DIR]
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,8 +19,22 @@ using namespace stoke;
 
 namespace {
 const char kUsage[] =
-    "usage: stoke-logits --weights FILE.safetensors [--model lenet5] [--count 16] [--data DIR]\n"
-    "  prints the logits of the first COUNT Fashion-MNIST test images as one JSON line\n";
+    "usage: stoke-logits --weights FILE.safetensors [--model lenet5] [--count N] [--data DIR]\n"
+    "  prints the logits of the first N Fashion-MNIST test images as one JSON line;\n"
+    "  N in [1, 10000] (16). Weights or logits that are not finite are an error (exit 1),\n"
+    "  naming the tensor or the image: JSON has no nan or inf.\n";
+
+// The index of the first value of `v` that is not finite, or -1.
+template <class T>
+int64_t first_non_finite(const std::vector<T>& v) {
+  for (size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(v[i])) return static_cast<int64_t>(i);
+  return -1;
+}
+
+const char* name_of(double x) {
+  return std::isnan(x) ? "nan" : x > 0 ? "inf" : "-inf";
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -64,14 +79,33 @@ int main(int argc, char** argv) {
   }
   try {
     auto model = nn::models::make_model(model_name);
-    model->load_state_dict(nn::load_safetensors(weights).tensors);
+    const nn::SafetensorsFile file = nn::load_safetensors(weights);
+    // A diverged checkpoint's nan would be printed as a bare nan: not JSON, and exit 0 besides.
+    for (const auto& [name, t] : file.tensors) {
+      if (!is_floating(t.dtype())) continue;
+      const std::vector<double> v = t.to_vector<double>();
+      const int64_t bad = first_non_finite(v);
+      STOKE_CHECK(bad < 0, "stoke-logits", weights, ": tensor '", name, "' is not finite (element ",
+                  bad, " is ", bad < 0 ? "" : name_of(v[static_cast<size_t>(bad)]),
+                  "): the weights diverged; no logits printed");
+    }
+    model->load_state_dict(file.tensors);
     model->eval();
-    const auto test = data::load_mnist(data, false);
+    // Only the first COUNT test images are read (the files inflated only as far as they need).
+    const auto test = data::load_mnist(data, false, count);
+    STOKE_CHECK(test.images.size(0) == count, "stoke-logits", "--count ", count, ": ", data,
+                " has only ", test.images.size(0), " test images");
     data::InMemoryBatcher batcher(
-        test.images.narrow(0, 0, count), test.labels.narrow(0, 0, count),
+        test.images, test.labels,
         {.batch_size = count, .shuffle = false, .mean = 0.2860f, .std = 0.3530f});
     NoGradGuard no_grad;
     const auto logits = (*model)(batcher.batch(0).images).to_vector<float>();
+    // Finite weights can still overflow (a logit past f32's range is inf).
+    const int64_t bad = first_non_finite(logits);
+    const int64_t classes = static_cast<int64_t>(logits.size()) / count;
+    STOKE_CHECK(bad < 0, "stoke-logits", weights, ": the logits of image ", bad / classes,
+                " are not finite (", bad < 0 ? "" : name_of(logits[static_cast<size_t>(bad)]),
+                "): the model overflowed; no logits printed");
     std::printf("{\"model\":\"%s\",\"count\":%lld,\"logits\":[", model_name.c_str(),
                 static_cast<long long>(count));
     for (size_t i = 0; i < logits.size(); ++i) std::printf("%s%.9g", i ? "," : "", logits[i]);

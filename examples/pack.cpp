@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -25,8 +26,30 @@ namespace {
 using namespace stoke;
 using namespace stoke::data;
 
-constexpr const char* kUsage =
-    R"(usage: stoke-pack --format idx|cifar10|cifar100|folder --input PATH
+// The numeric flags' ranges: enforced by parse_int and printed by usage() from these constants.
+struct IntRange {
+  int64_t lo, hi;
+};
+constexpr IntRange kLimit{0, int64_t{1} << 40};
+constexpr IntRange kShardMb{1, int64_t{1} << 20};
+constexpr IntRange kChannels{0, 4};
+constexpr IntRange kThreads{0, 1024};
+// A --size side: a record of 8192 x 8192 x 3 is 192 MiB already (100000x100000 allocated 9.7 GB
+// for half a minute before failing).
+constexpr IntRange kSide{1, 8192};
+
+std::string range(IntRange r) {
+  // Appended piece by piece: GCC 12 warns (-Wrestrict) on "[" + std::to_string(...).
+  std::string s = "[";
+  s += std::to_string(r.lo);
+  s += ", ";
+  s += std::to_string(r.hi);
+  s += ']';
+  return s;
+}
+
+std::string usage() {
+  return R"(usage: stoke-pack --format idx|cifar10|cifar100|folder --input PATH
                   [--split train|test] (--output DIR | --export-png DIR) [options]
 
   --format F       idx: MNIST-style IDX files in the directory PATH (gzip or raw)
@@ -36,14 +59,23 @@ constexpr const char* kUsage =
   --split S        train (default) or test (idx, cifar10, cifar100)
   --output DIR     write packed shards and DIR/pack.index, then verify them
   --export-png DIR write the dataset as PNG files DIR/<class>/<index>.png instead
-  --limit N        only the first N samples (both modes)
-  --size HxW       record size (default: the first sample's); other sizes are resized to it
+  --limit N        only the first N samples (both modes; IDX files are read only as far as N
+                   samples need), N in )" +
+         range(kLimit) + R"( (0: all)
+  --size HxW       resize every image to H x W, H and W each in )" +
+         range(kSide) + R"(. Without --size the records
+                   take the first sample's size, and an image of another size is refused
   --center-crop    with --size: resize keeping the aspect ratio, then center-crop
-  --shard-mb N     maximum shard size in MiB (default 64)
-  --channels C     folder: decode to 1 or 3 channels (default: as stored; a pack needs one count)
+  --shard-mb N     maximum shard size in MiB, N in )" +
+         range(kShardMb) + R"( (64)
+  --channels C     folder: decode to C channels, C in )" +
+         range(kChannels) + R"( (0, the default: as stored; a pack
+                   needs one count)
   --coarse-labels  cifar100: the 20 superclasses instead of the 100 classes
-  --threads N      worker threads (default: STOKE_NUM_THREADS or all cores)
+  --threads N      worker threads, N in )" +
+         range(kThreads) + R"( (0: STOKE_NUM_THREADS or all cores)
 )";
+}
 
 // The first `limit` samples of a dataset.
 class Prefix : public Dataset {
@@ -65,19 +97,23 @@ class Prefix : public Dataset {
   int64_t n_;
 };
 
-// An integer flag in [lo, hi]: the whole value must parse and fit (a number past int64 used to be
-// reported as a wrapped negative, and --shard-mb N overflowed N << 20).
-int64_t parse_int(const std::string& flag, const std::string& v, int64_t lo, int64_t hi) {
+// An integer flag in its range: the whole value must parse and fit (a number past int64 used to
+// be reported as a wrapped negative, and --shard-mb N overflowed N << 20).
+int64_t parse_int(const std::string& flag, const std::string& v, IntRange r) {
   int64_t x = 0;
   const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
-  STOKE_CHECK(ec == std::errc() && end == v.data() + v.size() && x >= lo && x <= hi, "stoke-pack",
-              flag, ": expected an integer in [", lo, ", ", hi, "], got '", v, "'");
+  STOKE_CHECK(ec == std::errc() && end == v.data() + v.size() && x >= r.lo && x <= r.hi,
+              "stoke-pack", flag, ": expected an integer in ", range(r), ", got '", v, "'");
   return x;
 }
 
-// Largest --size side: a record of 8192 x 8192 x 3 is 192 MiB already (100000x100000 allocated
-// 9.7 GB for half a minute before failing).
-constexpr int64_t kMaxSide = 8192;
+// An output directory: missing (it is created) or a directory; anything else is named at once.
+void check_output_dir(const std::string& flag, const std::string& dir) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(dir, ec);
+  STOKE_CHECK(!std::filesystem::exists(st) || std::filesystem::is_directory(st), "stoke-pack", flag,
+              " ", dir, ": exists and is not a directory");
+}
 
 int run(int argc, char** argv) {
   std::string format, input, split = "train", output, export_dir, size;
@@ -86,11 +122,11 @@ int run(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
-      STOKE_CHECK(i + 1 < argc, "stoke-pack", a, " needs a value\n", kUsage);
+      STOKE_CHECK(i + 1 < argc, "stoke-pack", a, " needs a value\n", usage());
       return argv[++i];
     };
     if (a == "--help" || a == "-h") {
-      std::cout << kUsage;
+      std::cout << usage();
       return 0;
     } else if (a == "--format") {
       format = value();
@@ -103,27 +139,29 @@ int run(int argc, char** argv) {
     } else if (a == "--export-png") {
       export_dir = value();
     } else if (a == "--limit") {
-      limit = parse_int(a, value(), 0, int64_t{1} << 40);
+      limit = parse_int(a, value(), kLimit);
     } else if (a == "--size") {
       size = value();
     } else if (a == "--center-crop") {
       center_crop = true;
     } else if (a == "--shard-mb") {
-      shard_mb = parse_int(a, value(), 1, int64_t{1} << 20);
+      shard_mb = parse_int(a, value(), kShardMb);
     } else if (a == "--channels") {
-      channels = parse_int(a, value(), 0, 4);
+      channels = parse_int(a, value(), kChannels);
     } else if (a == "--coarse-labels") {
       coarse = true;
     } else if (a == "--threads") {
-      threads = parse_int(a, value(), 0, 1024);
+      threads = parse_int(a, value(), kThreads);
     } else {
-      STOKE_FAIL("stoke-pack", "unknown flag '", a, "'\n", kUsage);
+      STOKE_FAIL("stoke-pack", "unknown flag '", a, "'\n", usage());
     }
   }
   STOKE_CHECK(!format.empty() && !input.empty(), "stoke-pack",
-              "--format and --input are required\n", kUsage);
+              "--format and --input are required\n", usage());
   STOKE_CHECK(output.empty() != export_dir.empty(), "stoke-pack",
-              "expected exactly one of --output and --export-png\n", kUsage);
+              "expected exactly one of --output and --export-png\n", usage());
+  if (!output.empty()) check_output_dir("--output", output);
+  if (!export_dir.empty()) check_output_dir("--export-png", export_dir);
   STOKE_CHECK(split == "train" || split == "test", "stoke-pack",
               "--split: expected train or test, got '", split, "'");
   STOKE_CHECK(shard_mb > 0, "stoke-pack", "--shard-mb: expected > 0, got ", shard_mb);
@@ -132,7 +170,8 @@ int run(int argc, char** argv) {
 
   std::shared_ptr<const Dataset> ds;
   if (format == "idx") {
-    ds = std::make_shared<IdxImageDataset>(input, IdxImageOptions{.train = train});
+    // --limit N: the files are read (and a gzip inflated) only as far as N images need.
+    ds = std::make_shared<IdxImageDataset>(input, IdxImageOptions{.train = train, .limit = limit});
   } else if (format == "cifar10" || format == "cifar100") {
     ds = std::make_shared<CifarDataset>(
         input, CifarOptions{
@@ -159,12 +198,15 @@ int run(int argc, char** argv) {
     return 0;
   }
 
-  PackOptions opts{.shard_bytes = shard_mb << 20};
+  PackOptions opts{.shard_bytes = shard_mb << 20,
+                   .resize_hint =
+                       "pass --size HxW to resize every image to one size (with "
+                       "--center-crop to keep the aspect ratio)"};
   if (!size.empty()) {
     const size_t x = size.find('x');
     STOKE_CHECK(x != std::string::npos, "stoke-pack", "--size: expected HxW, got '", size, "'");
-    opts.height = parse_int("--size (height)", size.substr(0, x), 1, kMaxSide);
-    opts.width = parse_int("--size (width)", size.substr(x + 1), 1, kMaxSide);
+    opts.height = parse_int("--size (height)", size.substr(0, x), kSide);
+    opts.width = parse_int("--size (width)", size.substr(x + 1), kSide);
     opts.fit = center_crop ? Fit::resize_crop : Fit::stretch;
   } else {
     STOKE_CHECK(!center_crop, "stoke-pack", "--center-crop needs --size HxW");

@@ -42,6 +42,36 @@ def safetensors(tensors, metadata=None):
     return struct.pack("<Q", len(h)) + h + blob
 
 
+# stoke's writer (nn/checkpoint/safetensors.cpp): tensors by descending dtype alignment, then name;
+# "__metadata__" first with sorted keys and "stoke.crc32", the CRC-32 of each tensor's name, dtype,
+# shape and data and of the other metadata.
+RANK = {"BOOL": 0, "U8": 1, "F16": 2, "BF16": 3, "I32": 4, "F32": 5, "F64": 6, "I64": 7}
+
+
+def stoke_safetensors(tensors, metadata):
+    tensors = sorted(tensors, key=lambda t: (-RANK[t[1]], t[0]))
+    sums = {}
+    for name, dtype, shape, raw in tensors:
+        desc = (name + "\0" + dtype + "\0" + ",".join(map(str, shape)) + "\0").encode()
+        sums[name] = "%08x" % zlib.crc32(raw, zlib.crc32(desc))
+    other = json.dumps(metadata, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    sums["__metadata__"] = "%08x" % zlib.crc32(other.encode())
+    meta = dict(metadata)
+    meta["stoke.crc32"] = json.dumps(sums, separators=(",", ":"), sort_keys=True)
+    head = '{"__metadata__":' + json.dumps(dict(sorted(meta.items())), separators=(",", ":"),
+                                           ensure_ascii=False)
+    offset, blob = 0, b""
+    for name, dtype, shape, raw in tensors:
+        head += ',%s:{"dtype":"%s","shape":%s,"data_offsets":[%d,%d]}' % (
+            json.dumps(name), dtype, json.dumps(shape, separators=(",", ":")), offset,
+            offset + len(raw))
+        offset += len(raw)
+        blob += raw
+    h = (head + "}").encode()
+    h += b" " * (-len(h) % 8)
+    return struct.pack("<Q", len(h)) + h + blob
+
+
 def seeds_safetensors():
     put("safetensors", "reference", open(os.path.join(ROOT, "tests/fixtures/safetensors_reference.safetensors"), "rb").read())
     f32 = struct.pack("<6f", 0.5, -1, 2, 3.25, 0, 7)
@@ -55,6 +85,31 @@ def seeds_safetensors():
         ("f", "F64", [], struct.pack("<d", 3.0)),
     ]))
     put("safetensors", "empty", safetensors([]))
+    # Issue 39: stoke's own files (with "stoke.crc32"), the edits that stepped around the
+    # checksum (its key renamed in place; bytes inserted into its name with the length field
+    # unchanged, which shifts the data), trailing bytes, a gap between tensors, and CRC-free files
+    # shaped like stoke-train's checkpoints.
+    w = struct.pack("<6f", 0.5, -1, 2, 3.25, 0, 7)
+    b = struct.pack("<3f", 1, 2, 3)
+    meta = {"format": "stoke-train/2", "model": "lenet5", "epoch": "1", "sample": "256",
+            "global_step": "4"}
+    stoke = stoke_safetensors([("fc.weight", "F32", [2, 3], w), ("fc.bias", "F32", [3], b),
+                               ("bn.num_batches_tracked", "I64", [], struct.pack("<q", 4))], meta)
+    put("safetensors", "stoke", stoke)
+    put("safetensors", "stoke-key-renamed", stoke.replace(b"stoke.crc32", b"stoke.crc99"))
+    n = struct.unpack("<Q", stoke[:8])[0]
+    at = stoke.index(b"stoke.crc32")
+    put("safetensors", "stoke-key-shifted", stoke[:at + 5] + b"abc" + stoke[at + 5:])
+    put("safetensors", "stoke-trailing", stoke + b"\0\0\0")
+    put("safetensors", "stoke-header-trimmed", stoke[:8 + n - 3] + stoke[8 + n:])
+    plain = safetensors([("fc.bias", "F32", [3], b), ("fc.weight", "F32", [2, 3], w)], meta)
+    put("safetensors", "crc-free-checkpoint", plain)
+    put("safetensors", "crc-free-trailing", plain + b"xyz")
+    gap = json.dumps({"a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]},
+                      "b": {"dtype": "U8", "shape": [2], "data_offsets": [16, 18]}},
+                     separators=(",", ":")).encode()
+    gap += b" " * (-len(gap) % 8)
+    put("safetensors", "gap", struct.pack("<Q", len(gap)) + gap + b + b"\0" * 6)
 
 
 def idx(code, dims, raw):
@@ -180,14 +235,38 @@ def seeds_train_flags():
         put("train_flags", "argv-%d" % i, b"\0".join(a.encode() for a in argv))
 
 
+def seeds_report():
+    """stoke-train metrics files (examples/train/metrics_records.cpp's records), and the values that
+    aborted stoke-report in issue 39: null (stoke-train's non-finite value), wrong types."""
+    step = {"type": "step", "epoch": 1, "step": 2, "loss": 2.1, "lr": 0.05, "data_wait_s": 0.001}
+    amp = dict(step, loss_scale=65536.0, skipped_steps=0)
+    ev = {"type": "eval", "step": 8, "test_loss": 1.2, "test_acc": 61.5}
+    epoch = {"type": "epoch", "epoch": 1, "step": 16, "train_loss": 1.5, "train_acc": 45.1,
+             "test_loss": 1.1, "test_acc": 62.0, "test_acc5": 97.0, "time_s": 2.5,
+             "images_per_s": 409.6, "data_wait_s": 0.1, "data_wait_pct": 4.0, "lr": 0.05,
+             "rss_mib": 120.5, "peak_rss_mib": 130.0}
+    prof = {"type": "profile", "step": 10, "steps": 8, "step_ms": 12.5,
+            "phase_ms": {"data wait": 0.5, "forward": 4.0, "backward": 6.0, "optimizer": 1.5,
+                         "(other)": 0.5}}
+    line = lambda r: json.dumps(r, separators=(",", ":")).encode() + b"\n"
+    run = b"".join(line(r) for r in (step, amp, ev, prof, epoch))
+    put("report", "run", run)
+    put("report", "null-loss", line(dict(step, loss=None)) + line(dict(epoch, test_loss=None)))
+    put("report", "wrong-types", line(dict(step, step="2")) + line(dict(prof, phase_ms=[1, 2])) +
+        line({"type": 3}) + line([1, 2]))
+    put("report", "unknown-type", line({"type": "note", "text": "hello"}) + line(step))
+    put("report", "cut-short", run[:-20])
+
+
 def main():
-    for h in ("safetensors", "idx", "packed", "image", "train_flags"):
+    for h in ("safetensors", "idx", "packed", "image", "train_flags", "report"):
         shutil.rmtree(os.path.join(CORPUS, h), ignore_errors=True)
     seeds_safetensors()
     seeds_idx()
     seeds_packed()
     seeds_image()
     seeds_train_flags()
+    seeds_report()
     for h in sorted(os.listdir(CORPUS)):
         print("fuzz/corpus/%s: %d seeds" % (h, len(os.listdir(os.path.join(CORPUS, h)))))
 

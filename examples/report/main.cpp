@@ -6,10 +6,17 @@
 // that tools and tests can read them back.
 //
 //   stoke-report --metrics ckpt/metrics.jsonl --out report.html [--title NAME]
+//
+// metrics_reader.cpp reads the file; this file draws the page.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -17,9 +24,13 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
+#include "core/files.h"
+#include "metrics_reader.h"
+
 namespace {
 
-using Points = std::vector<std::pair<double, double>>;
+using stoke::report::Points;
 
 struct Series {
   std::string name, color;
@@ -174,49 +185,29 @@ int main(int argc, char** argv) {
     }
   }
   if (metrics_path.empty() || out_path.empty()) return usage(2);
-  std::ifstream in(metrics_path);
-  if (!in) {
-    std::cerr << "stoke-report: cannot open " << metrics_path << "\n";
+  stoke::report::MetricsSeries m;
+  int out_fd = -1;
+  try {
+    // --out is checked before the metrics are read: a FIFO would block the page's open() (a
+    // writer waits for a reader), and the page written over its own metrics file would lose them.
+    std::error_code ec1, ec2;
+    const auto a = std::filesystem::weakly_canonical(metrics_path, ec1);
+    const auto b = std::filesystem::weakly_canonical(out_path, ec2);
+    STOKE_CHECK(ec1 || ec2 || a != b, "stoke-report", "--out ", out_path, " is --metrics ",
+                metrics_path, ": the page would replace the metrics it is drawn from");
+    stoke::check_output_path(out_path, "stoke-report", "--out");
+    m = stoke::report::read_metrics(metrics_path, "--metrics");
+    out_fd = stoke::open_output_file(out_path, O_TRUNC, "stoke-report", "--out");
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
     return 1;
   }
-  Points step_loss, lr, wait_ms, eval_loss, eval_acc, epoch_train_loss, epoch_test_loss,
-      epoch_train_acc, epoch_test_acc;
-  std::vector<std::pair<std::string, double>> phases;
-  int64_t profiled_steps = 0;
-  int line_no = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++line_no;
-    if (line.empty()) continue;
-    nlohmann::ordered_json r;  // keeps the phases in the order stoke-train wrote them
-    try {
-      r = nlohmann::ordered_json::parse(line);
-    } catch (const std::exception& e) {
-      std::cerr << "stoke-report: " << metrics_path << ":" << line_no << ": not JSON (" << e.what()
-                << ")\n";
-      return 1;
-    }
-    const std::string type = r.value("type", "");
-    const double step = r.value("step", 0.0);
-    if (type == "step") {
-      step_loss.emplace_back(step, r.value("loss", NAN));
-      lr.emplace_back(step, r.value("lr", NAN));
-      wait_ms.emplace_back(step, 1e3 * r.value("data_wait_s", 0.0));
-    } else if (type == "eval") {
-      eval_loss.emplace_back(step, r.value("test_loss", NAN));
-      eval_acc.emplace_back(step, r.value("test_acc", NAN));
-    } else if (type == "epoch") {
-      const double epoch = r.value("epoch", 0.0);
-      epoch_train_loss.emplace_back(epoch, r.value("train_loss", NAN));
-      epoch_test_loss.emplace_back(epoch, r.value("test_loss", NAN));
-      epoch_train_acc.emplace_back(epoch, r.value("train_acc", NAN));
-      epoch_test_acc.emplace_back(epoch, r.value("test_acc", NAN));
-    } else if (type == "profile") {
-      phases.clear();
-      profiled_steps = r.value("steps", int64_t{0});
-      for (const auto& [name, ms] : r["phase_ms"].items())
-        phases.emplace_back(name, ms.get<double>());
-    }
-  }
+  const Points &step_loss = m.step_loss, &lr = m.lr, &wait_ms = m.wait_ms, &eval_loss = m.eval_loss,
+               &eval_acc = m.eval_acc, &epoch_train_loss = m.epoch_train_loss,
+               &epoch_test_loss = m.epoch_test_loss, &epoch_train_acc = m.epoch_train_acc,
+               &epoch_test_acc = m.epoch_test_acc;
+  const auto& phases = m.phases;
+  const int64_t profiled_steps = m.profiled_steps;
   std::ostringstream body;
   body << line_chart("Loss per step", "optimizer step",
                      {{"train (step records)", kColors[0], step_loss},
@@ -246,28 +237,39 @@ int main(int argc, char** argv) {
   nlohmann::json phase_json = nlohmann::json::object();
   for (const auto& [name, ms] : phases) phase_json[name] = ms;
   series["step_breakdown_ms"] = phase_json;
-  std::ofstream out(out_path);
-  if (!out) {
-    std::cerr << "stoke-report: cannot write " << out_path << "\n";
-    return 1;
-  }
   // The JSON goes into a script element: "</" cannot end it early once escaped.
   std::string data = series.dump();
   for (size_t p = 0; (p = data.find("</", p)) != std::string::npos; p += 3)
     data.replace(p, 2, "<\\/");
-  out << "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\">\n<head><meta "
+  std::ostringstream page;
+  page
+      << "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\">\n<head><meta "
          "charset=\"utf-8\"/>"
       << "<title>" << xml_escape(title)
       << "</title>\n<style>body{font-family:sans-serif;margin:20px}"
       << " svg.chart{display:block;margin:12px 0} text{font-size:12px}</style></head>\n<body>\n<h1>"
       << xml_escape(title) << "</h1>\n<p>" << xml_escape(metrics_path) << ": " << step_loss.size()
       << " step records, " << eval_loss.size() << " evaluations, " << epoch_test_acc.size()
-      << " epochs</p>\n"
-      << body.str() << "<script type=\"application/json\" id=\"series\"><![CDATA[" << data
-      << "]]></script>\n</body>\n</html>\n";
-  out.close();
-  if (!out) {
-    std::cerr << "stoke-report: cannot write " << out_path << "\n";
+      << " epochs";
+  if (m.missing > 0) page << " (" << m.missing << " values null or absent, not drawn)";
+  page << "</p>\n"
+       << body.str() << "<script type=\"application/json\" id=\"series\"><![CDATA[" << data
+       << "]]></script>\n</body>\n</html>\n";
+  const std::string text = page.str();
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = ::write(out_fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      std::cerr << "stoke-report: cannot write " << out_path << ": "
+                << std::strerror(n < 0 ? errno : ENOSPC) << "\n";
+      ::close(out_fd);
+      return 1;
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(out_fd) != 0) {
+    std::cerr << "stoke-report: cannot write " << out_path << ": " << std::strerror(errno) << "\n";
     return 1;
   }
   std::cout << "stoke-report: wrote " << out_path << "\n";

@@ -1,7 +1,9 @@
 #include "checkpoints.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 
@@ -35,12 +37,16 @@ std::string exact(double x) {
   return {buf, end};
 }
 
-Metadata to_metadata(const Position& p, const Flags& f) {
-  const GeneratorState g = default_generator().state();
-  return {{"format", "stoke-train/1"},
+// "stoke-train/2" counts the position in samples ("sample"); "stoke-train/1" counted it in its
+// own run's batches ("batch").
+constexpr const char* kFormat = "stoke-train/2";
+constexpr const char* kFormatV1 = "stoke-train/1";
+
+Metadata to_metadata(const Position& p, const GeneratorState& g, const Flags& f) {
+  return {{"format", kFormat},
           {"model", f.model},
           {"epoch", std::to_string(p.epoch)},
-          {"batch", std::to_string(p.batch)},
+          {"sample", std::to_string(p.sample)},
           {"global_step", std::to_string(p.global_step)},
           {"best_acc", exact(p.best_acc)},
           {"best_loss", exact(p.best_loss)},
@@ -50,6 +56,29 @@ Metadata to_metadata(const Position& p, const Flags& f) {
           {"epoch_seen", std::to_string(p.epoch_seen)},
           {"rng_seed", std::to_string(g.seed)},
           {"rng_offset", std::to_string(g.offset)}};
+}
+
+// A checkpoint holds finite weights, or is not written: a file named as the last good checkpoint
+// must be one to resume from.
+void check_finite(const nn::NamedTensors& tensors, const std::string& path) {
+  const auto fail = [&](const std::string& name, double v, int64_t i) {
+    STOKE_FAIL("stoke-train", "tensor '", name, "' holds ", v, " at index ", i,
+               ": the weights diverged; ", path,
+               " is not written over (it holds the last good checkpoint, if any)");
+  };
+  for (const auto& [name, t] : tensors) {
+    if (!is_floating(t.dtype())) continue;
+    if (t.dtype() == DType::f32) {  // the checkpoints' dtype: read in place
+      const Tensor c = t.contiguous();
+      const float* p = c.data<float>();
+      for (int64_t i = 0; i < c.numel(); ++i)
+        if (!std::isfinite(p[i])) fail(name, p[i], i);
+    } else {
+      const std::vector<double> v = t.to_vector<double>();
+      for (size_t i = 0; i < v.size(); ++i)
+        if (!std::isfinite(v[i])) fail(name, v[i], static_cast<int64_t>(i));
+    }
+  }
 }
 
 std::string meta(const Metadata& m, const std::string& key, const std::string& path) {
@@ -82,14 +111,37 @@ double meta_double(const Metadata& m, const std::string& key, const std::string&
 }
 
 // The position and the generator's state from the metadata of `path`, each value checked.
-Position read_position(const Metadata& m, const std::string& path, const Flags& f) {
+Position read_position(const Metadata& m, const std::string& path, const Flags& f,
+                       int64_t epoch_samples, int world_size) {
   Position p;
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const std::string format = meta(m, "format", path);
+  STOKE_CHECK(format == kFormat || format == kFormatV1, "stoke-train", path,
+              ": checkpoint metadata 'format' is '", format, "', expected ", kFormat, " (or ",
+              kFormatV1, ")");
   p.epoch = meta_int<int64_t>(m, "epoch", path, 0, kMax);
   STOKE_CHECK(p.epoch <= f.epochs, "stoke-train", path, ": the checkpoint is at epoch ", p.epoch,
               ", past --epochs ", f.epochs, ": pass --epochs ", p.epoch + 1,
               " or more to train on from it");
-  p.batch = meta_int<int64_t>(m, "batch", path, 0, kMax);
+  if (format == kFormat) {
+    p.sample = meta_int<int64_t>(m, "sample", path, 0, epoch_samples);
+  } else {
+    // Before the position was kept in samples: batches of that run's --batch at its -np, which
+    // the file does not say. Resuming with the same ones gives the same position.
+    const int64_t batch = meta_int<int64_t>(m, "batch", path, 0, kMax);
+    const int64_t per_batch = f.batch * world_size;
+    STOKE_CHECK(batch <= epoch_samples / per_batch + 1, "stoke-train", path,
+                ": checkpoint metadata 'batch' is ", batch, ", past the epoch's ", epoch_samples,
+                " samples at --batch ", f.batch, " on ", world_size, " rank(s)");
+    p.sample = std::min(batch * per_batch, epoch_samples);
+    if (batch > 0)
+      std::printf(
+          "note: %s is of an older stoke-train (%s), which counted its position in batches: batch "
+          "%lld is taken as sample %lld, as if it ran at --batch %lld on %d rank(s) like this "
+          "run\n",
+          path.c_str(), kFormatV1, static_cast<long long>(batch), static_cast<long long>(p.sample),
+          static_cast<long long>(f.batch), world_size);
+  }
   p.global_step = meta_int<int64_t>(m, "global_step", path, 0, kMax);
   p.best_acc = meta_double(m, "best_acc", path);
   p.best_loss = meta_double(m, "best_loss", path);
@@ -105,25 +157,23 @@ Position read_position(const Metadata& m, const std::string& path, const Flags& 
 
 }  // namespace
 
-void save_last(const std::string& path, const nn::Module& model, const nn::optim::Optimizer& opt,
-               const nn::amp::GradScaler* scaler, const Position& p, const Flags& f) {
-  save_last(path, model, opt.state_dict(), scaler, p, f);
-}
-
-void save_last(const std::string& path, const nn::Module& model,
+void save_last(const std::string& path, const nn::NamedTensors& model_state,
                const nn::NamedTensors& optimizer_state, const nn::amp::GradScaler* scaler,
-               const Position& p, const Flags& f) {
+               const Position& p, const GeneratorState& rng, const Flags& f) {
   remove_stale_temp_files(f.checkpoint);  // of saves that were killed before their rename
-  nn::NamedTensors all = on_cpu(model.state_dict());
+  nn::NamedTensors all = on_cpu(model_state);
+  check_finite(all, path);
   for (auto& [k, t] : on_cpu(optimizer_state)) all.emplace_back("optimizer." + k, t);
   if (scaler)
     for (auto& [k, t] : scaler->state_dict()) all.emplace_back(kScalerPrefix + k, t);
-  nn::save_safetensors(path, all, to_metadata(p, f));
+  nn::save_safetensors(path, all, to_metadata(p, rng, f));
 }
 
 Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimizer& opt,
-                   nn::amp::GradScaler* scaler, const Flags& f) {
-  const nn::SafetensorsFile file = nn::load_safetensors(path);
+                   nn::amp::GradScaler* scaler, const Flags& f, int64_t epoch_samples,
+                   int world_size) {
+  // Every last.safetensors stoke-train writes carries its checksum: one without it was edited.
+  const nn::SafetensorsFile file = nn::load_safetensors(path, {.require_checksum = true});
   STOKE_CHECK(meta(file.metadata, "model", path) == f.model, "stoke-train", path,
               ": checkpoint is of model '", meta(file.metadata, "model", path), "', not '", f.model,
               "'");
@@ -140,13 +190,15 @@ Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimi
   model.load_state_dict(model_state);
   opt.load_state_dict(opt_state);
   if (scaler && !scaler_state.empty()) scaler->load_state_dict(scaler_state);
-  return read_position(file.metadata, path, f);
+  return read_position(file.metadata, path, f, epoch_samples, world_size);
 }
 
 void save_best(const std::string& path, const nn::Module& model, int64_t epoch, double test_acc,
                const Flags& f) {
+  const nn::NamedTensors state = on_cpu(model.state_dict());
+  check_finite(state, path);
   nn::save_safetensors(
-      path, on_cpu(model.state_dict()),
+      path, state,
       {{"epoch", std::to_string(epoch)}, {"test_acc", exact(test_acc)}, {"model", f.model}});
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <vector>
@@ -20,23 +21,100 @@ namespace {
 // Flags that count things are bounded so that products with them (epochs x steps, batch x image
 // bytes) cannot overflow: the bounds are far above any real run.
 constexpr int64_t kMaxCount = int64_t{1} << 31;
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
-int64_t to_int(const std::string& flag, const std::string& v, int64_t lo = 0,
-               int64_t hi = kMaxCount) {
+// The range of every numeric flag, in one table: the parser enforces it and --help prints it
+// (usage() replaces each "@--flag@" of the text with the flag's range, and fails if a flag of the
+// table has none), so the two cannot disagree.
+struct IntRange {
+  int64_t lo, hi;
+};
+struct RealRange {
+  double lo, hi;
+  bool lo_open = false, hi_open = false;  // the bound itself is left out: (0, 1]
+};
+const std::map<std::string, IntRange>& int_ranges() {
+  static const std::map<std::string, IntRange> r = {
+      {"--workers", {0, 256}},
+      {"--prefetch", {1, 1024}},
+      {"--epochs", {1, 1 << 20}},
+      {"--batch", {1, 1 << 20}},
+      {"--step-size", {1, 1 << 20}},
+      {"--milestones", {1, 1 << 20}},
+      {"--warmup", {0, kMaxCount}},
+      {"--accum", {1, 1 << 20}},
+      {"--patience", {0, kMaxCount}},
+      {"--seed", {0, INT64_MAX}},
+      {"--threads", {0, 1024}},
+      {"--checkpoint-every", {0, kMaxCount}},
+      {"--eval-every", {0, kMaxCount}},
+      {"--log-every", {0, kMaxCount}},
+      {"--limit-train", {0, kMaxCount}},
+      {"--limit-test", {0, kMaxCount}},
+      {"--zero", {1, 2}},
+      {"--profile-steps", {0, kMaxCount}},
+  };
+  return r;
+}
+const std::map<std::string, RealRange>& real_ranges() {
+  static const std::map<std::string, RealRange> r = {
+      {"--lr", {0, kInf, true, true}},
+      {"--momentum", {0, 1}},
+      {"--weight-decay", {0, kInf, false, true}},
+      // A decay factor: > 1 grows the learning rate, <= 0 makes it zero or negative (--gamma -1
+      // made it negative every other epoch).
+      {"--gamma", {0, 1, true, false}},
+      {"--label-smoothing", {0, 1}},  // torch's range for cross_entropy
+      {"--clip-grad", {0, kInf, false, true}},
+      // Under 0.1 s no collective completes reliably (1e-4 s rounded to 0 ms, which turned the
+      // watchdog off); past 1e6 s (11.6 days) the deadline nears the clock's range (1e10 s fired
+      // at the first collective, 1e300 s overflowed the cast to milliseconds).
+      {"--dist-timeout", {0.1, 1e6}},
+  };
+  return r;
+}
+
+std::string range_text(const IntRange& r) {
+  return "[" + std::to_string(r.lo) + ", " + std::to_string(r.hi) + "]";
+}
+
+std::string range_text(const RealRange& r) {
+  const auto num = [](double x) {
+    if (std::isinf(x)) return std::string(x > 0 ? "inf" : "-inf");
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", x);
+    return std::string(buf);
+  };
+  return (r.lo_open ? "(" : "[") + num(r.lo) + ", " + num(r.hi) + (r.hi_open ? ")" : "]");
+}
+
+int64_t to_int(const std::string& flag, const std::string& v, IntRange range) {
   char* end = nullptr;
   errno = 0;
   const long long x = std::strtoll(v.c_str(), &end, 10);
-  STOKE_CHECK(!v.empty() && *end == '\0' && errno != ERANGE && x >= lo && x <= hi, "stoke-train",
-              "flag ", flag, " expects an integer in [", lo, ", ", hi, "], got '", v, "'");
+  STOKE_CHECK(!v.empty() && *end == '\0' && errno != ERANGE && x >= range.lo && x <= range.hi,
+              "stoke-train", "flag ", flag, " expects an integer in ", range_text(range), ", got '",
+              v, "'");
   return x;
 }
 
+// An integer flag in its range from the table.
+int64_t to_int(const std::string& flag, const std::string& v) {
+  return to_int(flag, v, int_ranges().at(flag));
+}
+
+// A real flag: finite, and in its range from the table.
 double to_double(const std::string& flag, const std::string& v) {
   char* end = nullptr;
   errno = 0;
   const double x = std::strtod(v.c_str(), &end);
   STOKE_CHECK(!v.empty() && *end == '\0' && errno != ERANGE && std::isfinite(x), "stoke-train",
               "flag ", flag, " expects a finite number, got '", v, "'");
+  const RealRange& r = real_ranges().at(flag);
+  const bool above = r.lo_open ? x > r.lo : x >= r.lo;
+  const bool below = r.hi_open ? x < r.hi : x <= r.hi;
+  STOKE_CHECK(above && below, "stoke-train", "flag ", flag, " expects a number in ", range_text(r),
+              ", got '", v, "'");
   return x;
 }
 
@@ -58,6 +136,92 @@ void check_known(const char* what, const std::string& value,
   STOKE_FAIL("stoke-train", "unknown ", what, " '", value, "' (known: ", list, ")");
 }
 
+// The help text; each "@--flag@" stands for the flag's range (usage() fills them in).
+constexpr const char* kUsage = R"(usage: stoke-train [flags]
+  A range [a, b] holds the values a numeric flag takes, ends included; ( or ) leaves an end out.
+  --model NAME            lenet5 (default), resnet8, resnet8_pool (ResNet-8 with a 2x2
+                          max-pool after the stem), resnet20, resnet56, resnet18, resnet8_gn,
+                          resnet20_gn, resnet18_gn (GroupNorm), resnet9, vgg11, vgg16, mobilenetv2,
+                          efficientnet_b0, convnext_nano, convnext_tiny (needs >= 32x32 inputs)
+  --data DIR              the dataset (default /usr/share/datasets/fashion-mnist), as --data-format:
+  --data-format F         idx (default): DIR holds the MNIST-style IDX files (gzip or raw)
+                          packed: DIR/train and DIR/test are stoke-pack outputs
+                          folder: DIR/train and DIR/test are image folders (<class>/<file>.png)
+  --workers N             data loader threads, @--workers@ (2; 0 = load in the training thread)
+  --prefetch N            batches each loader thread prepares ahead, @--prefetch@ (2)
+  --recipe fast           a tuned CPU speedrun recipe: resnet8_pool, 4 epochs, batch 128, SGD
+                          nesterov lr 0.1, one-cycle, weight decay 5e-4, label smoothing 0.1, no
+                          augmentation (flags given with it override its values)
+  --epochs N              @--epochs@ (2)
+  --batch N               images per step (per rank under mpirun), @--batch@ (128)
+  --lr X                  learning rate, @--lr@ (0.05)
+  --seed N                @--seed@ (0)
+  --threads N             @--threads@ (0: stoke's default)
+  --optimizer sgd|adam|adamw|rmsprop|adagrad (sgd; rmsprop and adagrad with torch's defaults)
+  --momentum X            sgd's momentum, @--momentum@ (0.9)
+  --nesterov              sgd with Nesterov momentum
+  --amsgrad               adam and adamw: AMSGrad
+  --weight-decay X        @--weight-decay@ (0; adamw: 1e-2, as torch.optim.AdamW)
+  --no-decay-norm-bias    no weight decay on biases and norm weights (1-dim parameters)
+  --schedule none|step|multistep|cosine|onecycle  the learning-rate schedule (none)
+  --step-size EPOCHS      --schedule step: decay every EPOCHS epochs, @--step-size@ (1)
+  --milestones E1,E2      --schedule multistep (needed): decay at these epochs, increasing,
+                          each @--milestones@
+  --gamma X               --schedule step and multistep: the decay factor, @--gamma@ (0.1)
+  --warmup STEPS          linear warm-up over STEPS optimizer steps, @--warmup@ (0)
+  --label-smoothing X     @--label-smoothing@ (0)
+  --clip-grad NORM        clip the gradients' global norm to NORM, @--clip-grad@ (0: off)
+  --accum K               gradient accumulation: K micro-batches per step, @--accum@ (1)
+  --augment               random crop (padding 2) and horizontal flip of training images
+  --augment-on device|workers  where: folded into the normalize pass on the training device
+                          (default; one kernel on a GPU) or the loader's worker transforms
+  --patience EPOCHS       early stopping on test loss, @--patience@ (0: off)
+  --checkpoint DIR        keep DIR/best.safetensors and DIR/last.safetensors (DIR is created,
+                          and must be writable, before anything is loaded)
+  --checkpoint-every N    also save DIR/last.safetensors every N optimizer steps,
+                          @--checkpoint-every@ (0: at the end of each epoch only)
+  --resume                continue from DIR/last.safetensors (mid-epoch if it was saved there,
+                          at any -np and --batch), appending to the metrics (records past that
+                          step are written again); with no last.safetensors it starts from scratch
+                          if DIR holds no earlier results, and refuses (exit 2) if it does
+  --overwrite             start over in a DIR (or --metrics FILE) that holds an earlier run's
+                          results, removing them; without --resume or --overwrite such a run
+                          refuses to start (exit 2)
+  --eval-every N          evaluate every N optimizer steps, @--eval-every@ (0: once per epoch)
+  --metrics FILE          JSONL metrics (default DIR/metrics.jsonl with --checkpoint), written
+                          at every record; a failed write stops the run
+  --log-every N           steps between step records in the metrics, @--log-every@ (50)
+  --limit-train N         use the first N training images only, @--limit-train@ (0: all)
+  --limit-test N          use the first N test images only, @--limit-test@ (0: all)
+  --device cpu|cuda|cuda:I  --allow-cpu-fallback   --no-progress
+  --tf32                  let f32 matmul/conv on CUDA use TF32 tensor cores (~1e-3 rel. error)
+  --amp fp16|bf16         mixed precision: convs and matmuls in fp16/bf16 under autocast, losses
+                          and normalization in f32; fp16 scales the loss (dynamic GradScaler)
+  --profile FILE          record optimizer steps A..B-1 (--profile-steps A:B, default 10:30, or
+                          fewer if the run is shorter; A and B each @--profile-steps@, A < B) as
+                          a Chrome trace in FILE (open it in ui.perfetto.dev or chrome://tracing)
+                          and print the summary: the step breakdown and the ops and backward
+                          nodes by self time, with GFLOP/s against this device's measured 1024^3
+                          matmul
+  --profile-device        with --profile and --device cuda: also each op's time on the GPU (CUDA
+                          events around it, a track per device in the trace, `device` rows in
+                          the summary); costs a few microseconds of host time per op
+Output paths (--metrics, --profile, DIR's files) must be regular files or not exist yet, each a
+file of its own: a FIFO, a directory or one path given twice is refused before anything runs.
+Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard).
+These flags mean nothing in one process, and are refused there (exit 2):
+  --allreduce native|ring the gradient allreduce: the engine's own, or stoke's ring (default native)
+  --dist-backend auto|nccl|mpi  with --device cuda: NCCL (GPU memory to GPU memory), or MPI
+                          with the tensors staged through host memory; auto (default) is NCCL
+                          when this build has it. --device cuda means cuda:<local rank>
+  --dist-timeout SECONDS  a rank that waits longer than this in one collective aborts the job,
+                          naming the collective, @--dist-timeout@ (300)
+  --zero 1|2              ZeRO instead of DDP, stage @--zero@: each rank keeps the optimizer
+                          state of 1/N of the parameters (1), and of their gradients too (2);
+                          last.safetensors holds the whole state, so a run resumes at any -np,
+                          or without --zero
+)";
+
 }  // namespace
 
 std::optional<int> cuda_index(const std::string& device) {
@@ -72,68 +236,28 @@ std::optional<int> cuda_index(const std::string& device) {
 }
 
 std::string usage() {
-  return R"(usage: stoke-train [flags]
-  --model NAME            lenet5 (default), resnet8, resnet8_pool (ResNet-8 with a 2x2
-                          max-pool after the stem), resnet20, resnet56, resnet18, resnet8_gn,
-                          resnet20_gn, resnet18_gn (GroupNorm), resnet9, vgg11, vgg16, mobilenetv2,
-                          efficientnet_b0, convnext_nano, convnext_tiny (needs >= 32x32 inputs)
-  --data DIR              the dataset (default /usr/share/datasets/fashion-mnist), as --data-format:
-  --data-format F         idx (default): DIR holds the MNIST-style IDX files (gzip or raw)
-                          packed: DIR/train and DIR/test are stoke-pack outputs
-                          folder: DIR/train and DIR/test are image folders (<class>/<file>.png)
-  --workers N (2)         data loader threads (0 = load in the training thread)
-  --prefetch N (2)        batches each loader thread prepares ahead
-  --recipe fast           a tuned CPU speedrun recipe: resnet8_pool, 4 epochs, batch 128, SGD
-                          nesterov lr 0.1, one-cycle, weight decay 5e-4, label smoothing 0.1, no
-                          augmentation (flags given with it override its values)
-  --epochs N (2)  --batch N (128)  --lr X (0.05)  --seed N (0)  --threads N
-  --optimizer sgd|adam|adamw|rmsprop|adagrad (sgd; rmsprop and adagrad with torch's
-                          defaults)  --momentum X (0.9, sgd)  --nesterov  --amsgrad (adam, adamw)
-  --weight-decay X (0; adamw: 1e-2, as torch.optim.AdamW)
-  --no-decay-norm-bias    no weight decay on biases and norm weights (1-dim parameters)
-  --schedule none|step|multistep|cosine|onecycle  --step-size EPOCHS  --milestones E1,E2
-  --gamma X (0.1)  --warmup STEPS
-  --label-smoothing X  --clip-grad NORM  --accum K (gradient accumulation)
-  --augment               random crop (padding 2) and horizontal flip of training images
-  --augment-on device|workers  where: folded into the normalize pass on the training device
-                          (default; one kernel on a GPU) or the loader's worker transforms
-  --patience EPOCHS       early stopping on test loss
-  --checkpoint DIR        keep DIR/best.safetensors and DIR/last.safetensors (DIR is created,
-                          and must be writable, before anything is loaded)
-  --checkpoint-every N    also save DIR/last.safetensors every N optimizer steps
-  --resume                continue from DIR/last.safetensors (mid-epoch if it was saved there),
-                          appending to the metrics (records past that step are written again)
-  --overwrite             start over in a DIR (or --metrics FILE) that holds an earlier run's
-                          results, removing them; without --resume or --overwrite such a run
-                          refuses to start (exit 2)
-  --eval-every N          evaluate every N optimizer steps (default: once per epoch)
-  --metrics FILE          JSONL metrics (default DIR/metrics.jsonl with --checkpoint), written
-                          at every record; a failed write stops the run
-  --log-every N (50)      steps between step records in the metrics
-  --limit-train N  --limit-test N   use the first N images only
-  --device cpu|cuda|cuda:I  --allow-cpu-fallback   --no-progress
-  --tf32                  let f32 matmul/conv on CUDA use TF32 tensor cores (~1e-3 rel. error)
-  --amp fp16|bf16         mixed precision: convs and matmuls in fp16/bf16 under autocast, losses
-                          and normalization in f32; fp16 scales the loss (dynamic GradScaler)
-  --profile FILE          record optimizer steps A..B-1 (--profile-steps A:B, default 10:30, or
-                          fewer if the run is shorter) as a Chrome trace in FILE (open it in
-                          ui.perfetto.dev or chrome://tracing) and print the summary: the step
-                          breakdown and the ops and backward nodes by self time, with GFLOP/s
-                          against this device's measured 1024^3 matmul
-  --profile-device        with --profile and --device cuda: also each op's time on the GPU (CUDA
-                          events around it, a track per device in the trace, `device` rows in
-                          the summary); costs a few microseconds of host time per op
-Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard):
-  --allreduce native|ring the gradient allreduce: the engine's own, or stoke's ring (default native)
-  --dist-backend auto|nccl|mpi  with --device cuda: NCCL (GPU memory to GPU memory), or MPI
-                          with the tensors staged through host memory; auto (default) is NCCL
-                          when this build has it. --device cuda means cuda:<local rank>
-  --dist-timeout SECONDS  a rank that waits longer than this in one collective aborts the job,
-                          naming the collective (default 300)
-  --zero 1|2              ZeRO instead of DDP: each rank keeps the optimizer state of 1/N of
-                          the parameters (1), and of their gradients too (2); last.safetensors
-                          holds the whole state, so a run resumes at any -np, or without --zero
-)";
+  std::string text = kUsage;
+  const auto fill = [&](const std::string& flag, const std::string& range) {
+    const std::string token = "@" + flag + "@";
+    const size_t at = text.find(token);
+    // Every flag of the tables has its range in the text (a test runs --help).
+    STOKE_CHECK(at != std::string::npos, "stoke-train", "--help lists no range for ", flag);
+    for (size_t p = at; p != std::string::npos; p = text.find(token, p))
+      text.replace(p, token.size(), range);
+  };
+  for (const auto& [flag, r] : int_ranges()) fill(flag, range_text(r));
+  for (const auto& [flag, r] : real_ranges()) fill(flag, range_text(r));
+  STOKE_CHECK(text.find("@--") == std::string::npos, "stoke-train",
+              "--help has a range of no flag: ", text.substr(text.find("@--"), 20));
+  return text;
+}
+
+std::string distributed_only_flags(const Flags& f) {
+  std::string out;
+  for (const char* flag : {"--allreduce", "--dist-backend", "--dist-timeout", "--zero"})
+    if (std::find(f.given.begin(), f.given.end(), flag) != f.given.end())
+      out += (out.empty() ? "" : ", ") + std::string(flag);
+  return out;
 }
 
 void apply_fast_recipe(Flags& f) {
@@ -169,28 +293,27 @@ Flags parse_flags(int argc, char** argv) {
       {"--model", [&](auto&, auto& v) { f.model = v; }},
       {"--data", [&](auto&, auto& v) { f.data = v; }},
       {"--data-format", [&](auto&, auto& v) { f.data_format = v; }},
-      {"--workers", [&](auto& k, auto& v) { f.workers = to_int(k, v, 0, 256); }},
-      {"--prefetch", [&](auto& k, auto& v) { f.prefetch = to_int(k, v, 1, 1024); }},
+      {"--workers", [&](auto& k, auto& v) { f.workers = to_int(k, v); }},
+      {"--prefetch", [&](auto& k, auto& v) { f.prefetch = to_int(k, v); }},
       {"--recipe", [&](auto&, auto& v) { f.recipe = v; }},
-      {"--epochs", [&](auto& k, auto& v) { f.epochs = to_int(k, v, 1, 1 << 20); }},
-      {"--batch", [&](auto& k, auto& v) { f.batch = to_int(k, v, 1, 1 << 20); }},
+      {"--epochs", [&](auto& k, auto& v) { f.epochs = to_int(k, v); }},
+      {"--batch", [&](auto& k, auto& v) { f.batch = to_int(k, v); }},
       {"--optimizer", [&](auto&, auto& v) { f.optimizer = v; }},
       {"--augment-on", [&](auto&, auto& v) { f.augment_on = v; }},
       {"--lr", [&](auto& k, auto& v) { f.lr = to_double(k, v); }},
       {"--momentum", [&](auto& k, auto& v) { f.momentum = to_double(k, v); }},
       {"--weight-decay", [&](auto& k, auto& v) { f.weight_decay = to_double(k, v); }},
       {"--schedule", [&](auto&, auto& v) { f.schedule = v; }},
-      {"--step-size", [&](auto& k, auto& v) { f.step_size = to_int(k, v, 1, 1 << 20); }},
+      {"--step-size", [&](auto& k, auto& v) { f.step_size = to_int(k, v); }},
       {"--milestones", [&](auto&, auto& v) { f.milestones = v; }},
       {"--gamma", [&](auto& k, auto& v) { f.gamma = to_double(k, v); }},
       {"--warmup", [&](auto& k, auto& v) { f.warmup = to_int(k, v); }},
       {"--label-smoothing", [&](auto& k, auto& v) { f.label_smoothing = to_double(k, v); }},
       {"--clip-grad", [&](auto& k, auto& v) { f.clip_grad = to_double(k, v); }},
-      {"--accum", [&](auto& k, auto& v) { f.accum = to_int(k, v, 1, 1 << 20); }},
+      {"--accum", [&](auto& k, auto& v) { f.accum = to_int(k, v); }},
       {"--patience", [&](auto& k, auto& v) { f.patience = to_int(k, v); }},
-      {"--seed",
-       [&](auto& k, auto& v) { f.seed = static_cast<uint64_t>(to_int(k, v, 0, INT64_MAX)); }},
-      {"--threads", [&](auto& k, auto& v) { f.threads = static_cast<int>(to_int(k, v, 0, 1024)); }},
+      {"--seed", [&](auto& k, auto& v) { f.seed = static_cast<uint64_t>(to_int(k, v)); }},
+      {"--threads", [&](auto& k, auto& v) { f.threads = static_cast<int>(to_int(k, v)); }},
       {"--checkpoint", [&](auto&, auto& v) { f.checkpoint = v; }},
       {"--checkpoint-every", [&](auto& k, auto& v) { f.checkpoint_every = to_int(k, v); }},
       {"--eval-every", [&](auto& k, auto& v) { f.eval_every = to_int(k, v); }},
@@ -202,7 +325,7 @@ Flags parse_flags(int argc, char** argv) {
       {"--allreduce", [&](auto&, auto& v) { f.allreduce = v; }},
       {"--dist-backend", [&](auto&, auto& v) { f.dist_backend = v; }},
       {"--dist-timeout", [&](auto& k, auto& v) { f.dist_timeout = to_double(k, v); }},
-      {"--zero", [&](auto& k, auto& v) { f.zero = to_int(k, v, 1, 2); }},
+      {"--zero", [&](auto& k, auto& v) { f.zero = to_int(k, v); }},
       {"--profile", [&](auto&, auto& v) { f.profile = v; }},
       {"--amp",
        [&](auto& k, auto& v) {
@@ -215,8 +338,8 @@ Flags parse_flags(int argc, char** argv) {
          const auto colon = v.find(':');
          STOKE_CHECK(colon != std::string::npos, "stoke-train", k,
                      " expects A:B (optimizer steps A to B-1), got '", v, "'");
-         f.profile_begin = to_int(k, v.substr(0, colon), 0, INT64_MAX);
-         f.profile_end = to_int(k, v.substr(colon + 1), 1, INT64_MAX);
+         f.profile_begin = to_int(k, v.substr(0, colon));
+         f.profile_end = to_int(k, v.substr(colon + 1));
          STOKE_CHECK(f.profile_begin < f.profile_end, "stoke-train", k, " expects A < B, got '", v,
                      "'");
        }},
@@ -255,13 +378,29 @@ Flags parse_flags(int argc, char** argv) {
     } else {
       STOKE_FAIL("stoke-train", "unknown flag '", arg, "' (see --help)");
     }
+    f.given.push_back(arg);
   }
-  STOKE_CHECK(f.epochs > 0 && f.batch > 0 && f.accum > 0, "stoke-train",
-              "--epochs, --batch and --accum must be positive");
-  STOKE_CHECK(f.lr > 0, "stoke-train", "--lr must be positive, got ", f.lr);
+  // Schedule values: each in its range (the setters), the milestones increasing, and each flag
+  // only with the schedule that reads it (it was ignored without a word).
   std::stringstream milestones(f.milestones);
-  for (std::string item; std::getline(milestones, item, ',');)
-    to_int("--milestones", item, 1, 1 << 20);
+  int64_t last_milestone = 0;
+  for (std::string item; std::getline(milestones, item, ',');) {
+    const int64_t m = to_int("--milestones", item);
+    STOKE_CHECK(m > last_milestone, "stoke-train",
+                "flag --milestones expects increasing epochs, got '", f.milestones, "'");
+    last_milestone = m;
+  }
+  const auto given = [&](const char* flag) {
+    return std::find(f.given.begin(), f.given.end(), flag) != f.given.end();
+  };
+  STOKE_CHECK(!given("--step-size") || f.schedule == "step", "stoke-train",
+              "--step-size is --schedule step's, got --schedule ", f.schedule);
+  STOKE_CHECK(!given("--milestones") || f.schedule == "multistep", "stoke-train",
+              "--milestones is --schedule multistep's, got --schedule ", f.schedule);
+  STOKE_CHECK(f.schedule != "multistep" || last_milestone > 0, "stoke-train",
+              "--schedule multistep needs --milestones E1,E2,...");
+  STOKE_CHECK(!given("--gamma") || f.schedule == "step" || f.schedule == "multistep", "stoke-train",
+              "--gamma is --schedule step's and multistep's, got --schedule ", f.schedule);
   // The names are checked here, before anything is loaded (they used to fail after the data).
   check_known("model", f.model, nn::models::model_names());
   check_known("optimizer", f.optimizer, {"sgd", "adam", "adamw", "rmsprop", "adagrad"});
@@ -271,16 +410,12 @@ Flags parse_flags(int argc, char** argv) {
   check_known("schedule", f.schedule, {"none", "step", "multistep", "cosine", "onecycle"});
   check_known("allreduce", f.allreduce, {"native", "ring"});
   check_known("dist backend", f.dist_backend, {"auto", "nccl", "mpi"});
-  STOKE_CHECK(f.dist_timeout > 0, "stoke-train", "--dist-timeout must be positive, got ",
-              f.dist_timeout);
   cuda_index(f.device);
   STOKE_CHECK(f.recipe.empty() || f.recipe == "fast", "stoke-train", "unknown recipe '", f.recipe,
               "' (known: fast)");
   STOKE_CHECK(f.data_format == "idx" || f.data_format == "packed" || f.data_format == "folder",
               "stoke-train", "unknown --data-format '", f.data_format,
               "' (known: idx, packed, folder)");
-  STOKE_CHECK(f.workers >= 0 && f.prefetch >= 1, "stoke-train",
-              "--workers must be >= 0 and --prefetch >= 1, got ", f.workers, " and ", f.prefetch);
   STOKE_CHECK(!f.resume || !f.checkpoint.empty(), "stoke-train", "--resume needs --checkpoint DIR");
   // The loss scaler unscales and checks the parameters' .grad, which ZeRO moves into its shards.
   STOKE_CHECK(!(f.amp == "fp16" && f.zero > 0), "stoke-train",

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace stoke::train {
 
@@ -66,7 +67,14 @@ struct Flags {
   std::string profile;
   int64_t profile_begin = 10, profile_end = 30;
   bool profile_device = false;  // --profile-device: CUDA-event device times (StartOptions)
+  // The flags given on the command line, in order (without their values): what --recipe set is
+  // not among them.
+  std::vector<std::string> given;
 };
+
+// The flags given that mean something only in a job of 2 or more ranks (--allreduce,
+// --dist-backend, --dist-timeout, --zero), "" when none was.
+std::string distributed_only_flags(const Flags& f);
 
 // Parses argv; prints usage and exits on --help; throws stoke::Error naming a bad flag or value.
 Flags parse_flags(int argc, char** argv);

@@ -67,12 +67,14 @@ int run(Flags f, Distributed& dist) {
   MetricsLog metrics;
   if (dist.root()) {
     try {
-      if (const auto refusal = earlier_results(f)) {
+      check_run_outputs(f);
+      if (auto refusal = earlier_results(f); refusal || (refusal = resume_refusal(f))) {
         error = *refusal;
         status = 2;
       } else {
         prepare_checkpoint_dir(f);
-        if (!f.metrics.empty()) metrics.open(f.metrics, f.resume);
+        if (!f.metrics.empty()) metrics.open(f.metrics, f.resume, metrics_origin(f));
+        prepare_profile_output(f);
       }
     } catch (const std::exception& e) {
       error = e.what();
@@ -109,6 +111,15 @@ int main(int argc, char** argv) {
   try {
     const stoke::train::Flags flags = stoke::train::parse_flags(argc, argv);
     dist = stoke::train::join_job(flags);
+    if (const std::string only = stoke::train::distributed_only_flags(flags);
+        !only.empty() && !dist.active()) {
+      std::fprintf(stderr,
+                   "stoke-train: %s: only under mpirun, in a job of 2 or more ranks, does this "
+                   "mean something; this is one process, where it would be ignored. Drop it, or "
+                   "start the run with mpirun -np N.\n",
+                   only.c_str());
+      return 2;
+    }
     return stoke::train::run(flags, dist);
   } catch (const std::exception& e) {
     if (dist.active()) {

@@ -12,8 +12,10 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace stoke::train {
 namespace {
@@ -40,24 +42,84 @@ std::string lines_text(int64_t n) {
   return std::to_string(n) + (n == 1 ? " line" : " lines");
 }
 
-// The integer after `"key":` in a metrics record, if there is one.
-std::optional<int64_t> field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\":";
-  const size_t at = line.find(k);
-  if (at == std::string::npos) return std::nullopt;
-  char* end = nullptr;
-  const char* begin = line.c_str() + at + k.size();
-  const long long v = std::strtoll(begin, &end, 10);
-  if (end == begin) return std::nullopt;
-  return v;
+// Whether `a` and `b` name one file: the same path once symbolic links and ".." are resolved, or
+// the same inode (a hard link) when both exist.
+bool same_file(const fs::path& a, const fs::path& b) {
+  std::error_code ec1, ec2;
+  const fs::path ca = fs::weakly_canonical(a, ec1), cb = fs::weakly_canonical(b, ec2);
+  if (!ec1 && !ec2 && ca == cb) return true;
+  if (fs::absolute(a, ec1).lexically_normal() == fs::absolute(b, ec2).lexically_normal())
+    return true;
+  std::error_code ec;
+  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
+}
+
+bool is_default_metrics(const Flags& f) {
+  return !f.checkpoint.empty() && f.metrics == (fs::path(f.checkpoint) / "metrics.jsonl").string();
 }
 
 }  // namespace
 
+std::string metrics_origin(const Flags& f) {
+  return is_default_metrics(f) ? "--checkpoint " + f.checkpoint + ": its metrics file"
+                               : std::string("--metrics");
+}
+
+void prepare_profile_output(const Flags& f) {
+  if (f.profile.empty()) return;
+  const int fd = open_output_file(f.profile, O_TRUNC, "stoke-train", "--profile");
+  ::close(fd);
+}
+
+void check_run_outputs(const Flags& f) {
+  struct Output {
+    std::string what, path;
+  };
+  std::vector<Output> outputs;
+  if (!f.metrics.empty()) outputs.push_back({metrics_origin(f), f.metrics});
+  if (!f.profile.empty()) outputs.push_back({"--profile", f.profile});
+  if (!f.checkpoint.empty())
+    for (const char* name : kCheckpoints)
+      outputs.push_back({"--checkpoint " + f.checkpoint + ": its " + name,
+                         (fs::path(f.checkpoint) / name).string()});
+  for (const Output& o : outputs) check_output_path(o.path, "stoke-train", o.what);
+  for (size_t i = 0; i < outputs.size(); ++i)
+    for (size_t j = i + 1; j < outputs.size(); ++j)
+      STOKE_CHECK(!same_file(outputs[i].path, outputs[j].path), "stoke-train", outputs[j].what, " ",
+                  outputs[j].path, " is the file of ", outputs[i].what, " (", outputs[i].path,
+                  "): each would overwrite the other (every checkpoint save "
+                  "replaces the file, every record is appended to it); give it a file of its own");
+}
+
+std::optional<std::string> resume_refusal(const Flags& f) {
+  if (!f.resume || f.checkpoint.empty()) return std::nullopt;
+  const fs::path last = fs::path(f.checkpoint) / "last.safetensors";
+  std::error_code ec;
+  const fs::file_status link = fs::symlink_status(last, ec);
+  if (fs::is_symlink(link) && !fs::exists(fs::status(last, ec))) {
+    const fs::path target = fs::read_symlink(last, ec);
+    return "stoke-train: --resume: " + last.string() + " is a dangling symbolic link (to " +
+           target.string() +
+           "): there is no state to resume from. Restore the file it points to, or pass "
+           "--overwrite instead of --resume to start over (replaces the directory's results).";
+  }
+  if (fs::exists(link)) return std::nullopt;  // resumed from (and checked as it loads)
+  std::string found;
+  if (fs::exists(fs::symlink_status(fs::path(f.checkpoint) / "best.safetensors", ec)))
+    found = "best.safetensors";
+  const int64_t lines = f.metrics.empty() ? -1 : nonempty_file_lines(f.metrics);
+  if (lines >= 0) found += (found.empty() ? "" : ", ") + f.metrics + " (" + lines_text(lines) + ")";
+  if (found.empty()) return std::nullopt;
+  return "stoke-train: --resume: there is no " + last.string() +
+         " to resume from, but there are results of an earlier run: " + found +
+         ". Refusing to start from scratch over them (a new run would replace the best model and "
+         "the records, which it cannot reproduce): restore last.safetensors to resume, or pass "
+         "--overwrite instead of --resume to start over.";
+}
+
 std::optional<std::string> earlier_results(const Flags& f) {
   if (f.resume || f.overwrite) return std::nullopt;
-  const bool default_metrics =
-      !f.checkpoint.empty() && f.metrics == (fs::path(f.checkpoint) / "metrics.jsonl").string();
+  const bool default_metrics = is_default_metrics(f);
   std::string found;
   if (!f.checkpoint.empty()) {
     for (const char* name : kCheckpoints) {
@@ -144,12 +206,10 @@ std::vector<std::string> remove_stale_temp_files(const std::string& dir) {
   return removed;
 }
 
-void MetricsLog::open(std::string path, bool append) {
+void MetricsLog::open(std::string path, bool append, const std::string& what) {
   close();
   path_ = std::move(path);
-  const int flags = O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (append ? 0 : O_TRUNC);
-  fd_ = ::open(path_.c_str(), flags, 0644);
-  STOKE_CHECK(fd_ >= 0, "stoke-train", "cannot open the metrics file ", path_, ": ", errno_text());
+  fd_ = open_output_file(path_, O_APPEND | (append ? 0 : O_TRUNC), "stoke-train", what);
 }
 
 MetricsLog::~MetricsLog() {
@@ -164,16 +224,45 @@ int64_t MetricsLog::drop_records_after(int64_t epochs_done, int64_t global_step)
   STOKE_CHECK(in.is_open(), "stoke-train", "cannot read the metrics file ", path_, ": ",
               errno_text());
   int64_t keep = 0;  // bytes before the first record to drop
-  int64_t dropped = 0;
+  int64_t dropped = 0, line_no = 0;
   bool cutting = false;
   for (std::string line; std::getline(in, line);) {
+    ++line_no;
     if (!cutting) {
-      const bool complete = !in.eof();  // the last line of a killed write has no newline
-      const auto step = field(line, "step");
-      const auto epoch = field(line, "epoch");
-      const bool is_epoch = line.find("\"type\":\"epoch\"") != std::string::npos;
-      cutting =
-          !complete || (is_epoch ? epoch && *epoch > epochs_done : step && *step > global_step);
+      // The last line of a killed write has no newline: it is dropped whatever it holds.
+      if (in.eof()) {
+        cutting = true;
+      } else {
+        const auto fail = [&](const std::string& why) {
+          STOKE_FAIL("stoke-train", "--resume: the metrics file ", path_, ", line ", line_no, ", ",
+                     why,
+                     ": it is not a record stoke-train writes, so where the interrupted run "
+                     "stopped cannot be told. Remove or repair that line, or start over with "
+                     "--overwrite");
+        };
+        nlohmann::json r;
+        try {
+          r = nlohmann::json::parse(line);
+        } catch (const nlohmann::json::exception& e) {
+          fail(std::string("is not JSON (") + e.what() + ")");
+        }
+        if (!r.is_object()) fail(std::string("is a JSON ") + r.type_name() + ", not an object");
+        const auto type = r.find("type");
+        if (type == r.end() || !type->is_string()) fail("has no string \"type\"");
+        for (const char* key : {"step", "epoch"}) {
+          const auto v = r.find(key);
+          if (v != r.end() && !v->is_number_integer())
+            fail(std::string("has a \"") + key + "\" that is not an integer (" + v->dump() + ")");
+        }
+        const auto value = [&](const char* key) -> std::optional<int64_t> {
+          const auto v = r.find(key);
+          if (v == r.end()) return std::nullopt;
+          return v->get<int64_t>();
+        };
+        const auto step = value("step");
+        const auto epoch = value("epoch");
+        cutting = *type == "epoch" ? epoch && *epoch > epochs_done : step && *step > global_step;
+      }
     }
     if (cutting) {
       ++dropped;

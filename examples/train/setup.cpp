@@ -21,8 +21,10 @@ namespace {
 
 // One split of the dataset named by --data and --data-format.
 std::shared_ptr<const data::Dataset> open_split(const Flags& f, bool train) {
-  if (f.data_format == "idx")
-    return std::make_shared<data::IdxImageDataset>(f.data, data::IdxImageOptions{.train = train});
+  if (f.data_format == "idx")  // --limit-train/-test: the files are read only as far as needed
+    return std::make_shared<data::IdxImageDataset>(
+        f.data,
+        data::IdxImageOptions{.train = train, .limit = train ? f.limit_train : f.limit_test});
   const std::string dir = f.data + (train ? "/train" : "/test");
   if (f.data_format == "packed") return std::make_shared<data::PackedDataset>(dir);
   return data::open_image_folder(dir);
@@ -102,6 +104,8 @@ Data load_data(const Flags& f, Device device, const Distributed& dist) {
   d.train_set = open_split(f, true);
   d.test_set = open_split(f, false);
   d.train = make_loader(f, d.train_set, f.limit_train, true, device, dist);
+  d.train_samples =
+      f.limit_train > 0 ? std::min(f.limit_train, d.train_set->size()) : d.train_set->size();
   d.test = make_loader(f, d.test_set, f.limit_test, false, device, dist);
   d.train_set->get(0, d.first);
   check_splits_match(*d.train_set, d.first, *d.test_set, f.data + " (training split)",

@@ -22,7 +22,8 @@ std::optional<Device> select_device(const Flags& f);
 struct Data {
   std::shared_ptr<const data::Dataset> train_set, test_set;
   std::unique_ptr<data::DataLoader> train, test;
-  data::Example first;  // the first training image: the model's input shape comes from it
+  data::Example first;        // the first training image: the model's input shape comes from it
+  int64_t train_samples = 0;  // a training epoch's samples (--limit-train applied), all ranks'
 };
 
 // Opens both splits, checks that they match, makes the loaders and prints the "data:" line. Under

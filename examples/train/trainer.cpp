@@ -1,5 +1,8 @@
 #include "trainer.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <csignal>
@@ -37,6 +40,19 @@ int64_t kill_at_step_from_env(int rank) {
 int kill_signal_from_env() {
   const char* sig = std::getenv("STOKE_TRAIN_TEST_KILL_SIGNAL");
   return sig && std::string(sig) == "STOP" ? SIGSTOP : SIGKILL;
+}
+
+// A test hook, not a flag: STOKE_TRAIN_TEST_SAMPLE_LOG=PREFIX makes rank r append a line
+// "epoch E step S: i1 i2 ..." to PREFIX.r for every batch it trains (E 1-based, S the optimizer
+// steps before the batch, then the batch's dataset indices), so that a test can count the samples
+// an epoch visited across a kill and a resume at another world size.
+int open_sample_log(int rank) {
+  const char* prefix = std::getenv("STOKE_TRAIN_TEST_SAMPLE_LOG");
+  if (!prefix || !*prefix) return -1;
+  const std::string path = std::string(prefix) + "." + std::to_string(rank);
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  STOKE_CHECK(fd >= 0, "stoke-train", "STOKE_TRAIN_TEST_SAMPLE_LOG: cannot open ", path);
+  return fd;
 }
 
 std::string in_checkpoint_dir(const Flags& f, const char* name) {
@@ -102,7 +118,11 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
               .crop = {.padding = 2},
               .seed = f_.seed},
       scaler_(make_scaler(f_, dist_)),
-      last_finite_loss_(std::numeric_limits<double>::quiet_NaN()) {
+      last_finite_loss_(std::numeric_limits<double>::quiet_NaN()),
+      uniform_loss_(
+          std::log(static_cast<double>(std::max<int64_t>(data_.train_set->num_classes(), 2)))),
+      lowest_loss_(std::numeric_limits<double>::infinity()),
+      sample_log_fd_(open_sample_log(dist_.rank)) {
   print_model_line(f_, *model_, device_);
   if (dist_.active() && f_.zero > 0) {
     // Before any state exists: the plain optimizer gives its kind, options and groups.
@@ -125,17 +145,25 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
   }
 }
 
+Trainer::~Trainer() {
+  if (sample_log_fd_ >= 0) ::close(sample_log_fd_);
+}
+
 void Trainer::resume() {
   if (!f_.resume) return;
   if (std::filesystem::exists(last_path_)) {
-    last_good_ = last_path_;
-    pos_ = load_last(last_path_, *model_, *opt_, scaler_.get(), f_);
+    pos_ =
+        load_last(last_path_, *model_, *opt_, scaler_.get(), f_, data_.train_samples, dist_.size);
+    last_good_ = last_path_ + " (step " + std::to_string(pos_.global_step) + ")";
     if (sched_) sched_->set_last_step(pos_.global_step);
-    std::printf("resumed from %s at epoch %lld, batch %lld (step %lld)\n", last_path_.c_str(),
-                static_cast<long long>(pos_.epoch + 1), static_cast<long long>(pos_.batch),
+    std::printf("resumed from %s at epoch %lld, sample %lld of %lld (step %lld)\n",
+                last_path_.c_str(), static_cast<long long>(pos_.epoch + 1),
+                static_cast<long long>(pos_.sample), static_cast<long long>(data_.train_samples),
                 static_cast<long long>(pos_.global_step));
   } else {
-    std::printf("no checkpoint at %s: starting from scratch\n", last_path_.c_str());
+    // run_dir.cpp's resume_refusal stopped the run before if the directory held results.
+    std::printf("no checkpoint at %s and no earlier results: starting from scratch\n",
+                last_path_.c_str());
   }
   // The saved epoch totals are the job's (save_position sums them): rank 0 carries them on.
   if (!dist_.root()) {
@@ -167,14 +195,19 @@ RunTotals Trainer::fit() {
 }
 
 Trainer::EpochStats Trainer::train_epoch() {
-  // A resumed run continues mid-epoch: the loader starts at the saved batch.
-  data_.train->set_epoch(pos_.epoch, pos_.batch);
+  // A resumed run continues mid-epoch: the loader leaves out the samples of the epoch's order
+  // trained on before, whatever -np and --batch trained them, and shards the rest.
+  epoch_start_ = pos_.sample;
+  if (epoch_start_ > 0)
+    data_.train->resume_epoch(pos_.epoch, epoch_start_);
+  else
+    data_.train->set_epoch(pos_.epoch);
   model_->train();
   EpochStats e;
   const int64_t nb = data_.train->num_batches();
   ProgressBar bar("epoch " + std::to_string(pos_.epoch + 1) + "/" + std::to_string(f_.epochs), nb,
                   f_.progress);
-  for (; pos_.batch < nb; ++pos_.batch) {
+  for (batch_ = 0; batch_ < nb; ++batch_) {
     profiler_.before_batch(pos_.global_step);
     {
       const profiler::Range step("step", profiler::Category::step);
@@ -183,15 +216,15 @@ Trainer::EpochStats Trainer::train_epoch() {
         const profiler::Range phase("data wait", profiler::Category::phase);
         batch = data_.train->next();
       }
-      STOKE_CHECK(batch.has_value(), "stoke-train", "the loader ended after ", pos_.batch, " of ",
-                  nb, " batches");
+      STOKE_CHECK(batch.has_value(), "stoke-train", "the loader ended after ", batch_, " of ", nb,
+                  " batches");
       e.data_wait += batch->wait_seconds;
+      log_samples(*batch);
       train_batch(*batch, nb, e);
     }
     profiler_.after_batch(pos_.global_step);
     const double seconds = seconds_since(e.start);
-    bar.update(pos_.batch + 1, per_second(static_cast<double>(e.images), seconds),
-               progress_text(e));
+    bar.update(batch_ + 1, per_second(static_cast<double>(e.images), seconds), progress_text(e));
   }
   bar.finish();
   e.seconds = seconds_since(e.start);
@@ -203,9 +236,11 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
     const profiler::Range phase("h2d", profiler::Category::phase);
     return to_device(batch, device_, finish_);
   }();
-  const int64_t group_begin = pos_.batch / f_.accum * f_.accum;
+  // Accumulation groups count from this run's first batch of the epoch: a resumed run starts at
+  // a checkpoint, which follows an optimizer step, so at the start of a group.
+  const int64_t group_begin = batch_ / f_.accum * f_.accum;
   const int64_t group_size = std::min(f_.accum, num_batches - group_begin);
-  const bool sync = pos_.batch + 1 == group_begin + group_size;
+  const bool sync = batch_ + 1 == group_begin + group_size;
   std::optional<profiler::Range> phase(std::in_place, "forward", profiler::Category::phase);
   Tensor logits;
   Tensor loss = forward_loss(b, sync, logits);
@@ -213,6 +248,9 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
   phase.reset();
   check_finite_loss(loss_value);
   last_finite_loss_ = loss_value;
+  lowest_loss_ = std::min(lowest_loss_, loss_value);
+  // The weights of a scheduled checkpoint have just given a finite loss: written if it is good.
+  if (scheduled_) write_scheduled_save(loss_value);
   // Each micro-batch's mean loss is scaled so that k micro-batches of b give the gradient of
   // one batch of k*b (when the micro-batches have equal size).
   if (group_size > 1) loss = loss * (1.0 / static_cast<double>(group_size));
@@ -263,10 +301,9 @@ void Trainer::optimizer_step(double loss_value, double data_wait_s) {
                            AmpRecord{scaler_->get_scale(), scaler_->skipped_steps()})
                      : std::nullopt);
   if (f_.checkpoint_every > 0 && step % f_.checkpoint_every == 0 && !last_path_.empty()) {
-    const profiler::Range phase("checkpoint", profiler::Category::phase);
-    Position next = pos_;  // a resume starts at the batch after this one
-    ++next.batch;
-    save_position(next);
+    Position next = pos_;  // a resume starts after this batch's samples
+    next.sample = samples_after_batch();
+    schedule_save(next);
   }
   if (f_.eval_every > 0 && step % f_.eval_every == 0) {
     const profiler::Range phase("eval", profiler::Category::phase);
@@ -351,13 +388,14 @@ bool Trainer::end_epoch(const EpochStats& e) {
                 static_cast<long long>(scaler_->skipped_steps()));
   log_epoch(metrics_, record);
   const bool stop = update_best(r);
-  pos_.batch = 0;
+  pos_.sample = 0;
   pos_.epoch_loss_sum = 0;
   pos_.epoch_correct = pos_.epoch_seen = 0;
+  scheduled_.reset();  // the end-of-epoch checkpoint, evaluated finite, supersedes it
   if (!last_path_.empty()) {
     Position next = pos_;  // a resume starts at the next epoch
     ++next.epoch;
-    save_position(next);
+    save_position(next, default_generator().state(), model_->state_dict());
   }
   return stop;
 }
@@ -397,13 +435,75 @@ EvalResult Trainer::evaluate_finite() {
 // non-finite is trained on, logged or saved.
 void Trainer::check_finite_loss(double loss_value) const {
   STOKE_CHECK(std::isfinite(loss_value), "stoke-train", "the training loss is ",
-              non_finite_name(loss_value), " at epoch ", pos_.epoch + 1, ", batch ", pos_.batch + 1,
-              " (step ", pos_.global_step + 1, "); the last finite loss was ", last_finite_loss_,
-              "; the last good checkpoint is ", last_good_.empty() ? "none" : last_good_,
-              ". Stopping: lower --lr, add --clip-grad, or check the data");
+              non_finite_name(loss_value), " at epoch ", pos_.epoch + 1, ", sample ",
+              samples_after_batch(), " of ", data_.train_samples, " (step ", pos_.global_step + 1,
+              "); the last finite loss was ", last_finite_loss_, "; the last good checkpoint is ",
+              last_good_.empty() ? "none" : last_good_,
+              " (one whose weights gave a finite loss, not exploding). Stopping: "
+              "lower --lr, add --clip-grad, or check the data");
 }
 
-void Trainer::save_position(const Position& p) {
+int64_t Trainer::samples_after_batch() const {
+  // Every rank has trained batch_ + 1 batches of --batch samples of its shard, so the job has
+  // trained that many times -np positions of the rest of the epoch's order (the last batch may
+  // be short, and the shards padded: the epoch's end caps it).
+  return std::min(data_.train_samples, epoch_start_ + (batch_ + 1) * f_.batch * dist_.size);
+}
+
+void Trainer::schedule_save(const Position& p) {
+  ScheduledSave s{.position = p, .rng = default_generator().state(), .buffers = {}};
+  for (const auto& [name, b] : model_->named_buffers()) s.buffers.emplace_back(name, b.clone());
+  scheduled_ = std::move(s);
+}
+
+void Trainer::write_scheduled_save(double loss) {
+  const profiler::Range phase("checkpoint", profiler::Category::phase);
+  ScheduledSave s = std::move(*scheduled_);
+  scheduled_.reset();
+  // A diverging run's losses grow by orders of magnitude while every weight stays finite (LeNet-5
+  // at lr 100: 2.3, 1.3e5, 2e11, 1e25, nan); a healthy one's stay within a factor of a few of
+  // their lowest, or below a uniform guess's. Every rank must take the same way (the save is
+  // collective), so the ranks' verdicts are summed.
+  const double bound = std::max(uniform_loss_, 10.0 * lowest_loss_);
+  std::vector<double> exploded{loss > bound ? 1.0 : 0.0};
+  dist_.sum(exploded);
+  if (exploded[0] > 0) {
+    std::printf(
+        "checkpoint of step %lld not written: the loss its weights gave (%g%s) is over ten times "
+        "the run's lowest (%g) and a uniform guess's (%g): the run is diverging; the last good "
+        "checkpoint is %s\n",
+        static_cast<long long>(s.position.global_step), loss,
+        dist_.active() ? " on rank 0, over the bound on some rank" : "", lowest_loss_,
+        uniform_loss_, last_good_.empty() ? "none" : last_good_.c_str());
+    std::fflush(stdout);
+    return;
+  }
+  // The parameters and the optimizer are as they were after the step; the buffers and the
+  // generator are taken back to then.
+  nn::NamedTensors state = model_->state_dict();
+  for (auto& [name, t] : state)
+    for (const auto& [bname, b] : s.buffers)
+      if (bname == name) t = b;
+  save_position(s.position, s.rng, state);
+}
+
+void Trainer::log_samples(const data::Batch& batch) const {
+  if (sample_log_fd_ < 0) return;
+  std::string line =
+      "epoch " + std::to_string(pos_.epoch + 1) + " step " + std::to_string(pos_.global_step) + ":";
+  for (const int64_t i : batch.indices.to_vector<int64_t>()) {
+    line += ' ';
+    line += std::to_string(i);
+  }
+  line += "\n";
+  // One write of the whole line to an O_APPEND descriptor: a kill never leaves half a line.
+  STOKE_CHECK(
+      ::write(sample_log_fd_, line.data(), line.size()) == static_cast<ssize_t>(line.size()),
+      "stoke-train", "STOKE_TRAIN_TEST_SAMPLE_LOG: write failed");
+}
+
+void Trainer::save_position(const Position& p, const GeneratorState& rng,
+                            const nn::NamedTensors& model_state) {
   // Every rank reaches the same saves (they follow the step count), so the sum is collective.
   Position job = p;
   std::vector<double> totals{p.epoch_loss_sum, static_cast<double>(p.epoch_correct),
@@ -414,11 +514,11 @@ void Trainer::save_position(const Position& p) {
   job.epoch_seen = static_cast<int64_t>(totals[2]);
   if (zero_) {
     const nn::NamedTensors state = opt_->state_dict();  // collective: every rank gathers
-    if (dist_.root()) save_last(last_path_, *model_, state, scaler_.get(), job, f_);
+    if (dist_.root()) save_last(last_path_, model_state, state, scaler_.get(), job, rng, f_);
   } else if (dist_.root()) {
-    save_last(last_path_, *model_, *opt_, scaler_.get(), job, f_);
+    save_last(last_path_, model_state, opt_->state_dict(), scaler_.get(), job, rng, f_);
   }
-  last_good_ = last_path_;
+  last_good_ = last_path_ + " (step " + std::to_string(p.global_step) + ")";
 }
 
 }  // namespace stoke::train

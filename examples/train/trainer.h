@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "checkpoints.h"
@@ -36,6 +37,9 @@ class Trainer {
   // (train and test loss, accuracy, images) is summed over the ranks, and rank 0 alone writes
   // checkpoints (the others read them on --resume).
   Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed& dist);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
 
   // With --resume: continues from DIR/last.safetensors if there is one, and drops the metrics
   // records the interrupted run wrote past it.
@@ -61,7 +65,23 @@ class Trainer {
   bool update_best(const EvalResult& r);
   EvalResult evaluate_finite();
   void check_finite_loss(double loss_value) const;
-  void save_position(const Position& p);
+  // The samples of this epoch's order the job has trained on after this run's batch `batch_`.
+  int64_t samples_after_batch() const;
+  // A checkpoint due after an optimizer step is written only once it is known to be good: its
+  // weights are finite and the training loss they give (the next forward) is finite and no worse
+  // than both a uniform guess (ln C) and ten times the lowest training loss of the run. So the
+  // checkpoint named as the last good one at a divergence never holds weights that diverged
+  // (weights of ~1e24 give a finite loss of ~1e25). What changes until the next forward is kept
+  // here: the position, the generator's state and the buffers (a training forward updates
+  // BatchNorm's running stats).
+  void schedule_save(const Position& p);
+  // After the next forward's finite `loss`: writes the scheduled checkpoint if it is good (every
+  // rank agrees), or says why not.
+  void write_scheduled_save(double loss);
+  void save_position(const Position& p, const GeneratorState& rng,
+                     const nn::NamedTensors& model_state);
+  // STOKE_TRAIN_TEST_SAMPLE_LOG: each rank appends the dataset indices of every batch it trains.
+  void log_samples(const data::Batch& batch) const;
   // The model's forward: through DDP in a job (without gradient sync unless `sync`); under
   // --zero the module's own, after rank 0's buffers are broadcast as DDP would.
   Tensor forward(const Tensor& images, bool sync);
@@ -89,10 +109,21 @@ class Trainer {
   // that every rank skips the same steps.
   std::unique_ptr<nn::amp::GradScaler> scaler_;
   Position pos_;
+  int64_t batch_ = 0;        // this run's batch of the current epoch (0 = the first it trains)
+  int64_t epoch_start_ = 0;  // samples of the epoch trained before this run's first batch of it
+  struct ScheduledSave {
+    Position position;
+    GeneratorState rng;
+    nn::NamedTensors buffers;
+  };
+  std::optional<ScheduledSave> scheduled_;
   // For the divergence message: the last finite training loss and the last checkpoint written
-  // (or resumed from) by this run.
+  // (or resumed from) by this run, with its step.
   double last_finite_loss_;
   std::string last_good_;
+  const double uniform_loss_;  // ln(classes): cross entropy of a uniform guess
+  double lowest_loss_;         // the lowest training loss of this run
+  int sample_log_fd_ = -1;     // STOKE_TRAIN_TEST_SAMPLE_LOG's file, or -1
 };
 
 }  // namespace stoke::train

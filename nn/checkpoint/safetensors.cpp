@@ -20,6 +20,7 @@
 #include <unordered_set>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace stoke::nn {
 
@@ -328,9 +329,14 @@ json parse_header(const std::string& text, const std::string& path) {
 
 // Checks "stoke.crc32" when the file has it (files from other writers have none) and removes it
 // from the metadata handed back, so that a loaded file saves again unchanged.
-void verify_checksums(SafetensorsFile& file, const std::string& path) {
+void verify_checksums(SafetensorsFile& file, const std::string& path, bool required) {
   const auto found = file.metadata.find(kChecksumKey);
-  if (found == file.metadata.end()) return;
+  if (found == file.metadata.end()) {
+    STOKE_CHECK(!required, kLoadOp, path, ": no \"", kChecksumKey,
+                "\" in the metadata: every file stoke writes has one, so this file was edited (a "
+                "renamed or removed key) or was not written by stoke");
+    return;
+  }
   json sums;
   try {
     sums = json::parse(found->second);
@@ -399,7 +405,10 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   const std::string header = make_header(items, stored, path);
 
   TempFile tmp{.path = path + ".tmp." + std::to_string(::getpid())};
-  tmp.file = std::fopen(tmp.path.c_str(), "wb");
+  // Opened without blocking: a FIFO left at the temporary name is refused, not waited on.
+  const int fd = open_output_file(tmp.path, O_TRUNC, kSaveOp, path + ": temporary file");
+  tmp.file = ::fdopen(fd, "wb");
+  if (!tmp.file) ::close(fd);
   STOKE_CHECK(tmp.file, kSaveOp, path, ": cannot create ", tmp.path, ": ", errno_text());
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(header.size() >> (8 * i));
@@ -420,7 +429,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
   fsync_directory(path);
 }
 
-SafetensorsFile load_safetensors(const std::string& path) {
+SafetensorsFile load_safetensors(const std::string& path, const SafetensorsLoadOptions& options) {
   // O_NONBLOCK: opening a FIFO would block until a writer came; the regular-file check follows.
   FdCloser fd{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   STOKE_CHECK(fd.fd >= 0, kLoadOp, path, ": cannot open: ", errno_text());
@@ -458,20 +467,35 @@ SafetensorsFile load_safetensors(const std::string& path) {
       entries.push_back(parse_entry(key, value, data_size, path));
   }
 
-  // Overlap check: sorted by begin, each non-empty range must start at or after the furthest end
-  // seen so far. Empty tensors own no bytes and overlap nothing.
+  // The data section must be covered exactly, as the reference library requires
+  // (safetensors/src/tensor.rs, Metadata::validate and read_metadata): sorted by their offsets,
+  // each tensor begins where the one before it ended (the first at 0), and the last ends at the end
+  // of the file. A gap, an overlap or trailing bytes mean the header does not describe the data:
+  // a byte inserted into the header shifts the data by one and leaves bytes uncovered, which the
+  // checksum alone did not catch when the insertion fell into the checksum's own key.
   std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
   });
-  const Entry* furthest = nullptr;
+  uint64_t covered = 0;
+  const Entry* previous = nullptr;
   for (const Entry& e : entries) {
-    if (e.begin == e.end) continue;
-    STOKE_CHECK(!furthest || e.begin >= furthest->end, kLoadOp, path, ": tensors '",
-                furthest ? furthest->name : "", "' and '", e.name, "' overlap (data_offsets [",
-                furthest ? furthest->begin : 0, ", ", furthest ? furthest->end : 0, "] and [",
-                e.begin, ", ", e.end, "])");
-    if (!furthest || e.end > furthest->end) furthest = &e;
+    if (e.begin < covered)
+      STOKE_FAIL(kLoadOp, path, ": tensors '", previous->name, "' and '", e.name,
+                 "' overlap (data_offsets [", previous->begin, ", ", previous->end, "] and [",
+                 e.begin, ", ", e.end, "])");
+    STOKE_CHECK(e.begin == covered, kLoadOp, path, ": ", e.begin - covered,
+                " bytes of the data section before tensor '", e.name, "' (data_offsets [", e.begin,
+                ", ", e.end, "]) belong to no tensor: ",
+                previous ? "'" + previous->name + "' ends at " + std::to_string(covered)
+                         : std::string("the first tensor must begin at 0"));
+    covered = e.end;
+    previous = &e;
   }
+  STOKE_CHECK(covered == data_size, kLoadOp, path, ": ", data_size - covered,
+              " trailing bytes after the last tensor's data (the tensors cover ", covered,
+              " of the data section's ", data_size,
+              " bytes): the header does not describe the "
+              "file");
 
   out.tensors.reserve(entries.size());
   for (const Entry& e : entries) {
@@ -487,7 +511,7 @@ SafetensorsFile load_safetensors(const std::string& path) {
     }
     out.tensors.emplace_back(e.name, std::move(t));
   }
-  verify_checksums(out, path);
+  verify_checksums(out, path, options.require_checksum);
   return out;
 }
 

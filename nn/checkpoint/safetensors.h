@@ -38,12 +38,23 @@ struct SafetensorsFile {
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// How load_safetensors treats a file without "stoke.crc32".
+struct SafetensorsLoadOptions {
+  // Refuse it: for readers of files only stoke writes (stoke-train's last.safetensors), where a
+  // missing key means the file was edited (a renamed key turned the check off) or is not stoke's.
+  bool require_checksum = false;
+};
+
 // Reads a safetensors file into fresh, contiguous CPU tensors (ordered by data offset). The file is
 // treated as untrusted: every length, offset, shape and type is validated before use, and any
 // problem is a stoke::Error naming the path and what is wrong (never a crash or an out-of-bounds
-// read). BOOL bytes other than 0 are read as true. When the file has "stoke.crc32" (every file
-// stoke writes), each tensor and the metadata must match it, or the error names what does not;
-// the key is then left out of the returned metadata.
-SafetensorsFile load_safetensors(const std::string& path);
+// read). As the reference library requires, the tensors' data_offsets must cover the data section
+// exactly: in offset order each tensor begins where the previous one ended, the first at 0, the
+// last at the end of the file (no gap, no overlap, no trailing bytes). BOOL bytes other than 0 are
+// read as true. When the file has "stoke.crc32" (every file stoke writes), each tensor and the
+// metadata must match it, or the error names what does not; the key is then left out of the
+// returned metadata.
+SafetensorsFile load_safetensors(const std::string& path,
+                                 const SafetensorsLoadOptions& options = {});
 
 }  // namespace stoke::nn

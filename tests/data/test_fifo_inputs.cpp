@@ -1,8 +1,11 @@
 // A FIFO (named pipe) where a file is expected: every reader refuses it at once, naming the path,
-// instead of blocking in open() until a writer appears (it hung before). Each call runs on its own
+// instead of blocking in open() until a writer appears (it hung before), and so does every writer
+// (core/files.h: open() for writing blocks until a reader appears). Each call runs on its own
 // thread with a deadline, so a regression fails here rather than hanging the suite.
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -13,6 +16,9 @@
 #include <thread>
 #include <vector>
 
+#include "core/files.h"
+#include "core/profiler.h"
+#include "data/cifar.h"
 #include "data/idx.h"
 #include "data/idx_dataset.h"
 #include "data/image_decode.h"
@@ -79,4 +85,52 @@ TEST_CASE("a FIFO in place of a packed shard is refused at once", "[data][fifo]"
   REQUIRE(::mkfifo(shard.c_str(), 0600) == 0);
   CHECK_THAT(error_within_deadline([&] { data::PackedDataset packed(out); }),
              Catch::Contains(shard) && Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("a FIFO in place of CIFAR's class names file is refused at once", "[data][fifo]") {
+  test::TempDir dir("stoke_test_fifo_cifar");
+  {
+    std::FILE* f = std::fopen(dir.file("test_batch.bin").c_str(), "wb");
+    REQUIRE(f != nullptr);
+    const std::vector<char> record(1 + 3072, 1);
+    REQUIRE(std::fwrite(record.data(), 1, record.size(), f) == record.size());
+    std::fclose(f);
+  }
+  const std::string names = make_fifo(dir, "batches.meta.txt");
+  CHECK_THAT(
+      error_within_deadline([&] { data::CifarDataset ds(dir.path.string(), {.train = false}); }),
+      Catch::Contains(names) && Catch::Contains("not a regular file"));
+}
+
+TEST_CASE("a FIFO given as an output file is refused at once", "[data][fifo]") {
+  test::TempDir dir("stoke_test_fifo_out");
+  const std::string out = make_fifo(dir, "out.json");
+  CHECK_THAT(error_within_deadline([&] { profiler::write_chrome_trace(out); }),
+             Catch::Contains(out) && Catch::Contains("is a FIFO (named pipe), not a regular file"));
+  CHECK_THAT(error_within_deadline([&] { open_output_file(out, 0, "test", "--out"); }),
+             Catch::Contains("--out " + out + ": is a FIFO (named pipe)"));
+  CHECK_THAT(error_within_deadline([&] { read_regular_file(out, "test", "--in"); }),
+             Catch::Contains("--in " + out + ": is a FIFO (named pipe)"));
+  CHECK_THAT(
+      error_within_deadline([&] { open_output_file(dir.path.string(), 0, "test", "--out"); }),
+      Catch::Contains("is a directory"));
+  // A FIFO left at the temporary name of an atomic write (a checkpoint, a packed shard or PNG).
+  const std::string ckpt = dir.file("w.safetensors");
+  make_fifo(dir, "w.safetensors.tmp." + std::to_string(::getpid()));
+  CHECK_THAT(error_within_deadline([&] { nn::save_safetensors(ckpt, {{"a", ones({2})}}); }),
+             Catch::Contains(ckpt) && Catch::Contains("is a FIFO (named pipe)"));
+  const std::string png = dir.file("w.png");
+  make_fifo(dir, "w.png.tmp" + std::to_string(::getpid()));
+  CHECK_THAT(error_within_deadline([&] {
+               const uint8_t byte = 0;
+               data::write_file_atomic(png, &byte, 1);
+             }),
+             Catch::Contains(png) && Catch::Contains("is a FIFO (named pipe)"));
+  // A regular file and a character device are taken.
+  const int fd = open_output_file(dir.file("plain.txt"), O_TRUNC, "test", "--out");
+  CHECK(fd >= 0);
+  ::close(fd);
+  const int null_fd = open_output_file("/dev/null", 0, "test", "--out");
+  CHECK(null_fd >= 0);
+  ::close(null_fd);
 }

@@ -197,9 +197,10 @@ TEST_CASE("idx: corrupt files name the path and what is wrong", "[data][idx]") {
   p = raw("huge.idx", huge);
   CHECK_THROWS_WITH(data::read_idx(p),
                     Contains("need 281474976710656 data bytes") && Contains("only 60 are present"));
+  // Gzipped, without inflating it first: its compressed bytes cannot hold so much (1032:1).
   p = gz("huge.idx.gz", huge);
-  CHECK_THROWS_WITH(data::read_idx(p),
-                    Contains("need 281474976710656 data bytes") && Contains("only 60 are present"));
+  CHECK_THROWS_WITH(data::read_idx(p), Contains("need 281474976710656 data bytes") &&
+                                           Contains("compressed bytes left can hold at most"));
   p = raw("overflow.idx", idx_bytes(0x0E, {0xffffffffu, 0xffffffffu, 0xffffffffu}, {}));
   CHECK_THROWS_WITH(data::read_idx(p), Contains(p) && Contains("absurd size"));
 
@@ -319,4 +320,56 @@ TEST_CASE("idx: a gzip bomb is refused before it is inflated into memory", "[dat
   // Within the limit (and by default, within the memory available) it loads.
   CHECK(data::read_idx(dir.file("bomb.gz"), {.max_bytes = 10000000}).numel() == 10000000);
   CHECK(data::read_idx(dir.file("bomb.gz")).numel() == 10000000);
+}
+
+TEST_CASE("idx: max_items reads only the first entries, and a short stream fails early",
+          "[data][idx]") {
+  test::TempDir dir("stoke_test_idx_limit");
+  const Bytes px = noise(100 * 3 * 4, 7);
+  for (const bool gz : {false, true}) {
+    INFO((gz ? "gzip" : "raw"));
+    const std::string path = dir.file(gz ? "i.gz" : "i");
+    (gz ? write_gz : write_raw)(path, idx_bytes(0x08, {100, 3, 4}, px));
+    const Tensor some = data::read_idx(path, {.max_items = 10});
+    CHECK(some.shape() == Shape{10, 3, 4});
+    CHECK(tensor_bytes(some) == Bytes(px.begin(), px.begin() + 120));
+    CHECK(data::read_idx(path, {.max_items = 1000}).shape() == Shape{100, 3, 4});
+    CHECK(data::read_idx_shape(path) == Shape{100, 3, 4});
+    // The memory limit counts what is read, not what the header declares.
+    CHECK(data::read_idx(path, {.max_bytes = 120, .max_items = 10}).numel() == 120);
+    // Fewer entries than the limit needs: named, with what the stream holds. A raw file's size is
+    // checked against its header at no cost, limit or not; a gzip stream is inflated only as far
+    // as the limit needs.
+    const std::string short_path = dir.file(gz ? "s.gz" : "s");
+    (gz ? write_gz : write_raw)(short_path,
+                                idx_bytes(0x08, {100, 3, 4}, Bytes(px.begin(), px.begin() + 60)));
+    for (const int64_t limit : {2, 10}) {
+      INFO("limit " << limit);
+      if (gz && limit == 2) {
+        CHECK(data::read_idx(short_path, {.max_items = 2}).numel() == 24);
+      } else if (gz) {
+        CHECK_THROWS_WITH(data::read_idx(short_path, {.max_items = limit}),
+                          Contains("the first 10 entries of the header's dims [100, 3, 4] need "
+                                   "120 data bytes") &&
+                              Contains("only 60 are present"));
+      } else {
+        CHECK_THROWS_WITH(data::read_idx(short_path, {.max_items = limit}),
+                          Contains("need 1200 data bytes") && Contains("only 60 are present"));
+      }
+    }
+  }
+  // A gzip stream declaring more than its compressed bytes can hold (deflate's 1032:1) fails
+  // before inflating anything.
+  write_gz(dir.file("liar.gz"), idx_bytes(0x08, {100000, 100, 100}, Bytes(1000, 0)));
+  CHECK_THROWS_WITH(
+      data::read_idx(dir.file("liar.gz")),
+      Contains("compressed bytes left can hold at most") && Contains("need 1000000000 data bytes"));
+  // load_mnist compares the counts both headers declare, even when it reads fewer.
+  write_raw(dir.file("train-images-idx3-ubyte"), idx_bytes(0x08, {100, 3, 4}, px));
+  Bytes labels(100, 1);
+  write_raw(dir.file("train-labels-idx1-ubyte"), idx_bytes(0x08, {100}, labels));
+  CHECK(data::load_mnist(dir.path.string(), true, 10).images.size(0) == 10);
+  write_raw(dir.file("train-labels-idx1-ubyte"), idx_bytes(0x08, {99}, Bytes(99, 1)));
+  CHECK_THROWS_WITH(data::load_mnist(dir.path.string(), true, 10),
+                    Contains("has 100 images but") && Contains("has 99 labels"));
 }

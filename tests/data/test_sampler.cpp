@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <map>
+#include <memory>
 #include <numeric>
 #include <set>
 #include <vector>
@@ -153,4 +154,60 @@ TEST_CASE("sampler: batch sampler cuts the order, with and without drop_last", "
   CHECK(b.epoch() == 7);
   CHECK(b.order() == shuffled_indices(10, 3, 7));
   CHECK(b.batch(1)[0] == b.order()[3]);
+}
+
+TEST_CASE("sampler: an epoch resumed at another world size and batch visits each sample once",
+          "[data][sampler]") {
+  // A job of `w1` ranks at batch `b1` trains `batches` batches per rank (all ranks in step, as a
+  // checkpoint sees them), then one of `w2` ranks at batch `b2` takes the epoch over from the
+  // samples the first visited (batches x b1 x w1 of the order). Together they must visit every
+  // index of the epoch once, apart from the padding that makes the second job's shards equal
+  // (fewer than w2 repeats, as in any epoch: none when the rest divides by w2).
+  const int64_t n = 1000;
+  struct Case {
+    int64_t w1, b1, batches, w2, b2;
+  };
+  for (const Case c : {Case{2, 16, 5, 1, 16}, Case{2, 16, 5, 3, 16}, Case{3, 16, 4, 2, 16},
+                       Case{1, 64, 3, 4, 7}, Case{4, 8, 1, 3, 50}, Case{2, 16, 31, 3, 16}}) {
+    INFO("w " << c.w1 << " x b " << c.b1 << " for " << c.batches << " batches, then w " << c.w2
+              << " x b " << c.b2);
+    std::map<int64_t, int64_t> count;
+    for (int64_t r = 0; r < c.w1; ++r) {
+      auto s = std::make_shared<DistributedSampler>(
+          n, DistributedSamplerOptions{.rank = r, .world_size = c.w1, .seed = 4});
+      BatchSampler batches(s, {.batch_size = c.b1});
+      batches.set_epoch(3);
+      for (int64_t b = 0; b < c.batches; ++b)
+        for (int64_t i : batches.batch(b)) ++count[i];
+    }
+    const int64_t done = c.batches * c.b1 * c.w1;
+    REQUIRE(done <= n);
+    const int64_t rest = n - done;
+    int64_t visited = 0;
+    for (int64_t r = 0; r < c.w2; ++r) {
+      auto s = std::make_shared<DistributedSampler>(
+          n, DistributedSamplerOptions{.rank = r, .world_size = c.w2, .seed = 4});
+      BatchSampler batches(s, {.batch_size = c.b2});
+      batches.set_epoch(3, done);
+      for (int64_t b = 0; b < batches.num_batches(); ++b)
+        for (int64_t i : batches.batch(b)) {
+          ++count[i];
+          ++visited;
+        }
+    }
+    CHECK(static_cast<int64_t>(count.size()) == n);
+    const int64_t padding = (c.w2 - rest % c.w2) % c.w2;
+    CHECK(visited == rest + padding);
+    int64_t repeats = 0;
+    for (const auto& [i, k] : count) repeats += k - 1;
+    CHECK(repeats == padding);
+    // In one process (RandomSampler) the rest is the order's tail.
+    RandomSampler one(n, 4);
+    one.set_epoch(3);
+    const std::vector<int64_t> all = one.indices();
+    CHECK(one.indices_from(done) == std::vector<int64_t>(all.begin() + done, all.end()));
+  }
+  DistributedSampler s(10, {.rank = 0, .world_size = 2});
+  CHECK(s.indices_from(10).empty());
+  CHECK_THROWS_WITH(s.indices_from(11), Contains("start position 11 out of range"));
 }

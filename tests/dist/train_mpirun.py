@@ -10,6 +10,11 @@ usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE [STOKE_TRAIN_EMU]
   resume       rank 1 killed (SIGKILL) at step 10 ends the whole job non-zero within 60 s; --resume
                under mpirun from the step-8 checkpoint ends with the records of an uninterrupted
                run.
+  resize       a job killed mid-epoch resumes at another world size (2 -> 1, 2 -> 3, 3 -> 2) and
+               trains every sample of the interrupted epoch exactly once: the checkpoint counts
+               the epoch's position in samples, not in per-rank batches (the batch index reused
+               at another -np trained 4,736 images of a 4,096-image epoch at 1 rank, 3,458 at 3).
+               Each rank logs the dataset indices it trains (STOKE_TRAIN_TEST_SAMPLE_LOG).
   stalled      rank 1 stopped (SIGSTOP) at step 5 with --dist-timeout 3: rank 0's watchdog aborts
                the job within 30 s, naming the collective, its sequence number, the timeout and the
                rank that did not arrive.
@@ -165,6 +170,55 @@ def resume(tmp):
           "uninterrupted one")
 
 
+def sample_log(prefix, ranks):
+    """The (epoch, step before the batch, dataset indices) of every batch the ranks trained."""
+    out = []
+    for r in range(ranks):
+        with open(f"{prefix}.{r}") as f:
+            for line in f:
+                head, _, indices = line.partition(":")
+                _, epoch, _, step = head.split()
+                out.append((int(epoch), int(step), [int(i) for i in indices.split()]))
+    return out
+
+
+def resize(tmp):
+    # 1536 images in batches of 48 per rank: 16 steps an epoch at -np 2, 11 at -np 3 (the last
+    # short); killed after step 6, resumed from the step-4 checkpoint, whose position is 384
+    # samples (at -np 2) or 576 (at -np 3). The rest (1152 or 960) divides by the new -np, so no
+    # shard is padded and every sample is trained exactly once.
+    n = 1536
+    args = ["--limit-train", str(n), "--batch", "48", "--checkpoint-every", "4", "--threads", "1"]
+    for np1, np2 in ((2, 1), (2, 3), (3, 2)):
+        ckpt, log = f"{tmp}/ckpt-{np1}-{np2}", f"{tmp}/samples-{np1}-{np2}"
+        run_args = args + ["--checkpoint", ckpt]
+        killed, _ = run(run_args, np=np1, timeout=120,
+                        env={"STOKE_TRAIN_TEST_KILL_AT_STEP": "6", "STOKE_TRAIN_TEST_KILL_RANK": "1",
+                             "STOKE_TRAIN_TEST_SAMPLE_LOG": log + ".killed"})
+        require(killed.returncode != 0, f"killing rank 1 ends the -np {np1} job non-zero", killed)
+        resumed, _ = run(run_args + ["--resume"], np=np2, timeout=180,
+                         env={"STOKE_TRAIN_TEST_SAMPLE_LOG": log + ".resumed"})
+        require(resumed.returncode == 0, f"the run resumed at -np {np2} failed", resumed)
+        done = 4 * 48 * np1
+        require(f"resumed from {ckpt}/last.safetensors at epoch 1, sample {done} of {n} (step 4)"
+                in resumed.stdout, f"-np {np2} resumed from the step-4 checkpoint", resumed)
+        # Epoch 1: the killed job's batches of steps 1-4 (the ones its checkpoint holds), then
+        # the resumed job's; epoch 2: the resumed job's alone.
+        before = [b for b in sample_log(log + ".killed", np1) if b[0] == 1 and b[1] < 4]
+        after = sample_log(log + ".resumed", np2)
+        for epoch, batches in ((1, before + [b for b in after if b[0] == 1]),
+                               (2, [b for b in after if b[0] == 2])):
+            seen = sorted(i for b in batches for i in b[2])
+            require(seen == list(range(n)),
+                    f"{np1} -> {np2}: epoch {epoch} trained {len(seen)} samples, "
+                    f"{len(set(seen))} distinct, of {n}: each must be trained once")
+        steps = sorted({b[1] for b in after if b[0] == 1})
+        require(steps[0] == 4, f"{np1} -> {np2}: the resumed job starts after step 4, got {steps[0]}")
+        print(f"resize: {np1} -> {np2}: killed after step 6, resumed from sample {done}; epoch 1 "
+              f"trained each of its {n} samples once ({len(before)} + "
+              f"{sum(1 for b in after if b[0] == 1)} batches), epoch 2 too")
+
+
 def stalled(tmp):
     p, seconds = run(["--batch", "64", "--dist-timeout", "3"], np=2, timeout=90,
                      env={"STOKE_TRAIN_TEST_KILL_AT_STEP": "5", "STOKE_TRAIN_TEST_KILL_RANK": "1",
@@ -250,5 +304,5 @@ def cuda(tmp):
 
 
 with tempfile.TemporaryDirectory() as tmp:
-    {"equivalence": equivalence, "amp": amp, "resume": resume, "stalled": stalled, "zero": zero,
-     "cuda": cuda}[CASE](tmp)
+    {"equivalence": equivalence, "amp": amp, "resume": resume, "resize": resize,
+     "stalled": stalled, "zero": zero, "cuda": cuda}[CASE](tmp)

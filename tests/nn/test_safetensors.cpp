@@ -388,9 +388,10 @@ TEST_CASE("safetensors: malformed files give errors naming the path and the prob
 TEST_CASE("safetensors: lenient where the format allows", "[nn][safetensors]") {
   TempDir dir;
   const std::string path = dir.file("ok.safetensors");
-  // Empty tensors own no bytes (they may sit anywhere), unknown entry fields are ignored, and
-  // BOOL bytes other than 0/1 read as true.
-  write_bytes(path, make_file(R"({"z":{"dtype":"F32","shape":[0],"data_offsets":[2,2]},)"
+  // Empty tensors own no bytes (at the offset where the data before them ends, as the reference
+  // library places them), unknown entry fields are ignored, and BOOL bytes other than 0/1 read as
+  // true.
+  write_bytes(path, make_file(R"({"z":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
                               R"("m":{"dtype":"BOOL","shape":[4],"data_offsets":[0,4],"x":1}})",
                               std::string("\x00\x02\xff\x01", 4)));
   const SafetensorsFile f = load_safetensors(path);
@@ -509,4 +510,65 @@ TEST_CASE("safetensors: the checksum catches corrupt data, shapes, names and met
   // The key is the writer's: a caller cannot pass one.
   CHECK_THROWS_WITH(save_safetensors(dir.file("r.safetensors"), {}, {{"stoke.crc32", "{}"}}),
                     Contains("reserved"));
+}
+
+TEST_CASE("safetensors: the data section is covered exactly by the tensors' offsets",
+          "[nn][safetensors]") {
+  TempDir dir;
+  const std::string path = dir.file("cover.safetensors");
+  const auto fails_with = [&](const std::string& bytes, const std::string& problem) {
+    write_bytes(path, bytes);
+    INFO("expected error: " << problem);
+    CHECK_THROWS_WITH(load_safetensors(path), Contains(path) && Contains(problem));
+  };
+  const std::string two = R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                          R"("b":{"dtype":"U8","shape":[4],"data_offsets":[8,12]}})";
+  write_bytes(path, make_file(two, std::string(12, '\0')));
+  CHECK(load_safetensors(path).tensors.size() == 2);
+  // The reference library's rules (safetensors/src/tensor.rs, Metadata::validate and
+  // read_metadata): sorted by offsets, each tensor begins where the previous ended, the first at
+  // 0, and the last ends at the end of the file.
+  fails_with(make_file(two, std::string(13, '\0')),
+             "1 trailing bytes after the last tensor's data (the tensors cover 12 of the data "
+             "section's 13 bytes)");
+  fails_with(make_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                       R"("b":{"dtype":"U8","shape":[4],"data_offsets":[10,14]}})",
+                       std::string(14, '\0')),
+             "2 bytes of the data section before tensor 'b' (data_offsets [10, 14]) belong to no "
+             "tensor: 'a' ends at 8");
+  fails_with(
+      make_file(R"({"b":{"dtype":"U8","shape":[4],"data_offsets":[3,7]}})", std::string(7, '\0')),
+      "the first tensor must begin at 0");
+  fails_with(make_file(R"({"a":{"dtype":"U8","shape":[4],"data_offsets":[0,4]},)"
+                       R"("z":{"dtype":"F32","shape":[0],"data_offsets":[2,2]}})",
+                       std::string(4, '\0')),
+             "tensors 'a' and 'z' overlap");
+  fails_with(make_file("{}", std::string(3, 'x')), "3 trailing bytes");
+
+  // The round-1 hole: bytes inserted into the name of the checksum's own key with the header
+  // length left as it was. The header's padding absorbs them, so the JSON still parses, the
+  // renamed key turns the check off, and every tensor would be read from 3 bytes too early.
+  std::string bytes;
+  uint64_t n = 0;
+  for (std::string epoch = "7";; epoch += "0") {  // a metadata length with >= 3 padding spaces
+    save_safetensors(path, {{"w", randn({4})}, {"v", randn({3})}}, {{"epoch", epoch}});
+    bytes = read_bytes(path);
+    std::memcpy(&n, bytes.data(), 8);
+    if (bytes.substr(8 + n - 3, 3) == "   ") break;
+  }
+  const size_t key = bytes.find("stoke.crc32");
+  REQUIRE(key != std::string::npos);
+  std::string shifted = bytes;
+  shifted.insert(key + 5, "abc");  // "stokeabc.crc32": the length field still says n
+  fails_with(shifted, "3 trailing bytes after the last tensor's data");
+  // The same key renamed without a shift: the data still reads right, but a reader of files only
+  // stoke writes (stoke-train's --resume) refuses a file whose checksum key is gone.
+  std::string renamed = bytes;
+  renamed.replace(key, 11, "stoke.crc99");
+  write_bytes(path, renamed);
+  CHECK(load_safetensors(path).tensors.size() == 2);
+  CHECK_THROWS_WITH(load_safetensors(path, {.require_checksum = true}),
+                    Contains(path) && Contains("no \"stoke.crc32\" in the metadata"));
+  write_bytes(path, bytes);
+  CHECK(load_safetensors(path, {.require_checksum = true}).tensors.size() == 2);
 }

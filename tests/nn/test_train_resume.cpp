@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -173,5 +174,78 @@ TEST_CASE(
   // The final checkpoints' positions (best accuracy and loss included) are the same text.
   CHECK(nn::load_safetensors((dir / "full" / "last.safetensors").string()).metadata ==
         nn::load_safetensors((dir / "killed" / "last.safetensors").string()).metadata);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("stoke-train: the last good checkpoint named at a divergence resumes",
+          "[nn][train][resume]") {
+  // A checkpoint after every step of a run whose learning rate warms up to 30: its losses go 2.3,
+  // 2.3, 2.3, 2.8, 7.4, 62, 1.7e3, 2.3e7, 4e29, nan, every weight finite until the end. A
+  // checkpoint is good when the loss its weights give is finite and no worse than both a uniform
+  // guess and ten times the run's lowest: the ones of steps 5 to 9 are not written, so the one
+  // named (step 4) can be resumed from with a sane --lr. stoke-train used to name the checkpoint of
+  // step 9, whose weights give nan at once.
+  const fs::path dir =
+      fs::temp_directory_path() / ("stoke_resume_good_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string common =
+      "--model lenet5 --limit-train 512 --limit-test 64 --batch 32 --epochs 1 --seed 2 "
+      "--threads 2 --no-progress --log-every 1 --checkpoint-every 1 --checkpoint " +
+      dir.string();
+  const std::string diverged = run_train_output(common + " --lr 30 --warmup 10");
+  INFO(diverged);
+  const size_t stop = diverged.find("the training loss is nan");
+  REQUIRE(stop != std::string::npos);
+  const size_t bad_at = diverged.find("(step ", stop);
+  REQUIRE(bad_at != std::string::npos);
+  const long long bad_step = std::atoll(diverged.c_str() + bad_at + 6);
+  // The file named holds finite weights, of a step before the one whose weights gave the nan,
+  // and the message says which.
+  const std::string last_path = (dir / "last.safetensors").string();
+  CHECK_THAT(diverged.substr(stop), Catch::Contains("the last good checkpoint is " + last_path));
+  const nn::SafetensorsFile last = nn::load_safetensors(last_path);
+  const long long good_step = std::atoll(last.metadata.at("global_step").c_str());
+  CHECK_THAT(diverged.substr(stop),
+             Catch::Contains(last_path + " (step " + std::to_string(good_step) + ")"));
+  CHECK(good_step < bad_step - 1);
+  for (const auto& [k, t] : last.tensors) {
+    if (!is_floating(t.dtype())) continue;
+    for (const double v : t.to_vector<double>()) REQUIRE(std::isfinite(v));
+  }
+  // Resumed with a learning rate that does not diverge, it trains to the end of the epoch.
+  const std::string resumed = run_train_output(common + " --lr 0.01 --resume");
+  INFO(resumed);
+  CHECK_THAT(resumed, Catch::Contains("resumed from") && Catch::Contains("done: best test acc"));
+  CHECK_THAT(resumed, !Catch::Contains("the training loss is"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("stoke-train: a checkpoint of an older stoke-train (position in batches) still resumes",
+          "[nn][train][resume]") {
+  const fs::path dir = fs::temp_directory_path() / ("stoke_resume_v1_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  const std::string common =
+      "--model lenet5 --limit-train 256 --limit-test 64 --batch 32 --threads 2 --no-progress "
+      "--checkpoint " +
+      dir.string();
+  REQUIRE(run_train(common + " --epochs 1") == 0);
+  const std::string last = (dir / "last.safetensors").string();
+  nn::SafetensorsFile f = nn::load_safetensors(last);
+  // As stoke-train/1 wrote it: the batch index of its own run, no "sample".
+  f.metadata["format"] = "stoke-train/1";
+  f.metadata.erase("sample");
+  f.metadata["batch"] = "3";
+  nn::save_safetensors(last, f.tensors, f.metadata);
+  const std::string resumed = run_train_output(common + " --epochs 2 --resume");
+  INFO(resumed);
+  CHECK_THAT(resumed, Catch::Contains("is of an older stoke-train (stoke-train/1)") &&
+                          Catch::Contains("batch 3 is taken as sample 96") &&
+                          Catch::Contains("at epoch 2, sample 96 of 256") &&
+                          Catch::Contains("done: best test acc"));
+  // An unknown format is named.
+  f.metadata["format"] = "stoke-train/9";
+  nn::save_safetensors(last, f.tensors, f.metadata);
+  CHECK_THAT(run_train_output(common + " --epochs 2 --resume"),
+             Catch::Contains("'format' is 'stoke-train/9', expected stoke-train/2"));
   fs::remove_all(dir);
 }
