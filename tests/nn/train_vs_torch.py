@@ -42,7 +42,9 @@ parameter bound is per element,
 G the tensor's largest |gradient| (its error bound tau G against the element's own |g_i|; 5 bounds
 |m_hat / sqrt(v_hat)| twice over 5 steps of beta1 0.9, beta2 0.999). Gradients that are rounding
 noise in float64 (a conv bias under batch norm: zero in exact arithmetic) are held to the model's
-gradient scale.
+gradient scale, and so is G for their parameters: AdamW divides such a gradient by its own size,
+so stoke's float32 noise (about tau times the model's gradients) steps a bias by up to lr where
+torch's float64 noise steps it by nothing (VGG-11's conv biases under batch norm, step 1).
 
 ReLU decisions at activations within f32 rounding of zero. An activation whose exact value is
 2.7e-7 can come out negative in float32 (conv sums carry errors ~1e-6 of their magnitude), and
@@ -51,7 +53,7 @@ bias-gradient change over the whole channel and the layers before it (1.7% of th
 in the case that made this test: ResNet-8, SGD, step 3). Both results are right to float32
 precision; they differ by a decision, not by rounding. So when a step fails, the replay looks for
 ReLU inputs within delta = tau * rms(input) of zero and flips their decisions in torch, one at a
-time and then in pairs among the closest four, and the step passes if some flip set brings every
+time among the closest 16 and then in pairs among the closest four, and the step passes if some flip set brings every
 check within tau: the table names each such decision (layer call, element, value). No flip is
 tried on a step that passes as is, and nothing else is forgiven.
 
@@ -229,18 +231,19 @@ def rows(t):
     return t.reshape(t.shape[0], -1) if t.dim() >= 2 else t.reshape(1, -1)
 
 
-def normwise(err, ref, tau, stored=None):
+def normwise(err, ref, tau, stored=None, extra=0.0):
     """Largest row error over tau times its scale: max(row norm, tensor norm / sqrt(rows)), plus
-    2 u |p| of the row for values stored in float32 (`stored`)."""
+    2 u |p| of the row for values stored in float32 (`stored`), plus `extra` (an error carried in
+    from the gradient)."""
     e, r = rows(err), rows(ref)
     floor = float(r.norm()) / math.sqrt(r.shape[0])
-    bound = tau * torch.clamp(r.norm(dim=1), min=floor + 1e-300)
+    bound = tau * torch.clamp(r.norm(dim=1), min=floor + 1e-300) + extra
     if stored is not None:
         bound = bound + 2 * U * rows(stored).norm(dim=1)
     return float((e.norm(dim=1) / bound).max())
 
 
-def check_step(ref, got, before, opt_name, tau, grad_scale):
+def check_step(ref, got, before, opt_name, tau, grad_scale, order):
     """[(check, error / bound, tensor)] for one step: every value must be <= 1."""
     out = [("loss", abs(float(got["loss"]) - float(ref["loss"])) / (tau * abs(float(ref["loss"]))),
             "loss")]
@@ -265,15 +268,30 @@ def check_step(ref, got, before, opt_name, tau, grad_scale):
         change = rv - start if start is not None else rv
         if kind == "param" and opt_name == "adamw":
             g = ref["grad." + key.split(".", 1)[1]]
+            # G: the scale of the gradient's error. A noise gradient (below) is held to the model's
+            # gradient scale, so its elements may step by up to 5 lr either way.
+            G = float(g.abs().max())
+            if float(g.norm()) <= 1e-9 * grad_scale:
+                G = grad_scale
             b = tau * change.abs() + ADAMW["lr"] * torch.clamp(
-                4 * tau * float(g.abs().max()) / (g.abs() + ADAMW["eps"]), max=5.0) + 2 * U * rv.abs()
+                4 * tau * G / (g.abs() + ADAMW["eps"]), max=5.0) + 2 * U * rv.abs()
             out.append(("param (adamw)", float(((gv - rv).abs() / b).max()), key))
         elif kind == "optim" and opt_name == "adamw":
             continue  # exp_avg(_sq) of noise gradients are noise: the parameters are checked
         elif float(change.norm()) == 0:
             out.append((kind + " (unchanged)", 0.0 if torch.equal(gv, rv) else math.inf, key))
         else:
-            out.append((kind + " change", normwise(gv - rv, change, tau, rv), key))
+            # SGD carries the gradient's error into the momentum buffer (buf = m buf + g + wd p) and
+            # lr times it into the parameter; a noise gradient's error (tau grad_scale, above) is
+            # not tau times the buffer's change, which weight decay alone makes.
+            extra = 0.0
+            g = ref.get("grad." + key.split(".", 1)[1]) if kind == "param" else None
+            if kind == "optim":
+                name = order[int(key.split(".")[2])] if key.startswith("optim.state.") else None
+                g = ref.get("grad." + name) if name is not None else None
+            if g is not None and float(g.norm()) <= 1e-9 * grad_scale:
+                extra = tau * grad_scale * (SGD["lr"] if kind == "param" else 1.0)
+            out.append((kind + " change", normwise(gv - rv, change, tau, rv, extra), key))
     return out
 
 
@@ -287,11 +305,13 @@ def explain_by_flips(model, state, order, batch, opt_name, tau, grad_scale, got,
         for i in (flat.abs() < delta).nonzero().reshape(-1).tolist():
             cands.append((abs(float(flat[i])), call, i, float(flat[i])))
     cands.sort()
-    tries = [[c] for c in cands] + [list(p) for p in itertools.combinations(cands[:4], 2)]
+    # The closest 16 alone, then pairs among the closest 4: a decision far from the closest ones is
+    # no likelier to flip than they are, and each try is a float64 replay of the step.
+    tries = [[c] for c in cands[:16]] + [list(p) for p in itertools.combinations(cands[:4], 2)]
     for t in tries:
         ref, _ = torch_step(model, state, order, batch, opt_name, torch.float64,
                             [(c, i) for _, c, i, _ in t])
-        if all(v <= 1 for _, v, _ in check_step(ref, got, before, opt_name, tau, grad_scale)):
+        if all(v <= 1 for _, v, _ in check_step(ref, got, before, opt_name, tau, grad_scale, order)):
             return [(c, i, v) for _, c, i, v in t]
     return None
 
@@ -377,7 +397,7 @@ def main():
                         before = {kk: v for kk, v in state.items() if not kk.startswith("optim.")}
                         grad_scale = max(float(v.norm()) for kk, v in ref.items()
                                          if kk.startswith("grad."))
-                        res = check_step(ref, got, before, opt_name, tau, grad_scale)
+                        res = check_step(ref, got, before, opt_name, tau, grad_scale, order)
                         if any(not v <= 1 for _, v, _ in res):
                             fl = explain_by_flips(model, state, order, batches[k - 1], opt_name, tau,
                                                   grad_scale, got, before, relu_inputs)
@@ -392,7 +412,7 @@ def main():
                         if not table:  # torch's float32 replay, for scale: the first configuration
                             r32, _ = torch_step(model, state, order, batches[k - 1], opt_name,
                                                 torch.float32)
-                            for what, v, _ in check_step(ref, r32, before, opt_name, tau, grad_scale):
+                            for what, v, _ in check_step(ref, r32, before, opt_name, tau, grad_scale, order):
                                 worst32[what] = max(worst32.get(what, 0.0), v)
                         for what, v, tensor in res:
                             if v > worst.get(what, (-1.0,))[0]:
