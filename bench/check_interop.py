@@ -5,7 +5,7 @@ Loads WEIGHTS (a safetensors file written by stoke-train) into the PyTorch twin 
 load_state_dict(strict=True), runs the first N Fashion-MNIST test images through it, and compares
 with the logits stoke-logits prints for the same file and images.
 
-    /usr/bin/python3 bench/check_interop.py --stoke-logits build/examples/stoke-logits \
+    /usr/bin/python3 bench/check_interop.py --stoke-logits build/apps/stoke-logits \
         --model lenet5 --weights ckpt/best.safetensors
 """
 

@@ -2,7 +2,7 @@
 """Trains the same recipe in stoke (stoke-train) and in PyTorch (train_torch.py), one after the
 other in this run, and prints test accuracy per epoch side by side, then a JSON line.
 
-    /usr/bin/python3 bench/compare_accuracy.py --stoke-train build/examples/stoke-train \
+    /usr/bin/python3 bench/compare_accuracy.py --stoke-train build/apps/stoke-train \
         [--models lenet5,resnet8] [--epochs 2] [--lr 0.05] [--batch 128] [--seed 1]
 """
 

@@ -6,7 +6,7 @@ threads each on batch B/N per rank (the same global batch), averaging gradients 
 stoke-train under `mpirun -np N` (DDP over MPI) and PyTorch's DistributedDataParallel over gloo
 (Debian's python3-torch, CPU). Efficiency = images/s of N processes / images/s of one.
 
-    python3 bench/ddp_scaling.py --stoke-train build/examples/stoke-train [--model resnet8]
+    python3 bench/ddp_scaling.py --stoke-train build/apps/stoke-train [--model resnet8]
 
 stoke trains through stoke-train on Fashion-MNIST (its loader included, 1 worker per rank);
 PyTorch steps on random tensors of the same shape (no loader), so its side has less to do. The

@@ -1,5 +1,5 @@
 // libFuzzer harness: stoke-report's reader of stoke-train metrics files
-// (examples/report/metrics_reader.cpp, compiled in from the program's own source). The input is
+// (apps/report/metrics_reader.cpp, compiled in from the program's own source). The input is
 // the file's text; a stoke::Error is the expected outcome for bad input, anything else (an
 // uncaught nlohmann exception, as `"loss":null` and `"step":"x"` used to raise, a crash, a
 // sanitizer report) is a finding. What parses must give finite points only.
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "examples/report/metrics_reader.h"
+#include "apps/report/metrics_reader.h"
 #include "fuzz/fuzz_util.h"
 
 namespace {

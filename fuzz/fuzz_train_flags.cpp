@@ -1,11 +1,11 @@
-// libFuzzer harness: stoke-train's flag parser (examples/train/flags.cpp, compiled in from the
+// libFuzzer harness: stoke-train's flag parser (apps/train/flags.cpp, compiled in from the
 // program's own source). The input is split at NUL bytes into argv[1...]; --help / -h print the
 // usage and exit(0) by design, so inputs holding them are skipped.
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "examples/train/flags.h"
+#include "apps/train/flags.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<std::string> args = {"stoke-train"};

@@ -236,7 +236,7 @@ def seeds_train_flags():
 
 
 def seeds_report():
-    """stoke-train metrics files (examples/train/metrics_records.cpp's records), and the values that
+    """stoke-train metrics files (apps/train/metrics_records.cpp's records), and the values that
     aborted stoke-report in issue 39: null (stoke-train's non-finite value), wrong types."""
     step = {"type": "step", "epoch": 1, "step": 2, "loss": 2.1, "lr": 0.05, "data_wait_s": 0.001}
     amp = dict(step, loss_scale=65536.0, skipped_steps=0)

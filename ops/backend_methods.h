@@ -1,6 +1,6 @@
 // The one list of the methods of ops::Backend (ops/backend.h), written once and expanded by the
 // interface (pure virtual), by each backend's declaration (CPU: ops/cpu/backend.h, CUDA:
-// ops/cuda/backend.h) and by stoke-gpu-selftest's coverage decorator (examples/selftest), so that
+// ops/cuda/backend.h) and by stoke-gpu-selftest's coverage decorator (apps/selftest), so that
 // adding an op's kernel is one line here plus its implementations, and a backend that lacks one
 // does not compile.
 //

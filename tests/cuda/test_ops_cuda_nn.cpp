@@ -498,3 +498,35 @@ TEST_CASE("cuda ops: a ConvNeXt forward and backward match the CPU", "[ops_cuda_
     CHECK(max_diff(got[i], want[i]) < 1e-4 * scale);
   }
 }
+
+// The device-independent checks live in the entry points (ops/batch_norm.cpp, ops/softmax.cpp),
+// so a bad call fails with the same message on either device, empty tensors included.
+TEST_CASE("cuda ops: batch norm and softmax refuse bad calls with the CPU's message",
+          "[ops_cuda_nn]") {
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const Tensor x = rand_cpu({1, 3, 1, 1}, 1), rm = zeros({3}), rv = ones({3});
+  for (const Device dev : {Device::cpu(), kCuda}) {
+    const Tensor d = x.to(dev);
+    CAPTURE(dev.str());
+    CHECK(message([&] { ops::batch_norm(d, rm.to(dev), Tensor(), Tensor(), Tensor(), {}); }) ==
+          message([&] { ops::batch_norm(x, rm, Tensor(), Tensor(), Tensor(), {}); }));
+    CHECK_THROWS_WITH(ops::batch_norm(d, Tensor(), Tensor(), Tensor(), Tensor(), {}),
+                      Catch::Contains("more than 1 value per channel"));
+    CHECK_THROWS_WITH(
+        ops::batch_norm(d, rm.to(dev), rv.to(dev), Tensor(), Tensor(),
+                        {.training = false, .eps = -1}),
+        Catch::Contains("expected eps >= 0, got -1"));
+    // An empty tensor: the cuda backend returned before looking at dim.
+    const Tensor e = empty({0, 4}).to(dev);
+    CHECK_THROWS_WITH(ops::softmax(e, 2), Catch::Contains("dim 2 out of range for a tensor with 2"));
+    CHECK_THROWS_WITH(ops::softmax_backward(ones({2, 3}).to(dev), ones({3, 2}).to(dev), 1),
+                      Catch::Contains("expected grad of shape"));
+  }
+}

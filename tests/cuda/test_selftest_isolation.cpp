@@ -1,4 +1,4 @@
-// stoke-gpu-selftest's process isolation (examples/selftest/isolate.h) without a GPU: the probe
+// stoke-gpu-selftest's process isolation (apps/selftest/isolate.h) without a GPU: the probe
 // tests/cuda/probe/selftest_isolation_probe.cpp runs sections that pass, crash, exit early and
 // hang, each in a child process as the selftest's sections run; a crash or a hang must become a
 // failed row naming the signal (or the timeout) and the last row before it, the next section must
@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/selftest/isolate.cpp"
+#include "apps/selftest/isolate.cpp"
 
 using namespace stoke;
 using selftest::Row;

@@ -1,4 +1,4 @@
-// stoke-gpu-selftest's checks of the public API on cuda tensors (examples/selftest/ops_checks*.cpp)
+// stoke-gpu-selftest's checks of the public API on cuda tensors (apps/selftest/ops_checks*.cpp)
 // and of the raw kernel launchers (kernel_checks.cpp), run here in cuda/emu in their quick mode:
 // every row must pass, and every method of the cuda kernels (ops/cuda/backend.h) must be reached,
 // as counted at run time by the selftest's coverage decorator. The selftest's sources are compiled
@@ -7,15 +7,15 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "examples/selftest/coverage.cpp"
-#include "examples/selftest/kernel_checks.cpp"
-#include "examples/selftest/nccl_checks.cpp"
-#include "examples/selftest/ops_checks.cpp"
-#include "examples/selftest/ops_checks_elementwise.cpp"
-#include "examples/selftest/ops_checks_index.cpp"
-#include "examples/selftest/ops_checks_nn.cpp"
-#include "examples/selftest/ops_checks_reduce.cpp"
-#include "examples/selftest/suite.cpp"
+#include "apps/selftest/coverage.cpp"
+#include "apps/selftest/kernel_checks.cpp"
+#include "apps/selftest/nccl_checks.cpp"
+#include "apps/selftest/ops_checks.cpp"
+#include "apps/selftest/ops_checks_elementwise.cpp"
+#include "apps/selftest/ops_checks_index.cpp"
+#include "apps/selftest/ops_checks_nn.cpp"
+#include "apps/selftest/ops_checks_reduce.cpp"
+#include "apps/selftest/suite.cpp"
 #include "ops_cuda_util.h"
 
 using namespace stoke;

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "../../examples/train/progress.h"  // header-only: the RSS reading's rule
+#include "../../apps/train/progress.h"  // header-only: the RSS reading's rule
 #include "nn/checkpoint/safetensors.h"
 #include "stoke/stoke.h"
 

@@ -1,4 +1,4 @@
-// selftest_isolation_probe: stoke-gpu-selftest's process isolation (examples/selftest/isolate.h)
+// selftest_isolation_probe: stoke-gpu-selftest's process isolation (apps/selftest/isolate.h)
 // with sections that need no GPU, for tests/cuda/test_selftest_isolation.cpp. Each section runs in
 // a child (a fresh exec of this program with --run-section=NAME), as the selftest's do:
 //   good   two passing rows; reports 2 calls of binary (f32)
@@ -23,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "examples/selftest/isolate.h"
+#include "apps/selftest/isolate.h"
 
 using namespace stoke;
 using namespace stoke::selftest;

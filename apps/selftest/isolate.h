@@ -1,6 +1,6 @@
 // Runs each section of stoke-gpu-selftest in a child process, so that a crash or a hang in one
 // section becomes a failed row and the other sections still run. Device-independent: the
-// selftest (examples/gpu_selftest.cpp) and a probe without any GPU code
+// selftest (apps/gpu_selftest.cpp) and a probe without any GPU code
 // (tests/cuda/probe/selftest_isolation_probe.cpp) use it the same way.
 //
 // The parent does not fork a copy of itself: a process that has initialized CUDA must not use CUDA
@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
-#include "examples/selftest/coverage.h"
-#include "examples/selftest/suite.h"
+#include "apps/selftest/coverage.h"
+#include "apps/selftest/suite.h"
 
 namespace stoke::selftest::isolate {
 

@@ -8,12 +8,12 @@
 // when a GPU appears.
 //
 // Each section (vendor, kernels, ops) runs in its own child process, a fresh exec of this program
-// (examples/selftest/isolate.h), so a crash (host code touching device memory, a bad launch) or a
+// (apps/selftest/isolate.h), so a crash (host code touching device memory, a bad launch) or a
 // hang in one section is a failed row "section ops: crashed (SIGSEGV) after row '<op shape
 // dtype>'" and the other sections still run. Every section starts from the same seed in both
 // modes, so --in-process reruns a crashed section's inputs under a debugger.
 //
-// The checks live in examples/selftest/: vendor_checks.cpp (cuBLAS/cuDNN), kernel_checks.cpp
+// The checks live in apps/selftest/: vendor_checks.cpp (cuBLAS/cuDNN), kernel_checks.cpp
 // (raw launchers) and ops_checks*.cpp (the public API on cuda tensors; also run in cuda/emu by
 // tests/cuda/test_selftest_ops.cpp). Adding an op is one function there that calls s.compare(...)
 // for its cases, plus one line in its file's table.
@@ -30,7 +30,7 @@
 #include <string>
 
 // STOKE_HAS_CUDA comes with the real stoke_cuda library and STOKE_HAS_CUDA_OPS with its ops glue
-// (their CMake targets set them); examples/CMakeLists.txt adds selftest/ to such builds only.
+// (their CMake targets set them); apps/CMakeLists.txt adds selftest/ to such builds only.
 #if defined(STOKE_HAS_CUDA) && defined(STOKE_HAS_CUDA_OPS)
 #define STOKE_SELFTEST_CUDA 1
 #endif
@@ -53,11 +53,11 @@ int main() {
 
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/device.h"
-#include "examples/selftest/coverage.h"
-#include "examples/selftest/isolate.h"
-#include "examples/selftest/ops_checks.h"
-#include "examples/selftest/suite.h"
-#include "examples/selftest/vendor_checks.h"
+#include "apps/selftest/coverage.h"
+#include "apps/selftest/isolate.h"
+#include "apps/selftest/ops_checks.h"
+#include "apps/selftest/suite.h"
+#include "apps/selftest/vendor_checks.h"
 #include "stoke/stoke.h"
 
 namespace {

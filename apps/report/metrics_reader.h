@@ -1,4 +1,4 @@
-// stoke-report's reader of a stoke-train metrics file (JSONL, examples/train/metrics_records.h):
+// stoke-report's reader of a stoke-train metrics file (JSONL, apps/train/metrics_records.h):
 // the series its charts draw. The file is read as what stoke-train writes, and anything else is
 // an error naming the file and the line: a line that is not a JSON object, a record without a
 // string "type", a value of the wrong JSON type (a string where a number belongs). A null value

@@ -1,7 +1,7 @@
 // The vendor calls of the real CUDA backend (cuda/vendor/) against the CPU ops: cuBLAS GEMM and
 // its tensor forms, cuDNN convolution, batch norm and pooling, at several shapes and dtypes. The
 // emulated backend has no vendor libraries, so this file is empty there.
-#include "examples/selftest/vendor_checks.h"
+#include "apps/selftest/vendor_checks.h"
 
 #if defined(STOKE_HAS_CUDA) && !defined(STOKE_CUDA_EMU)
 
@@ -17,7 +17,7 @@
 #include "cuda/vendor/cudnn_batch_norm.h"
 #include "cuda/vendor/cudnn_conv.h"
 #include "cuda/vendor/cudnn_pool.h"
-#include "examples/selftest/ops_checks.h"
+#include "apps/selftest/ops_checks.h"
 #include "stoke/stoke.h"
 
 namespace stoke::selftest {

@@ -1,4 +1,4 @@
-#include "examples/selftest/suite.h"
+#include "apps/selftest/suite.h"
 
 #include <algorithm>
 #include <chrono>

@@ -6,14 +6,14 @@
 // arithmetic, comparisons, indexing and sums). Half results are compared with the f32 CPU op on
 // the half-rounded inputs (f16/bf16 are storage types on the CPU).
 //
-// Builds against the real backend (examples/gpu_selftest.cpp) and against cuda/emu
+// Builds against the real backend (apps/gpu_selftest.cpp) and against cuda/emu
 // (tests/cuda/test_selftest_ops.cpp). `quick` keeps the shapes small for the emulator, which runs
 // one OS thread per CUDA thread; the full set adds shapes of many blocks.
 #pragma once
 
 #include <vector>
 
-#include "examples/selftest/suite.h"
+#include "apps/selftest/suite.h"
 #include "stoke/stoke.h"
 
 namespace stoke::selftest {

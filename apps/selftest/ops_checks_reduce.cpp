@@ -2,7 +2,7 @@
 // indices, the backward of mean, var and max/min), softmax and log_softmax with their backward, the
 // fused cross entropy through autograd (every reduction, label smoothing, ignored rows), nll and
 // mse with their backward, and matmul/linear with their gradients.
-#include "examples/selftest/ops_checks.h"
+#include "apps/selftest/ops_checks.h"
 
 namespace stoke::selftest {
 

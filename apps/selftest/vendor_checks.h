@@ -4,7 +4,7 @@
 // against the real backend and cuda/emu). Each compares with the CPU ops on the same inputs.
 #pragma once
 
-#include "examples/selftest/suite.h"
+#include "apps/selftest/suite.h"
 
 namespace stoke::selftest {
 

@@ -1,7 +1,7 @@
 // The ops checks' table (run_ops_checks), and the checks of creation and copies: fill, the
 // strided copy kernel (views, casts between every pair of dtypes, cat and stack), and the fused
 // u8 normalization of data::normalize on the device.
-#include "examples/selftest/ops_checks.h"
+#include "apps/selftest/ops_checks.h"
 
 #include "data/normalize.h"
 

@@ -3,7 +3,7 @@
 // sum of the ranks' inputs, stoke's ring over NCCL's send/recv, and one DDP step against the
 // whole batch on the CPU. Built with the real NCCL (STOKE_HAS_NCCL) and in cuda/emu, where
 // tests/cuda/test_selftest_ops.cpp runs it over the emulator's two devices.
-#include "examples/selftest/vendor_checks.h"
+#include "apps/selftest/vendor_checks.h"
 
 #if defined(STOKE_HAS_NCCL) || defined(STOKE_CUDA_EMU)
 

@@ -1,4 +1,4 @@
-#include "examples/selftest/coverage.h"
+#include "apps/selftest/coverage.h"
 
 #include "core/error.h"
 

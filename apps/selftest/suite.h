@@ -1,6 +1,6 @@
 // The table stoke-gpu-selftest fills: one row per case (op, shape, dtype, max abs error, max rel
 // error, pass/fail), the comparison every check uses, and the printing. Device-independent: the
-// checks that fill it run on the real CUDA backend (examples/gpu_selftest.cpp) and on cuda/emu
+// checks that fill it run on the real CUDA backend (apps/gpu_selftest.cpp) and on cuda/emu
 // (tests/cuda/test_selftest_ops.cpp).
 #pragma once
 
@@ -47,7 +47,7 @@ class Suite {
     }
   }
 
-  // Adds a row as it is (one that a section's child process reported, examples/selftest/isolate.h).
+  // Adds a row as it is (one that a section's child process reported, apps/selftest/isolate.h).
   void add(Row row);
 
   // Prints the table's header now and then each row as it is added, flushed, so that a crash

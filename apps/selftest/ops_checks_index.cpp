@@ -1,7 +1,7 @@
 // Index ops on cuda tensors: index_select and gather (any dtype forward; the scatter-add backward
 // through autograd, with repeated indices), embedding, and the device-side range check
 // (check_index_range) that makes a bad index fail with the CPU's message at the next sync.
-#include "examples/selftest/ops_checks.h"
+#include "apps/selftest/ops_checks.h"
 
 namespace stoke::selftest {
 

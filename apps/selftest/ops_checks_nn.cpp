@@ -3,7 +3,7 @@
 // cuDNN and with stoke's kernels on the real backend), max/avg/adaptive pooling, batch norm
 // (training with the running statistics, evaluation), dropout (masks bit for bit), and the
 // optimizer updates (ops::sgd_step_, ops::adam_step_ on f32 parameters, as the optimizers step).
-#include "examples/selftest/ops_checks.h"
+#include "apps/selftest/ops_checks.h"
 #include "ops/cuda/backend.h"
 #include "ops/optimizer.h"
 

@@ -12,8 +12,8 @@
 #include "cuda/kernels/sgemm.h"
 #include "cuda/kernels/softmax.h"
 #include "cuda/runtime/stream.h"
-#include "examples/selftest/ops_checks.h"
-#include "examples/selftest/vendor_checks.h"
+#include "apps/selftest/ops_checks.h"
+#include "apps/selftest/vendor_checks.h"
 
 namespace stoke::selftest {
 namespace kernel_checks {

@@ -79,8 +79,9 @@ std::string distributed_only_flags(const Flags& f);
 // Parses argv; prints usage and exits on --help; throws stoke::Error naming a bad flag or value.
 Flags parse_flags(int argc, char** argv);
 
-// The flags that --recipe fast stands for (see README: the CPU speedrun). parse_flags applies it
-// before the other flags, which override its values wherever they stand on the command line.
+// The flags that --recipe fast stands for (docs/design-notes.md, "The CPU speedrun recipe").
+// parse_flags applies it before the other flags, which override its values wherever they stand on
+// the command line.
 void apply_fast_recipe(Flags& f);
 std::string usage();
 

@@ -2,7 +2,7 @@
 // transposed and 0-dim operands; tensor-scalar both ways), integer arithmetic, the unary maps and
 // their backward maps, comparisons and where, pow and the ternary backward kernels, and the
 // in-place updates optimizers use (contiguous and strided targets).
-#include "examples/selftest/ops_checks.h"
+#include "apps/selftest/ops_checks.h"
 
 namespace stoke::selftest {
 

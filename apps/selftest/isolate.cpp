@@ -1,4 +1,4 @@
-#include "examples/selftest/isolate.h"
+#include "apps/selftest/isolate.h"
 
 #include <fcntl.h>
 #include <poll.h>
