@@ -23,7 +23,9 @@ SHARED = {
     # transpose: conv2d's layout changes and gemm's transposed operand
     "ops/cpu": {"backend", "gemm", "gemm_avx512", "row_kernels", "transpose"},
     "ops/cuda": {"backend", "glue_util"},
-    "cuda/kernels": {"sgemm", "gemm_tile"},  # the GEMM of linalg (emu) and of conv2d's backward
+    # sgemm, gemm_tile: the GEMM of linalg (emu) and of conv2d's backward; dispatch: the dtype
+    # dispatchers every family's kernels use (made from core/dtype.h's list)
+    "cuda/kernels": {"sgemm", "gemm_tile", "dispatch"},
     # autocast: the mixed-precision policy that many families' entry points consult
     "autograd": {"autocast", "engine", "function", "gradcheck", "node", "view_grad"},
     "tests/autograd": {"view"},  # views are Tensor methods (core), their backward autograd's
