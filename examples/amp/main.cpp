@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "nn/amp/grad_scaler.h"  // not in stoke/stoke.h yet
 #include "stoke/stoke.h"
 
 using namespace stoke;

@@ -122,8 +122,7 @@ GroupNormForward CpuBackend::group_norm_forward(const Tensor& input, const Tenso
                                                 const Tensor& bias, const GroupNormLayout& l,
                                                 double eps) {
   const char* op = "group_norm";
-  const int64_t C = l.groups * l.channels_per_group, M = l.channels_per_group * l.spatial;
-  const int64_t rows = l.batch * l.groups;
+  const int64_t M = l.channels_per_group * l.spatial, rows = l.batch * l.groups;
   const Tensor x = input.contiguous();
   const Tensor w = weight.defined() ? weight.contiguous() : weight;
   const Tensor b = bias.defined() ? bias.contiguous() : bias;

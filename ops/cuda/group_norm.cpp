@@ -39,7 +39,7 @@ GroupNormForward CudaBackend::group_norm_forward(const Tensor& input, const Tens
                                                  double eps) {
   const char* op = "group_norm";
   check_float_dtype(op, input);
-  const int64_t C = l.groups * l.channels_per_group, rows = l.batch * l.groups;
+  const int64_t rows = l.batch * l.groups;
   check_param(op, weight, "weight", input);
   check_param(op, bias, "bias", input);
   const Tensor x = input.contiguous();
@@ -72,7 +72,7 @@ GroupNormGrads CudaBackend::group_norm_backward(const Tensor& grad_output, const
   const char* op = "group_norm_backward";
   check_float_dtype(op, input);
   check_same_dtype(op, input, "input", grad_output, "grad_output");
-  const int64_t C = l.groups * l.channels_per_group, rows = l.batch * l.groups;
+  const int64_t C = l.groups * l.channels_per_group;
   check_param(op, weight, "weight", input);
   check_param(op, save_mean, "save_mean", input);
   check_param(op, save_rstd, "save_rstd", input);
