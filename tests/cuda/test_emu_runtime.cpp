@@ -270,8 +270,11 @@ TEST_CASE("cuda emu: a kernel that throws fails the launch instead of hanging", 
   STOKE_LAUNCH(throws_at_barrier, 3, 64, 0, nullptr)(&reached);
   const cudaError_t e = cudaGetLastError();
   CHECK(e == cudaErrorLaunchFailure);
-  // Block 0 ran whole; block 1's other threads passed the barrier; block 2 never ran.
-  CHECK(reached == 64 + 63);
+  // Block 1's other 63 threads passed the barrier (it did not hang). Blocks 0 and 2 each ran whole
+  // or not at all: with several fiber workers (the default) they run beside block 1, and whether
+  // block 2 started before the failure was seen is a race, as on a GPU (it ran here under ASan).
+  CHECK(reached % 64 == 63);
+  CHECK(reached <= 3 * 64 - 1);
   CHECK_THAT(check_message(e), Catch::Contains("unspecified launch failure") &&
                                    Catch::Contains("block (1,0,0) thread (5,0,0)") &&
                                    Catch::Contains("planted failure"));
