@@ -51,13 +51,13 @@ int main() {
 #include <exception>
 #include <vector>
 
-#include "cuda/runtime/caching_allocator.h"
-#include "cuda/runtime/device.h"
 #include "apps/selftest/coverage.h"
 #include "apps/selftest/isolate.h"
 #include "apps/selftest/ops_checks.h"
 #include "apps/selftest/suite.h"
 #include "apps/selftest/vendor_checks.h"
+#include "cuda/runtime/caching_allocator.h"
+#include "cuda/runtime/device.h"
 #include "stoke/stoke.h"
 
 namespace {

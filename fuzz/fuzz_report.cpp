@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "core/error.h"
 #include "apps/report/metrics_reader.h"
+#include "core/error.h"
 #include "fuzz/fuzz_util.h"
 
 namespace {

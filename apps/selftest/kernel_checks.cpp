@@ -6,14 +6,14 @@
 #include <array>
 #include <string>
 
+#include "apps/selftest/ops_checks.h"
+#include "apps/selftest/vendor_checks.h"
 #include "cuda/kernels/conv2d_implicit_gemm.h"
 #include "cuda/kernels/index.h"
 #include "cuda/kernels/reduce.h"
 #include "cuda/kernels/sgemm.h"
 #include "cuda/kernels/softmax.h"
 #include "cuda/runtime/stream.h"
-#include "apps/selftest/ops_checks.h"
-#include "apps/selftest/vendor_checks.h"
 
 namespace stoke::selftest {
 namespace kernel_checks {

@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
+#include "apps/selftest/ops_checks.h"
 #include "cuda/runtime/device.h"
 #include "cuda/runtime/stream.h"
 #include "cuda/vendor/cublas_gemm.h"
 #include "cuda/vendor/cudnn_batch_norm.h"
 #include "cuda/vendor/cudnn_conv.h"
 #include "cuda/vendor/cudnn_pool.h"
-#include "apps/selftest/ops_checks.h"
 #include "stoke/stoke.h"
 
 namespace stoke::selftest {

@@ -24,10 +24,12 @@ int main(int argc, char** argv) {
     const std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--dtype" && (value == "f16" || value == "bf16"))
       dtype = value == "f16" ? DType::f16 : DType::bf16;
-    else if (flag == "--steps") steps = std::atoll(value.c_str());
+    else if (flag == "--steps")
+      steps = std::atoll(value.c_str());
     else if (flag == "--device" && (value == "cpu" || value == "cuda"))
       device = value == "cpu" ? Device::cpu() : Device::cuda();
-    else return std::fprintf(stderr, "amp: bad flag %s %s\n", flag.c_str(), value.c_str()), 2;
+    else
+      return std::fprintf(stderr, "amp: bad flag %s %s\n", flag.c_str(), value.c_str()), 2;
   }
   try {
     manual_seed(0);
@@ -44,7 +46,7 @@ int main(int argc, char** argv) {
       Tensor loss;
       {
         autocast region(device.type, {.dtype = dtype});
-        Tensor logits = (*model)(images);  // f16/bf16 from the convs and the linear layer
+        Tensor logits = (*model)(images);      // f16/bf16 from the convs and the linear layer
         loss = cross_entropy(logits, labels);  // f32: losses run in f32 under autocast
       }
       opt.zero_grad();
@@ -59,9 +61,8 @@ int main(int argc, char** argv) {
                     scaler.get_scale(), skipped ? " (skipped: inf/NaN gradients)" : "");
     }
     std::printf("%s on %s: loss %.4f -> %.4f in %lld steps, %lld skipped, final scale %g\n",
-                dtype_name(dtype), device.str().c_str(), first, last,
-                static_cast<long long>(steps), static_cast<long long>(scaler.skipped_steps()),
-                scaler.get_scale());
+                dtype_name(dtype), device.str().c_str(), first, last, static_cast<long long>(steps),
+                static_cast<long long>(scaler.skipped_steps()), scaler.get_scale());
     return last < first ? 0 : 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "amp: %s\n", e.what());

@@ -22,28 +22,30 @@ Tensor swish(const Tensor& x) {
   Tensor y = ops::mul(x, s);
   if (autograd::any_requires_grad({x})) {
     // Capture detached tensors: the graph must not hold itself.
-    autograd::record("SwishBackward", {x}, {y},
-                     [x = x.detach(), s = s.detach()](const autograd::GradList& g,
-                                                      const autograd::NeedList&) {
-                       Tensor one_minus_s = ops::add(ops::mul(s, -1.0), 1.0);
-                       Tensor dy_dx = ops::add(s, ops::mul(ops::mul(x, s), one_minus_s));
-                       return autograd::GradList{ops::mul(g[0], dy_dx)};
-                     });
+    autograd::record(
+        "SwishBackward", {x}, {y},
+        [x = x.detach(), s = s.detach()](const autograd::GradList& g, const autograd::NeedList&) {
+          Tensor one_minus_s = ops::add(ops::mul(s, -1.0), 1.0);
+          Tensor dy_dx = ops::add(s, ops::mul(ops::mul(x, s), one_minus_s));
+          return autograd::GradList{ops::mul(g[0], dy_dx)};
+        });
   }
   return y;
 }
 
 int main(int argc, char** argv) {
   std::string trace = "custom_op_trace.json";
-  if (argc == 3 && std::string(argv[1]) == "--trace") trace = argv[2];
-  else if (argc != 1) return std::fprintf(stderr, "usage: %s [--trace FILE]\n", argv[0]), 2;
+  if (argc == 3 && std::string(argv[1]) == "--trace")
+    trace = argv[2];
+  else if (argc != 1)
+    return std::fprintf(stderr, "usage: %s [--trace FILE]\n", argv[0]), 2;
   try {
     manual_seed(0);
     // 1. The backward against central finite differences, in f64 (gradcheck's requirement:
     // f32's rounding would swamp the differences). Its default tolerances are torch's.
     Tensor x = randn({4, 5}, {.dtype = DType::f64, .requires_grad = true});
-    auto check = autograd::gradcheck([](const std::vector<Tensor>& in) { return swish(in[0]); },
-                                     {x});
+    auto check =
+        autograd::gradcheck([](const std::vector<Tensor>& in) { return swish(in[0]); }, {x});
     std::printf("gradcheck: %s, %lld elements, worst %s\n", check.ok ? "ok" : "FAILED",
                 static_cast<long long>(check.checked), check.worst.c_str());
     if (!check.ok) return 1;

@@ -20,10 +20,14 @@ int main(int argc, char** argv) {
   int64_t limit = 0, epochs = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--data") dir = value;
-    else if (flag == "--limit-train") limit = std::atoll(value.c_str());
-    else if (flag == "--epochs") epochs = std::atoll(value.c_str());
-    else return std::fprintf(stderr, "ddp: unknown flag %s\n", flag.c_str()), 2;
+    if (flag == "--data")
+      dir = value;
+    else if (flag == "--limit-train")
+      limit = std::atoll(value.c_str());
+    else if (flag == "--epochs")
+      epochs = std::atoll(value.c_str());
+    else
+      return std::fprintf(stderr, "ddp: unknown flag %s\n", flag.c_str()), 2;
   }
   try {
     dist::MpiCommunicator comm;  // MPI_COMM_WORLD: this process's rank among mpirun's
@@ -35,8 +39,8 @@ int main(int argc, char** argv) {
     // Every rank shuffles the same permutation of (seed, epoch) and takes positions
     // rank, rank + world, ...: disjoint shards that together cover the epoch.
     auto sampler = std::make_shared<data::DistributedSampler>(
-        train_set->size(), data::DistributedSamplerOptions{.rank = rank, .world_size = world,
-                                                           .seed = 1});
+        train_set->size(),
+        data::DistributedSamplerOptions{.rank = rank, .world_size = world, .seed = 1});
     // 64 images per rank and step: the global batch is 64 * world.
     data::DataLoader loader(train_set, sampler, {.batch_size = 64, .workers = 1});
 

@@ -23,8 +23,8 @@ using namespace stoke;
 class Net : public nn::Module {
  public:
   Net() {
-    conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(
-                                         1, 16, 3, nn::Conv2dLayerOptions{.padding = {1, 1}}));
+    conv1 = register_module(
+        "conv1", std::make_shared<nn::Conv2d>(1, 16, 3, nn::Conv2dLayerOptions{.padding = {1, 1}}));
     conv2 = register_module("conv2", std::make_shared<nn::Conv2d>(
                                          16, 32, 3, nn::Conv2dLayerOptions{.padding = {1, 1}}));
     fc = register_module("fc", std::make_shared<nn::Linear>(32 * 7 * 7, 10));
@@ -64,12 +64,18 @@ int main(int argc, char** argv) {
   int64_t epochs = 2, limit_train = 0, limit_test = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--data") dir = value;
-    else if (flag == "--out") out = value;
-    else if (flag == "--epochs") epochs = std::atoll(value.c_str());
-    else if (flag == "--limit-train") limit_train = std::atoll(value.c_str());
-    else if (flag == "--limit-test") limit_test = std::atoll(value.c_str());
-    else return std::fprintf(stderr, "mnist: unknown flag %s\n", flag.c_str()), 2;
+    if (flag == "--data")
+      dir = value;
+    else if (flag == "--out")
+      out = value;
+    else if (flag == "--epochs")
+      epochs = std::atoll(value.c_str());
+    else if (flag == "--limit-train")
+      limit_train = std::atoll(value.c_str());
+    else if (flag == "--limit-test")
+      limit_test = std::atoll(value.c_str());
+    else
+      return std::fprintf(stderr, "mnist: unknown flag %s\n", flag.c_str()), 2;
   }
   if (argc % 2 == 0) return std::fprintf(stderr, "mnist: %s needs a value\n", argv[argc - 1]), 2;
   try {
@@ -86,15 +92,16 @@ int main(int argc, char** argv) {
     nn::optim::SGD opt(model.parameters(), {.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
     std::printf("%lld parameters, %lld training images, %lld test images\n",
                 static_cast<long long>(model.num_parameters()),
-                static_cast<long long>(train_set->size()), static_cast<long long>(test_set->size()));
+                static_cast<long long>(train_set->size()),
+                static_cast<long long>(test_set->size()));
 
     for (int64_t epoch = 0; epoch < epochs; ++epoch) {
       train_loader.set_epoch(epoch);  // a new shuffle every epoch
       double loss_sum = 0;
       int64_t steps = 0;
       while (auto batch = train_loader.next()) {
-        Tensor loss = cross_entropy(model(data::normalize(batch->images, kNormalize)),
-                                    batch->labels);
+        Tensor loss =
+            cross_entropy(model(data::normalize(batch->images, kNormalize)), batch->labels);
         opt.zero_grad();
         loss.backward();
         opt.step();
