@@ -62,14 +62,20 @@ DistributedSampler::DistributedSampler(int64_t n, DistributedSamplerOptions opti
   per_rank_ = options.drop_last ? n / w : (n + w - 1) / w;
 }
 
+namespace {
+
+// The order every rank shares this epoch: shuffled from (seed, epoch), or 0, 1, ..., n - 1.
+std::vector<int64_t> epoch_order(int64_t n, const DistributedSamplerOptions& o, int64_t epoch) {
+  if (o.shuffle) return shuffled_indices(n, o.seed, epoch);
+  std::vector<int64_t> all(static_cast<size_t>(n));
+  std::iota(all.begin(), all.end(), int64_t{0});
+  return all;
+}
+
+}  // namespace
+
 std::vector<int64_t> DistributedSampler::indices() const {
-  std::vector<int64_t> all;
-  if (options_.shuffle) {
-    all = shuffled_indices(n_, options_.seed, epoch_);
-  } else {
-    all.resize(static_cast<size_t>(n_));
-    std::iota(all.begin(), all.end(), int64_t{0});
-  }
+  const std::vector<int64_t> all = epoch_order(n_, options_, epoch_);
   const int64_t w = options_.world_size;
   std::vector<int64_t> out(static_cast<size_t>(per_rank_));
   // Position p of the padded order is all[p mod n]: padding repeats the order's beginning (more
@@ -85,13 +91,7 @@ std::vector<int64_t> DistributedSampler::indices_from(int64_t start) const {
   STOKE_CHECK(start >= 0 && start <= n_, "DistributedSampler", "start position ", start,
               " out of range: the epoch has ", n_, " samples");
   if (start == 0) return indices();
-  std::vector<int64_t> all;
-  if (options_.shuffle) {
-    all = shuffled_indices(n_, options_.seed, epoch_);
-  } else {
-    all.resize(static_cast<size_t>(n_));
-    std::iota(all.begin(), all.end(), int64_t{0});
-  }
+  const std::vector<int64_t> all = epoch_order(n_, options_, epoch_);
   const int64_t w = options_.world_size, rest = n_ - start;
   const int64_t per_rank = options_.drop_last ? rest / w : (rest + w - 1) / w;
   std::vector<int64_t> out(static_cast<size_t>(per_rank));

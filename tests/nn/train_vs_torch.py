@@ -237,6 +237,7 @@ def normwise(err, ref, tau, stored=None, extra=0.0):
     from the gradient)."""
     e, r = rows(err), rows(ref)
     floor = float(r.norm()) / math.sqrt(r.shape[0])
+    # 1e-300: only keeps an all-zero row's bound from being 0 (0/0); no tolerance rests on it.
     bound = tau * torch.clamp(r.norm(dim=1), min=floor + 1e-300) + extra
     if stored is not None:
         bound = bound + 2 * U * rows(stored).norm(dim=1)
@@ -259,7 +260,10 @@ def check_step(ref, got, before, opt_name, tau, grad_scale, order):
             continue
         kind = key.split(".", 1)[0]
         if kind == "grad":
-            if float(rv.norm()) <= 1e-9 * grad_scale:  # rounding noise in float64
+            # Rounding noise in float64: an exact zero computed in f64 comes out within about
+            # u64 sqrt(D K) (5e-14 for VGG-11) of the model's gradient scale; 1e-9 is four orders
+            # above that and far below tau (f32's bound), so a real gradient is never taken for it.
+            if float(rv.norm()) <= 1e-9 * grad_scale:
                 out.append(("grad (noise)", float(gv.norm()) / (tau * grad_scale), key))
             else:
                 out.append(("grad", normwise(gv - rv, rv, tau), key))
@@ -271,7 +275,7 @@ def check_step(ref, got, before, opt_name, tau, grad_scale, order):
             # G: the scale of the gradient's error. A noise gradient (below) is held to the model's
             # gradient scale, so its elements may step by up to 5 lr either way.
             G = float(g.abs().max())
-            if float(g.norm()) <= 1e-9 * grad_scale:
+            if float(g.norm()) <= 1e-9 * grad_scale:  # noise, as in "grad" above
                 G = grad_scale
             b = tau * change.abs() + ADAMW["lr"] * torch.clamp(
                 4 * tau * G / (g.abs() + ADAMW["eps"]), max=5.0) + 2 * U * rv.abs()
@@ -289,7 +293,7 @@ def check_step(ref, got, before, opt_name, tau, grad_scale, order):
             if kind == "optim":
                 name = order[int(key.split(".")[2])] if key.startswith("optim.state.") else None
                 g = ref.get("grad." + name) if name is not None else None
-            if g is not None and float(g.norm()) <= 1e-9 * grad_scale:
+            if g is not None and float(g.norm()) <= 1e-9 * grad_scale:  # noise, as in "grad"
                 extra = tau * grad_scale * (SGD["lr"] if kind == "param" else 1.0)
             out.append((kind + " change", normwise(gv - rv, change, tau, rv, extra), key))
     return out
