@@ -41,6 +41,7 @@
 #if defined(STOKE_HAS_NCCL)
 #include "dist/cuda/nccl.h"  // in builds with CUDA and NCCL
 #endif
+#include "nn/amp/grad_scaler.h"
 #include "nn/checkpoint/safetensors.h"
 #include "nn/init.h"
 #include "nn/layers.h"

@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "nn/amp/grad_scaler.h"  // not in stoke/stoke.h yet
 #include "stoke/stoke.h"
 
 using namespace stoke;
