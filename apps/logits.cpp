@@ -3,6 +3,7 @@
 // logits for the same file loaded into the PyTorch twin of the model.
 //
 //   stoke-logits --model lenet5 --weights ckpt/best.safetensors [--count 16] [--data DIR]
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "data/batcher.h"
+#include "data/channel_stats.h"
 #include "data/idx.h"
 #include "nn/checkpoint/safetensors.h"
 #include "nn/models/models.h"
@@ -20,7 +22,9 @@ using namespace stoke;
 namespace {
 const char kUsage[] =
     "usage: stoke-logits --weights FILE.safetensors [--model lenet5] [--count N] [--data DIR]\n"
-    "  prints the logits of the first N Fashion-MNIST test images as one JSON line;\n"
+    "  prints the logits of the first N Fashion-MNIST test images as one JSON line,\n"
+    "  normalized with the mean and std in the file's metadata (stoke-train's checkpoints),\n"
+    "  or Fashion-MNIST's 0.2860 / 0.3530 for a file without them;\n"
     "  N in [1, 10000] (16). Weights or logits that are not finite are an error (exit 1),\n"
     "  naming the tensor or the image: JSON has no nan or inf.\n";
 
@@ -91,13 +95,32 @@ int main(int argc, char** argv) {
     }
     model->load_state_dict(file.tensors);
     model->eval();
+    // The normalization the weights were trained with: stoke-train keeps it in the checkpoint's
+    // metadata. A file without it (a PyTorch state_dict, an older checkpoint) gets
+    // Fashion-MNIST's 0.2860 / 0.3530, what stoke-train used before it kept them.
+    float mean = 0.2860f, std = 0.3530f;
+    const auto m = file.metadata.find("normalize_mean"), sd = file.metadata.find("normalize_std");
+    STOKE_CHECK((m == file.metadata.end()) == (sd == file.metadata.end()), "stoke-logits", weights,
+                ": metadata has only one of normalize_mean and normalize_std");
+    if (m != file.metadata.end()) {
+      const auto means = data::parse_channels(m->second, false, "stoke-logits",
+                                              weights + ": metadata 'normalize_mean'");
+      const auto stds = data::parse_channels(sd->second, true, "stoke-logits",
+                                             weights + ": metadata 'normalize_std'");
+      STOKE_CHECK(means.size() == 1 && stds.size() == 1, "stoke-logits", weights,
+                  ": the weights were trained on ", std::max(means.size(), stds.size()),
+                  "-channel images (normalize_mean '", m->second, "'); the test images here are ",
+                  data, "'s, with 1 channel");
+      mean = means[0];
+      std = stds[0];
+    }
     // Only the first COUNT test images are read (the files inflated only as far as they need).
     const auto test = data::load_mnist(data, false, count);
     STOKE_CHECK(test.images.size(0) == count, "stoke-logits", "--count ", count, ": ", data,
                 " has only ", test.images.size(0), " test images");
     data::InMemoryBatcher batcher(
         test.images, test.labels,
-        {.batch_size = count, .shuffle = false, .mean = 0.2860f, .std = 0.3530f});
+        {.batch_size = count, .shuffle = false, .mean = mean, .std = std});
     NoGradGuard no_grad;
     const auto logits = (*model)(batcher.batch(0).images).to_vector<float>();
     // Finite weights can still overflow (a logit past f32's range is inf).

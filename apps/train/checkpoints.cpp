@@ -7,6 +7,7 @@
 #include <limits>
 #include <map>
 
+#include "data/channel_stats.h"
 #include "nn/checkpoint/safetensors.h"
 #include "run_dir.h"
 #include "stoke/stoke.h"
@@ -44,6 +45,8 @@ constexpr const char* kFormatV1 = "stoke-train/1";
 
 Metadata to_metadata(const Position& p, const GeneratorState& g, const Flags& f) {
   return {{"format", kFormat},
+          {"normalize_mean", data::channels_text(p.mean)},
+          {"normalize_std", data::channels_text(p.std)},
           {"model", f.model},
           {"epoch", std::to_string(p.epoch)},
           {"sample", std::to_string(p.sample)},
@@ -152,10 +155,39 @@ Position read_position(const Metadata& m, const std::string& path, const Flags& 
   constexpr uint64_t kMaxU = std::numeric_limits<uint64_t>::max();
   default_generator().set_state({meta_int<uint64_t>(m, "rng_seed", path, 0, kMaxU),
                                  meta_int<uint64_t>(m, "rng_offset", path, 0, kMaxU)});
+  if (const auto n = read_normalization(m, path, "stoke-train")) {
+    p.mean = n->mean;
+    p.std = n->std;
+  } else {
+    p.mean = {0.2860f};
+    p.std = {0.3530f};
+    std::printf(
+        "note: %s has no normalize_mean/normalize_std (an older stoke-train's, which normalized "
+        "every dataset with Fashion-MNIST's 0.2860 / 0.3530): the resumed run keeps them\n",
+        path.c_str());
+  }
   return p;
 }
 
 }  // namespace
+
+std::optional<Normalization> read_normalization(const Metadata& m, const std::string& path,
+                                                const std::string& who) {
+  const bool has_mean = m.count("normalize_mean") != 0, has_std = m.count("normalize_std") != 0;
+  if (!has_mean && !has_std) return std::nullopt;
+  STOKE_CHECK(has_mean && has_std, who.c_str(), path, ": checkpoint metadata has '",
+              has_mean ? "normalize_mean" : "normalize_std", "' without '",
+              has_mean ? "normalize_std" : "normalize_mean", "'");
+  const auto read = [&](const char* key) {
+    return data::parse_channels(meta(m, key, path), std::string(key) == "normalize_std",
+                                who.c_str(), path + ": checkpoint metadata '" + key + "'");
+  };
+  Normalization n{read("normalize_mean"), read("normalize_std")};
+  STOKE_CHECK(n.mean.size() == n.std.size() || n.mean.size() == 1 || n.std.size() == 1, who.c_str(),
+              path, ": checkpoint metadata has ", n.mean.size(), " normalize_mean values and ",
+              n.std.size(), " normalize_std values");
+  return n;
+}
 
 void save_last(const std::string& path, const nn::NamedTensors& model_state,
                const nn::NamedTensors& optimizer_state, const nn::amp::GradScaler* scaler,
@@ -194,12 +226,15 @@ Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimi
 }
 
 void save_best(const std::string& path, const nn::Module& model, int64_t epoch, double test_acc,
-               const Flags& f) {
+               const Position& p, const Flags& f) {
   const nn::NamedTensors state = on_cpu(model.state_dict());
   check_finite(state, path);
-  nn::save_safetensors(
-      path, state,
-      {{"epoch", std::to_string(epoch)}, {"test_acc", exact(test_acc)}, {"model", f.model}});
+  nn::save_safetensors(path, state,
+                       {{"epoch", std::to_string(epoch)},
+                        {"test_acc", exact(test_acc)},
+                        {"model", f.model},
+                        {"normalize_mean", data::channels_text(p.mean)},
+                        {"normalize_std", data::channels_text(p.std)}});
 }
 
 }  // namespace stoke::train

@@ -4,7 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/random.h"
 #include "flags.h"
@@ -24,6 +27,11 @@ struct Position {
   int64_t bad_epochs = 0;
   double epoch_loss_sum = 0;
   int64_t epoch_correct = 0, epoch_seen = 0;
+  // The normalization the run trains with (metadata "normalize_mean" and "normalize_std", in
+  // best.safetensors too, where stoke-logits reads them). A checkpoint of a stoke-train from
+  // before they were kept reads as Fashion-MNIST's 0.2860 / 0.3530, which that version used for
+  // every dataset.
+  std::vector<float> mean, std;
 };
 
 // Writes the model's state (`model_state`), the optimizer's (ZeRO's consolidated state is
@@ -48,6 +56,15 @@ Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimi
 // Writes the model's weights, the 1-based `epoch` and its `test_acc` to `path`; refuses weights
 // that are not finite, as save_last does.
 void save_best(const std::string& path, const nn::Module& model, int64_t epoch, double test_acc,
-               const Flags& f);
+               const Position& p, const Flags& f);
+
+// A checkpoint's "normalize_mean" and "normalize_std" (comma-separated numbers, each finite and
+// the std's positive, as many of one as of the other, or one of either), or nothing when it has
+// neither; throws naming `path`, the key and the value otherwise (`who`: the program).
+struct Normalization {
+  std::vector<float> mean, std;
+};
+std::optional<Normalization> read_normalization(const std::map<std::string, std::string>& metadata,
+                                                const std::string& path, const std::string& who);
 
 }  // namespace stoke::train

@@ -11,12 +11,6 @@
 namespace stoke::train {
 namespace {
 
-// Fashion-MNIST statistics of the training images (pixel / 255).
-constexpr float kMean = 0.2860f, kStd = 0.3530f;
-
-// uint8 batches become (x / 255 - mean) / std, f32 NCHW, at the consumer.
-const data::NormalizeOptions kNormalize = {.mean = {kMean}, .std = {kStd}};
-
 // An i32 (n, 3) host tensor for crops: pinned memory when bound for a GPU.
 Tensor host_crops(int64_t n, Device device) {
 #if STOKE_HAS_CUDA || STOKE_CUDA_EMU
@@ -34,7 +28,7 @@ Tensor host_crops(int64_t n, Device device) {
 // With augmentation the crops are drawn here on the host (12 bytes a sample, in pinned memory
 // for a GPU so that they upload asynchronously too) and applied in the normalize pass.
 DeviceBatch to_device(const data::Batch& batch, Device device, const BatchFinish& finish) {
-  data::NormalizeOptions norm = kNormalize;
+  data::NormalizeOptions norm = finish.normalize;
   norm.dtype = finish.dtype;
   const Tensor images =
       device.is_cpu() ? batch.images : batch.images.to(device, /*non_blocking=*/true);
@@ -69,15 +63,17 @@ int64_t count_top5(const Tensor& logits, const Tensor& labels) {
 }
 
 EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
-                    const Distributed& dist) {
+                    const Distributed& dist, const data::NormalizeOptions& normalize) {
   NoGradGuard no_grad;
   model.eval();
   double loss_sum = 0;
   int64_t correct = 0, correct5 = 0;
   bool top5 = false;
   test.set_epoch(0);
+  BatchFinish finish;  // f32, no augmentation
+  finish.normalize = normalize;
   while (auto batch = test.next()) {
-    const DeviceBatch b = to_device(*batch, device);
+    const DeviceBatch b = to_device(*batch, device, finish);
     const Tensor logits = model(b.images);
     // Under no-grad stoke's cross_entropy records nothing: the same kernel as ops::cross_entropy.
     loss_sum += cross_entropy(logits, b.labels, {.reduction = Reduction::sum}).item();

@@ -19,6 +19,7 @@ struct DeviceBatch {
 // device), the crop and flip folded into the normalize pass (data::crop_flip_normalize), drawn
 // per sample from (seed, epoch, dataset index) as the loader's transforms would.
 struct BatchFinish {
+  data::NormalizeOptions normalize;  // its mean and std (its dtype is the field below)
   DType dtype = DType::f32;
   bool augment = false;
   data::CropFlipOptions crop;
@@ -34,9 +35,10 @@ struct EvalResult {
   double acc5 = -1;          // top-5 accuracy in percent; -1 with 5 classes or fewer
 };
 
-// The whole test split, in eval mode under no-grad; `model` is back in training mode after. In a
-// job each rank evaluates its shard and the sums are added over the ranks.
+// The whole test split, normalized as the training batches are (`normalize`), in eval mode under
+// no-grad; `model` is back in training mode after. In a job each rank evaluates its shard and the
+// sums are added over the ranks.
 EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
-                    const Distributed& dist);
+                    const Distributed& dist, const data::NormalizeOptions& normalize);
 
 }  // namespace stoke::train

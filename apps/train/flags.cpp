@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "data/channel_stats.h"
 #include "nn/models/models.h"
 
 namespace stoke::train {
@@ -172,6 +173,11 @@ constexpr const char* kUsage = R"(usage: stoke-train [flags]
   --label-smoothing X     @--label-smoothing@ (0)
   --clip-grad NORM        clip the gradients' global norm to NORM, @--clip-grad@ (0: off)
   --accum K               gradient accumulation: K micro-batches per step, @--accum@ (1)
+  --mean M1,M2,.. --std S1,S2,..  normalize images as (x / 255 - mean) / std, one value per
+                          channel or one for all; default: each channel's mean and std over the
+                          training split (all of it; at most 50,000 records of a pack and 10,000
+                          images of a folder, spread evenly), printed and kept in the checkpoints
+                          (--resume and stoke-logits use the checkpoint's)
   --augment               random crop (padding 2) and horizontal flip of training images
   --augment-on device|workers  where: folded into the normalize pass on the training device
                           (default; one kernel on a GPU) or the loader's worker transforms
@@ -300,6 +306,14 @@ Flags parse_flags(int argc, char** argv) {
       {"--batch", [&](auto& k, auto& v) { f.batch = to_int(k, v); }},
       {"--optimizer", [&](auto&, auto& v) { f.optimizer = v; }},
       {"--augment-on", [&](auto&, auto& v) { f.augment_on = v; }},
+      {"--mean",
+       [&](auto& k, auto& v) {
+         f.mean = data::parse_channels(v, false, "stoke-train", "flag " + k);
+       }},
+      {"--std",
+       [&](auto& k, auto& v) {
+         f.std = data::parse_channels(v, true, "stoke-train", "flag " + k);
+       }},
       {"--lr", [&](auto& k, auto& v) { f.lr = to_double(k, v); }},
       {"--momentum", [&](auto& k, auto& v) { f.momentum = to_double(k, v); }},
       {"--weight-decay", [&](auto& k, auto& v) { f.weight_decay = to_double(k, v); }},
@@ -407,6 +421,11 @@ Flags parse_flags(int argc, char** argv) {
   STOKE_CHECK(!f.amsgrad || f.optimizer == "adam" || f.optimizer == "adamw", "stoke-train",
               "--amsgrad is Adam's: it needs --optimizer adam or adamw, got ", f.optimizer);
   check_known("augment-on", f.augment_on, {"device", "workers"});
+  STOKE_CHECK(f.mean.empty() == f.std.empty(), "stoke-train",
+              "--mean and --std go together: give both, or neither (computed from the data)");
+  STOKE_CHECK(f.mean.size() == f.std.size() || f.mean.size() == 1 || f.std.size() == 1,
+              "stoke-train", "--mean has ", f.mean.size(), " values and --std ", f.std.size(),
+              ": give one per channel for both, or one for all");
   check_known("schedule", f.schedule, {"none", "step", "multistep", "cosine", "onecycle"});
   check_known("allreduce", f.allreduce, {"native", "ring"});
   check_known("dist backend", f.dist_backend, {"auto", "nccl", "mpi"});

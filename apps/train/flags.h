@@ -37,6 +37,10 @@ struct Flags {
   // Where --augment happens: "device" folds it into the normalize pass where the batch is
   // consumed (the GPU kernel on cuda), "workers" runs the loader's transforms; same batches.
   std::string augment_on = "device";
+  // --mean/--std: the per-channel statistics of x / 255 that batches are normalized with (one
+  // value for every channel, or one per channel); empty: computed from the training split
+  // (data::channel_stats), or on --resume taken from the checkpoint.
+  std::vector<float> mean, std;
   uint64_t seed = 0;
   int threads = 0;               // 0 = stoke's default
   std::string checkpoint;        // directory for best.safetensors and last.safetensors

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "data/loader.h"
+#include "data/normalize.h"
 #include "distributed.h"
 #include "flags.h"
 #include "nn/module.h"
@@ -24,6 +25,10 @@ struct Data {
   std::unique_ptr<data::DataLoader> train, test;
   data::Example first;        // the first training image: the model's input shape comes from it
   int64_t train_samples = 0;  // a training epoch's samples (--limit-train applied), all ranks'
+  // What batches are normalized with (--mean/--std, or the training split's statistics), and
+  // where it came from, for the "normalize:" line.
+  data::NormalizeOptions normalize;
+  std::string normalize_from;
 };
 
 // Opens both splits, checks that they match, makes the loaders and prints the "data:" line. Under

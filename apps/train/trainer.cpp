@@ -15,6 +15,7 @@
 
 #include "autograd/autocast.h"
 #include "core/profiler.h"
+#include "data/channel_stats.h"
 #include "stoke/stoke.h"
 
 namespace stoke::train {
@@ -113,7 +114,8 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
       kill_at_step_(kill_at_step_from_env(dist_.rank)),
       profiler_(f_, dist_.root(), device_, metrics_),
       amp_(amp_dtype(f_)),
-      finish_{.dtype = amp_.value_or(DType::f32),
+      finish_{.normalize = data_.normalize,
+              .dtype = amp_.value_or(DType::f32),
               .augment = f_.augment && f_.augment_on == "device",
               .crop = {.padding = 2},
               .seed = f_.seed},
@@ -150,10 +152,38 @@ Trainer::~Trainer() {
 }
 
 void Trainer::resume() {
+  pos_.mean = data_.normalize.mean;
+  pos_.std = data_.normalize.std;
+  resume_from_checkpoint();
+  finish_.normalize.mean = pos_.mean;
+  finish_.normalize.std = pos_.std;
+  std::printf("normalize: mean %s, std %s (of x / 255, per channel) from %s\n",
+              data::format_channels(pos_.mean).c_str(), data::format_channels(pos_.std).c_str(),
+              data_.normalize_from.c_str());
+}
+
+void Trainer::resume_from_checkpoint() {
   if (!f_.resume) return;
   if (std::filesystem::exists(last_path_)) {
     pos_ =
         load_last(last_path_, *model_, *opt_, scaler_.get(), f_, data_.train_samples, dist_.size);
+    // The run goes on with the normalization it trained with. --mean/--std that say otherwise
+    // are refused; statistics of the data that differ (other data, or a resized split) are noted.
+    const bool same = pos_.mean == data_.normalize.mean && pos_.std == data_.normalize.std;
+    STOKE_CHECK(same || f_.mean.empty(), "stoke-train", "--mean ", data::format_channels(f_.mean),
+                " --std ", data::format_channels(f_.std), " differ from the normalization ",
+                last_path_, " trained with (mean ", data::format_channels(pos_.mean), ", std ",
+                data::format_channels(pos_.std), "): drop them to resume, or start a new run");
+    if (!same) {
+      std::printf(
+          "note: %s trained with mean %s, std %s; this data's are %s, %s: the resumed run "
+          "keeps the checkpoint's\n",
+          last_path_.c_str(), data::format_channels(pos_.mean).c_str(),
+          data::format_channels(pos_.std).c_str(),
+          data::format_channels(data_.normalize.mean).c_str(),
+          data::format_channels(data_.normalize.std).c_str());
+      data_.normalize_from = last_path_;
+    }
     last_good_ = last_path_ + " (step " + std::to_string(pos_.global_step) + ")";
     if (sched_) sched_->set_last_step(pos_.global_step);
     std::printf("resumed from %s at epoch %lld, sample %lld of %lld (step %lld)\n",
@@ -406,7 +436,7 @@ bool Trainer::update_best(const EvalResult& r) {
   if (r.acc > pos_.best_acc) {
     pos_.best_acc = r.acc;
     if (!best_path_.empty() && dist_.root())
-      save_best(best_path_, *model_, pos_.epoch + 1, r.acc, f_);
+      save_best(best_path_, *model_, pos_.epoch + 1, r.acc, pos_, f_);
   }
   if (r.loss < pos_.best_loss) {
     pos_.best_loss = r.loss;
@@ -422,7 +452,7 @@ bool Trainer::update_best(const EvalResult& r) {
 // A non-finite test loss means the weights diverged in the last steps: stop before it is logged
 // or the model is saved.
 EvalResult Trainer::evaluate_finite() {
-  const EvalResult r = evaluate(*model_, *data_.test, device_, dist_);
+  const EvalResult r = evaluate(*model_, *data_.test, device_, dist_, finish_.normalize);
   STOKE_CHECK(std::isfinite(r.loss), "stoke-train", "the test loss is ", non_finite_name(r.loss),
               " after step ", pos_.global_step, " (epoch ", pos_.epoch + 1,
               "): the weights diverged; the last good checkpoint is ",

@@ -41,14 +41,16 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // With --resume: continues from DIR/last.safetensors if there is one, and drops the metrics
-  // records the interrupted run wrote past it.
+  // With --resume: continues from DIR/last.safetensors if there is one (its normalization
+  // included), and drops the metrics records the interrupted run wrote past it. Prints the
+  // "normalize:" line, resumed or not.
   void resume();
 
   // Trains the remaining epochs (or until early stopping).
   RunTotals fit();
 
  private:
+  void resume_from_checkpoint();
   // One epoch's timing and throughput, for the progress bar and the summary.
   struct EpochStats {
     Clock::time_point start = Clock::now();
@@ -104,7 +106,7 @@ class Trainer {
   const std::optional<DType> amp_;           // --amp: the autocast dtype
   // Training batches: normalized to the --amp dtype (autocast's convs take it as is), and with
   // --augment on the device, cropped and flipped in the same pass.
-  const BatchFinish finish_;
+  BatchFinish finish_;  // its normalization: the checkpoint's on --resume
   // --amp fp16's loss scaler (null otherwise); in a job its found-inf flag is MAX-allreduced, so
   // that every rank skips the same steps.
   std::unique_ptr<nn::amp::GradScaler> scaler_;
