@@ -118,7 +118,8 @@ struct BufferGroup {
 
 std::vector<BufferGroup> group_buffers(const nn::Module& m) {
   std::vector<BufferGroup> groups;
-  for (const auto& [name, b] : m.named_buffers()) {
+  for (const auto& named : m.named_buffers()) {
+    const Tensor& b = named.second;  // not a structured binding: clang 14 cannot capture one
     auto it = std::find_if(groups.begin(), groups.end(), [&](const BufferGroup& g) {
       return g.buffers.front().dtype() == b.dtype() && g.buffers.front().device() == b.device();
     });

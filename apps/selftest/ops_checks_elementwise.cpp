@@ -161,7 +161,11 @@ void check_unary(Suite& s, bool quick) {
   };
   std::vector<Case> cases = {{"3x129", {3, 129}, false}, {"(9x5)^T", {9, 5}, true}};
   if (!quick) cases.push_back({"1000x1001", {1000, 1001}, false});
-  for (const auto& [label, shape, transposed] : cases) {
+  for (const Case& c : cases) {
+    // Named copies, not a structured binding: a lambda below captures them (clang 14 cannot).
+    const std::string& label = c.label;
+    const Shape& shape = c.shape;
+    const bool transposed = c.transposed;
     const Tensor xn = randn_cpu(shape, 30), xp = uniform_cpu(shape, 0.05, 4, 31);
     for (DType dt : float_types()) {
       auto input = [&](const Tensor& cpu) {

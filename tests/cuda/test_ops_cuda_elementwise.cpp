@@ -535,8 +535,9 @@ TEST_CASE("cuda elementwise: autograd through sigmoid, tanh, gelu, pow, where, m
   };
   const Tensor x0 = rand_cpu({3, 1, 5}, 80), y0 = rand_cpu({4, 5}, 81);
   const Tensor w = rand_cpu({3, 4, 5}, 82);
-  for (const auto& [name, f] : fns) {
+  for (const auto& [name, fn] : fns) {
     INFO(name);
+    const auto& f = fn;  // clang 14 cannot capture a structured binding
     auto grads = [&](Device device) {
       Tensor x = x0.to(device).detach(), y = y0.to(device).detach();
       x.set_requires_grad(true);

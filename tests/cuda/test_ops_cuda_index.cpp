@@ -209,8 +209,9 @@ TEST_CASE("cuda ops: pad and interpolate through autograd match the CPU", "[ops_
          return interpolate(t, {.scale_factor = {2, 1.5}, .mode = InterpolateMode::bilinear});
        }},
   };
-  for (const auto& [name, f] : fns) {
+  for (const auto& [name, fn] : fns) {
     INFO(name);
+    const auto& f = fn;  // clang 14 cannot capture a structured binding
     auto run = [&](Device dev) {
       Tensor x = x0.to(dev).detach();
       x.set_requires_grad(true);

@@ -440,8 +440,9 @@ TEST_CASE("cuda ops: the elementwise losses, logsumexp and std through autograd 
        [](auto& x, auto& t, auto&) { return sum(logsumexp(x * 30.0, {1}) * sum(t, {1})); }},
       {"std", [](auto& x, auto& t, auto&) { return sum(stoke::std(x, {0}, 1, true) * t); }},
   };
-  for (const auto& [name, f] : losses) {
+  for (const auto& [name, fn] : losses) {
     INFO(name);
+    const auto& f = fn;  // clang 14 cannot capture a structured binding
     auto run = [&](Device dev) {
       Tensor x = x0.to(dev).detach(), t = t0.to(dev).detach(), p = p0.to(dev).detach();
       x.set_requires_grad(true);
@@ -519,13 +520,13 @@ TEST_CASE("cuda ops: batch norm and softmax refuse bad calls with the CPU's mess
           message([&] { ops::batch_norm(x, rm, Tensor(), Tensor(), Tensor(), {}); }));
     CHECK_THROWS_WITH(ops::batch_norm(d, Tensor(), Tensor(), Tensor(), Tensor(), {}),
                       Catch::Contains("more than 1 value per channel"));
-    CHECK_THROWS_WITH(
-        ops::batch_norm(d, rm.to(dev), rv.to(dev), Tensor(), Tensor(),
-                        {.training = false, .eps = -1}),
-        Catch::Contains("expected eps >= 0, got -1"));
+    CHECK_THROWS_WITH(ops::batch_norm(d, rm.to(dev), rv.to(dev), Tensor(), Tensor(),
+                                      {.training = false, .eps = -1}),
+                      Catch::Contains("expected eps >= 0, got -1"));
     // An empty tensor: the cuda backend returned before looking at dim.
     const Tensor e = empty({0, 4}).to(dev);
-    CHECK_THROWS_WITH(ops::softmax(e, 2), Catch::Contains("dim 2 out of range for a tensor with 2"));
+    CHECK_THROWS_WITH(ops::softmax(e, 2),
+                      Catch::Contains("dim 2 out of range for a tensor with 2"));
     CHECK_THROWS_WITH(ops::softmax_backward(ones({2, 3}).to(dev), ones({3, 2}).to(dev), 1),
                       Catch::Contains("expected grad of shape"));
   }
