@@ -24,3 +24,6 @@
 
 // An enumerator per list entry: enum class E { STOKE_BINARY_OPS(STOKE_ENUMERATOR) };
 #define STOKE_ENUMERATOR(name) name,
+// Its name as a string, in the same order: const char* names[] =
+// {STOKE_BINARY_OPS(STOKE_NAME_STRING)};
+#define STOKE_NAME_STRING(name) #name,

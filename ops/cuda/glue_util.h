@@ -12,4 +12,19 @@ inline bool is_integer(DType d) {
   return d == DType::i32 || d == DType::i64 || d == DType::u8;
 }
 
+// Defines `To to_cuda(From op)`, mapping ops' op kind to the kernels' enumerator of the same name.
+// Both enums are declared from LIST (core/elementwise_ops.h), so each entry of the list is one
+// case; To may have more enumerators than From. STOKE_FAIL (ops/check.h) names `what` for a value
+// outside the list.
+#define STOKE_DEFINE_TO_CUDA(To, From, LIST, what)         \
+  To to_cuda(From op) {                                    \
+    using ToEnum = To;                                     \
+    using FromEnum = From;                                 \
+    switch (op) { LIST(STOKE_TO_CUDA_CASE) }               \
+    STOKE_FAIL(what, "unknown op ", static_cast<int>(op)); \
+  }
+#define STOKE_TO_CUDA_CASE(name) \
+  case FromEnum::name:           \
+    return ToEnum::name;
+
 }  // namespace stoke::ops::cuda_glue
