@@ -1,22 +1,18 @@
 #include "dist/communicator.h"
 
+#include <iterator>
 #include <utility>
 
+#include "core/enum_name.h"
 #include "core/profiler.h"
 #include "dist/roll_call.h"
 
 namespace stoke::dist {
 
 const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::avg:
-      return "avg";
-    case ReduceOp::max:
-      return "max";
-  }
-  return "?";
+  static constexpr const char* names[] = {"sum", "avg", "max"};
+  static_assert(std::size(names) == enum_count(ReduceOp::max));
+  return enum_name(op, names, "?");
 }
 
 void Work::wait() const {

@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "core/enum_name.h"
 #include "core/profiler.h"
 #include "ops/profiled_backend.h"
 
@@ -17,42 +18,34 @@ std::array<Backend*, 2>& registry() {
 
 // Each enum is declared from its list (ops/backend.h), so an enumerator's value is its position
 // in the list and indexes a table made from the same list.
-namespace {
-template <class Op, size_t N>
-const char* name_in(const char* const (&names)[N], Op op, const char* fallback) {
-  const auto i = static_cast<size_t>(op);
-  return i < N ? names[i] : fallback;
-}
-}  // namespace
-
 #define STOKE_INPLACE_NAME(name) #name "_",
 #define STOKE_BACKWARD_NAME(name) #name "_backward",
 
 const char* binary_op_name(BinaryOp op) {
   static constexpr const char* names[] = {STOKE_BINARY_OPS(STOKE_NAME_STRING)};
-  return name_in(names, op, "binary");
+  return enum_name(op, names, "binary");
 }
 
 const char* unary_op_name(UnaryOp op) {
   if (op == UnaryOp::gelu_tanh) return "gelu";  // gelu(x, approximate = tanh), as torch names it
   static constexpr const char* names[] = {STOKE_UNARY_OPS(STOKE_NAME_STRING)};
-  return name_in(names, op, "unary");
+  return enum_name(op, names, "unary");
 }
 
 const char* inplace_op_name(BinaryOp op) {
   static constexpr const char* names[] = {STOKE_BINARY_OPS(STOKE_INPLACE_NAME)};
-  return name_in(names, op, "binary_");
+  return enum_name(op, names, "binary_");
 }
 
 const char* unary_grad_op_name(UnaryGradOp op) {
   if (op == UnaryGradOp::gelu_tanh) return "gelu_backward";
   static constexpr const char* names[] = {STOKE_UNARY_GRAD_OPS(STOKE_BACKWARD_NAME)};
-  return name_in(names, op, "unary_backward");
+  return enum_name(op, names, "unary_backward");
 }
 
 const char* compare_op_name(CompareOp op) {
   static constexpr const char* names[] = {STOKE_COMPARE_OPS(STOKE_NAME_STRING)};
-  return name_in(names, op, "compare");
+  return enum_name(op, names, "compare");
 }
 
 #undef STOKE_INPLACE_NAME
