@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "core/elementwise_ops.h"
 #include "core/tensor.h"
 
 namespace stoke {
@@ -20,31 +21,23 @@ namespace stoke::ops {
 
 // --- the kernels of stoke::add ... stoke::where (autograd/elementwise.h) ------------------------
 
-Tensor add(const Tensor& a, const Tensor& b);
+// add, sub, mul, div, maximum, minimum of two tensors and neg, exp, ..., hardswish of one: one
+// function per entry of the op lists in core/elementwise_ops.h.
+#define STOKE_DECLARE_BINARY(name) Tensor name(const Tensor& a, const Tensor& b);
+#define STOKE_DECLARE_UNARY(name) Tensor name(const Tensor& x);
+STOKE_BINARY_OPS(STOKE_DECLARE_BINARY)
+STOKE_UNARY_FUNCTION_OPS(STOKE_DECLARE_UNARY)
+#undef STOKE_DECLARE_BINARY
+#undef STOKE_DECLARE_UNARY
+
 Tensor add(const Tensor& a, double s);
-Tensor sub(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, double s);
 Tensor sub(double s, const Tensor& a);
-Tensor mul(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, double s);
-Tensor div(const Tensor& a, const Tensor& b);
 Tensor div(const Tensor& a, double s);
 Tensor div(double s, const Tensor& a);
 Tensor pow(const Tensor& x, double exponent);
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
-Tensor neg(const Tensor& x);
-Tensor exp(const Tensor& x);
-Tensor log(const Tensor& x);
-Tensor sqrt(const Tensor& x);
-Tensor rsqrt(const Tensor& x);
-Tensor abs(const Tensor& x);
-Tensor relu(const Tensor& x);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
-Tensor sigmoid(const Tensor& x);
-Tensor tanh(const Tensor& x);
-Tensor silu(const Tensor& x);
-Tensor hardswish(const Tensor& x);
 Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::none);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
 Tensor sign(const Tensor& x);
