@@ -40,7 +40,6 @@ Tensor pow(const Tensor& x, double exponent);
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
 Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::none);
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
-Tensor sign(const Tensor& x);
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // --- comparisons (bool results, not differentiable) -------------------------------------------
