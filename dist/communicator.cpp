@@ -53,6 +53,22 @@ void check_tensor(const Tensor& t, const std::string& op, const char* what) {
               " for shape ", t.shape());
 }
 
+// reduce_scatter's and allgather's operands: both usable, in one dtype, and the whole one (the
+// input of reduce_scatter, the output of allgather) with size() x the other's elements.
+void check_sharded(const Communicator& c, const Tensor& input, const Tensor& output,
+                   bool input_is_whole) {
+  const std::string& op = c.op_label();
+  check_tensor(input, op, "the input");
+  check_tensor(output, op, "the output");
+  const Tensor& whole = input_is_whole ? input : output;
+  const Tensor& part = input_is_whole ? output : input;
+  STOKE_CHECK(whole.numel() == part.numel() * c.size(), op.c_str(), "rank ", c.rank(), ": the ",
+              input_is_whole ? "input" : "output", " must have ", c.size(), " x ", part.numel(),
+              " elements (ranks x ", input_is_whole ? "output" : "input", "), got ", whole.numel());
+  STOKE_CHECK(input.dtype() == output.dtype(), op.c_str(), "rank ", c.rank(), ": input dtype ",
+              input.dtype(), " differs from output dtype ", output.dtype());
+}
+
 void check_peer(const Communicator& c, int peer, const char* what) {
   STOKE_CHECK(peer >= 0 && peer < c.size(), c.op_label().c_str(), what, " rank ", peer,
               " is outside the group of ", c.size(), " ranks");
@@ -125,13 +141,7 @@ void Communicator::allreduce(Tensor& t, ReduceOp op) {
 void Communicator::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
   run_in_order([&] {
     Scope scope(*this, "reduce_scatter");
-    check_tensor(input, label_, "the input");
-    check_tensor(output, label_, "the output");
-    STOKE_CHECK(input.numel() == output.numel() * size(), label_.c_str(), "rank ", rank(),
-                ": the input must have ", size(), " x ", output.numel(),
-                " elements (ranks x output), got ", input.numel());
-    STOKE_CHECK(input.dtype() == output.dtype(), label_.c_str(), "rank ", rank(), ": input dtype ",
-                input.dtype(), " differs from output dtype ", output.dtype());
+    check_sharded(*this, input, output, true);
     do_reduce_scatter(input, output, op);
   });
 }
@@ -139,13 +149,7 @@ void Communicator::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp 
 void Communicator::allgather(const Tensor& input, Tensor& output) {
   run_in_order([&] {
     Scope scope(*this, "allgather");
-    check_tensor(input, label_, "the input");
-    check_tensor(output, label_, "the output");
-    STOKE_CHECK(output.numel() == input.numel() * size(), label_.c_str(), "rank ", rank(),
-                ": the output must have ", size(), " x ", input.numel(),
-                " elements (ranks x input), got ", output.numel());
-    STOKE_CHECK(input.dtype() == output.dtype(), label_.c_str(), "rank ", rank(), ": input dtype ",
-                input.dtype(), " differs from output dtype ", output.dtype());
+    check_sharded(*this, input, output, false);
     do_allgather(input, output);
   });
 }

@@ -95,8 +95,9 @@ class InProcessCommunicator final : public Communicator {
   Message message(const Tensor& t, int64_t op) const;
   // Rank 0 gets every other rank's contribution (index r), checked against its own.
   std::vector<Message> gather_to_root(const Tensor& t, int64_t op);
-  void reduce_on_root(const std::vector<Message>& in, const Tensor& mine, ReduceOp op,
-                      std::vector<double>& acc);
+  // allreduce's and reduce_scatter's first half: every rank's `mine` reduced on rank 0 into acc
+  // (true there); any other rank receives `result` from rank 0 instead (false).
+  bool reduce_on_root(const Tensor& mine, Tensor& result, ReduceOp op, std::vector<double>& acc);
   [[noreturn]] void fail(const std::string& message);
 
   InProcessGroup& group_;
