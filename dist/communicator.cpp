@@ -1,11 +1,13 @@
 #include "dist/communicator.h"
 
+#include <algorithm>
 #include <iterator>
 #include <utility>
 
 #include "core/enum_name.h"
 #include "core/profiler.h"
 #include "dist/roll_call.h"
+#include "ops/creation.h"
 
 namespace stoke::dist {
 
@@ -275,6 +277,28 @@ std::string describe_roll_call(const std::vector<int64_t>& heard, int64_t seq,
                                   absent, " did not arrive (no answer within ", g,
                                   " s: stopped, dead, or busy outside stoke's collectives)",
                                   elsewhere);
+}
+
+std::vector<std::string> allgather_strings(Communicator& comm, const std::string& mine,
+                                           Device device) {
+  const int n = comm.size();
+  Tensor len = from_vector<int64_t>({static_cast<int64_t>(mine.size())}, {1}, {.dtype = DType::i64})
+                   .to(device);
+  Tensor lens = empty({n}, {.dtype = DType::i64, .device = device});
+  comm.allgather(len, lens);
+  const std::vector<int64_t> sizes = lens.to(Device::cpu()).to_vector<int64_t>();
+  const int64_t longest = std::max<int64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
+  Tensor bytes = zeros({longest}, {.dtype = DType::u8});
+  std::copy(mine.begin(), mine.end(), bytes.data<uint8_t>());
+  Tensor all = empty({n * longest}, {.dtype = DType::u8, .device = device});
+  comm.allgather(bytes.to(device), all);
+  all = all.to(Device::cpu());
+  std::vector<std::string> texts;
+  for (int r = 0; r < n; ++r) {
+    const char* p = reinterpret_cast<const char*>(all.data<uint8_t>()) + r * longest;
+    texts.emplace_back(p, p + sizes[static_cast<size_t>(r)]);
+  }
+  return texts;
 }
 
 }  // namespace stoke::dist

@@ -171,6 +171,12 @@ class Communicator {
   std::thread::id worker_id_;
 };
 
+// Every rank's `mine`, in rank order: two allgathers of fixed size (the lengths, then the texts
+// padded to the longest), so ranks with different texts cannot hang. The exchanged tensors live on
+// `device` (an NCCL communicator moves only its GPU's tensors). Every rank must call it.
+std::vector<std::string> allgather_strings(Communicator& comm, const std::string& mine,
+                                           Device device);
+
 // The engine methods above as an engine declares its overrides of them, written once: each
 // engine's class says STOKE_COMMUNICATOR_ENGINE_OVERRIDES under `protected:` and defines the
 // methods in its .cpp.
