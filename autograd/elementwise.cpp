@@ -132,32 +132,34 @@ Tensor pow(const Tensor& x, double exponent) {
   return y;
 }
 
+namespace {
+
+// maximum and minimum: the gradient goes to the winner of each element (split evenly on ties),
+// Backward(grad, a, b) being a's share.
+template <Tensor (*Forward)(const Tensor&, const Tensor&),
+          Tensor (*Backward)(const Tensor&, const Tensor&, const Tensor&)>
+Tensor extremum(const char* node, const Tensor& a, const Tensor& b) {
+  Tensor y = Forward(a, b);
+  if (autograd::any_requires_grad({a, b}))
+    autograd::record(node, {a, b}, {y},
+                     [a = a.detach(), b = b.detach()](const GradList& g, const NeedList& need) {
+                       return GradList{
+                           need[0] ? ops::sum_to(Backward(g[0], a, b), a.shape()) : Tensor(),
+                           need[1] ? ops::sum_to(Backward(g[0], b, a), b.shape()) : Tensor()};
+                     });
+  return y;
+}
+
+}  // namespace
+
 Tensor maximum(const Tensor& a, const Tensor& b) {
   STOKE_PROMOTE(maximum, a, b);
-  Tensor y = ops::maximum(a, b);
-  if (autograd::any_requires_grad({a, b}))
-    autograd::record(
-        "MaximumBackward", {a, b}, {y},
-        [a = a.detach(), b = b.detach()](const GradList& g, const NeedList& need) {
-          return GradList{
-              need[0] ? ops::sum_to(ops::maximum_backward(g[0], a, b), a.shape()) : Tensor(),
-              need[1] ? ops::sum_to(ops::maximum_backward(g[0], b, a), b.shape()) : Tensor()};
-        });
-  return y;
+  return extremum<ops::maximum, ops::maximum_backward>("MaximumBackward", a, b);
 }
 
 Tensor minimum(const Tensor& a, const Tensor& b) {
   STOKE_PROMOTE(minimum, a, b);
-  Tensor y = ops::minimum(a, b);
-  if (autograd::any_requires_grad({a, b}))
-    autograd::record(
-        "MinimumBackward", {a, b}, {y},
-        [a = a.detach(), b = b.detach()](const GradList& g, const NeedList& need) {
-          return GradList{
-              need[0] ? ops::sum_to(ops::minimum_backward(g[0], a, b), a.shape()) : Tensor(),
-              need[1] ? ops::sum_to(ops::minimum_backward(g[0], b, a), b.shape()) : Tensor()};
-        });
-  return y;
+  return extremum<ops::minimum, ops::minimum_backward>("MinimumBackward", a, b);
 }
 
 Tensor neg(const Tensor& x) {
@@ -182,67 +184,30 @@ Tensor log(const Tensor& x) {
   return y;
 }
 
-Tensor sqrt(const Tensor& x) {
-  Tensor y = ops::sqrt(x);
-  record_unary("SqrtBackward", x, y, y,
-               [](const Tensor& g, const Tensor& s) { return ops::sqrt_backward(g, s); });
-  return y;
-}
-
-Tensor rsqrt(const Tensor& x) {
-  Tensor y = ops::rsqrt(x);
-  record_unary("RsqrtBackward", x, y, y,
-               [](const Tensor& g, const Tensor& s) { return ops::rsqrt_backward(g, s); });
-  return y;
-}
-
-Tensor abs(const Tensor& x) {
-  Tensor y = ops::abs(x);
-  record_unary("AbsBackward", x, y, x,
-               [](const Tensor& g, const Tensor& s) { return ops::abs_backward(g, s); });
-  return y;
-}
-
-Tensor relu(const Tensor& x) {
-  Tensor y = ops::relu(x);
-  record_unary("ReluBackward", x, y, y,
-               [](const Tensor& g, const Tensor& s) { return ops::relu_backward(g, s); });
-  return y;
-}
+// The unary maps whose backward is ops::NAME_backward(grad, saved), `saved` being the forward's
+// input x or output y.
+#define STOKE_UNARY_MAP(name, node, saved)                                                     \
+  Tensor name(const Tensor& x) {                                                               \
+    Tensor y = ops::name(x);                                                                   \
+    record_unary(node, x, y, saved,                                                            \
+                 [](const Tensor& g, const Tensor& s) { return ops::name##_backward(g, s); }); \
+    return y;                                                                                  \
+  }
+STOKE_UNARY_MAP(sqrt, "SqrtBackward", y)
+STOKE_UNARY_MAP(rsqrt, "RsqrtBackward", y)
+STOKE_UNARY_MAP(abs, "AbsBackward", x)
+STOKE_UNARY_MAP(relu, "ReluBackward", y)
+STOKE_UNARY_MAP(sigmoid, "SigmoidBackward", y)
+STOKE_UNARY_MAP(tanh, "TanhBackward", y)
+STOKE_UNARY_MAP(silu, "SiluBackward", x)
+STOKE_UNARY_MAP(hardswish, "HardswishBackward", x)
+#undef STOKE_UNARY_MAP
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   Tensor y = ops::leaky_relu(x, negative_slope);
   record_unary("LeakyReluBackward", x, y, x, [negative_slope](const Tensor& g, const Tensor& s) {
     return ops::leaky_relu_backward(g, s, negative_slope);
   });
-  return y;
-}
-
-Tensor sigmoid(const Tensor& x) {
-  Tensor y = ops::sigmoid(x);
-  record_unary("SigmoidBackward", x, y, y,
-               [](const Tensor& g, const Tensor& s) { return ops::sigmoid_backward(g, s); });
-  return y;
-}
-
-Tensor tanh(const Tensor& x) {
-  Tensor y = ops::tanh(x);
-  record_unary("TanhBackward", x, y, y,
-               [](const Tensor& g, const Tensor& s) { return ops::tanh_backward(g, s); });
-  return y;
-}
-
-Tensor silu(const Tensor& x) {
-  Tensor y = ops::silu(x);
-  record_unary("SiluBackward", x, y, x,
-               [](const Tensor& g, const Tensor& s) { return ops::silu_backward(g, s); });
-  return y;
-}
-
-Tensor hardswish(const Tensor& x) {
-  Tensor y = ops::hardswish(x);
-  record_unary("HardswishBackward", x, y, x,
-               [](const Tensor& g, const Tensor& s) { return ops::hardswish_backward(g, s); });
   return y;
 }
 

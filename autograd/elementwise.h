@@ -2,6 +2,11 @@
 // ops broadcast with NumPy rules; their backward sums the gradient back to each input's shape
 // (ops::sum_to). Comparisons, sign-free masks and the in-place optimizer updates are not
 // differentiable and are re-exported from ops:: unchanged.
+//
+// Dtypes: arithmetic (add, sub, mul, maximum, minimum, neg, abs, sign, relu, clamp), comparisons
+// and where work on f32, f64, i32, i64 and u8; math functions (div, exp, log, tanh, gelu, ...)
+// on f32 and f64 only. Operands must share one dtype (no implicit promotion). A tensor-scalar op
+// on an integer tensor needs an integral scalar.
 #pragma once
 
 #include <optional>
@@ -24,15 +29,16 @@ Tensor sub(double s, const Tensor& a);
 Tensor mul(const Tensor& a, const Tensor& b);
 // a * s.
 Tensor mul(const Tensor& a, double s);
-// a / b (broadcasting, floating).
+// a / b (broadcasting; floating dtypes only).
 Tensor div(const Tensor& a, const Tensor& b);
 // a / s.
 Tensor div(const Tensor& a, double s);
 // s / a.
 Tensor div(double s, const Tensor& a);
-// x ** exponent.
+// x ** exponent (floating dtypes only).
 Tensor pow(const Tensor& x, double exponent);
-// Elementwise max / min (broadcasting); ties split the gradient evenly, like torch.
+// Elementwise max / min (broadcasting); NaN propagates, like torch.maximum, and ties split the
+// gradient evenly, like torch.
 Tensor maximum(const Tensor& a, const Tensor& b);
 Tensor minimum(const Tensor& a, const Tensor& b);
 
@@ -52,21 +58,24 @@ Tensor abs(const Tensor& x);
 Tensor relu(const Tensor& x);
 // x for x > 0, negative_slope * x otherwise.
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
-// Logistic sigmoid.
+// Logistic sigmoid, 1 / (1 + e**-x).
 Tensor sigmoid(const Tensor& x);
 // Hyperbolic tangent.
 Tensor tanh(const Tensor& x);
-// SiLU / swish, x * sigmoid(x).
+// x * sigmoid(x) (SiLU, "swish"), as torch.nn.functional.silu.
 Tensor silu(const Tensor& x);
-// Hard swish, x * relu6(x + 3) / 6.
+// x * min(max(x + 3, 0), 6) / 6, as torch.nn.functional.hardswish (MobileNetV3).
 Tensor hardswish(const Tensor& x);
-// GELU, exact (erf) by default or with the tanh approximation.
+// GELU: x * Phi(x) (exact, PyTorch's default), or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// with GeluApproximate::tanh.
 Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::none);
-// min(max(x, min), max); the gradient passes where min <= x <= max.
+// min(max(x, min), max); a missing bound is not applied, and at least one is required. The
+// gradient passes where min <= x <= max.
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
-// -1, 0 or 1; its gradient is zero.
+// -1, 0 or 1 (sign(0) = 0); its gradient is zero.
 Tensor sign(const Tensor& x);
-// cond ? a : b (broadcasting all three); cond gets no gradient.
+// cond ? a : b, elementwise; cond is bool and the three operands broadcast together. cond gets no
+// gradient.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // Not differentiable: comparisons (bool results) and in-place updates (see ops/elementwise.h).

@@ -43,15 +43,28 @@ Tensor stack(const std::vector<Tensor>& tensors, int64_t dim) {
   return y;
 }
 
-Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
-  Tensor y = ops::index_select(x, dim, index);
+namespace {
+
+// index_select and gather: the forward kernel, and a scatter-add of the gradient at the same
+// indices into zeros of x's shape.
+template <Tensor (*Forward)(const Tensor&, int64_t, const Tensor&),
+          Tensor (*Backward)(const Tensor&, int64_t, const Tensor&, const Shape&)>
+Tensor indexed(const char* node, const Tensor& x, int64_t dim, const Tensor& index) {
+  Tensor y = Forward(x, dim, index);
   if (autograd::any_requires_grad({x}))
     autograd::record(
-        "IndexSelectBackward", {x}, {y},
+        node, {x}, {y},
         [dim, idx = index.detach(), shape = x.shape()](const GradList& g, const NeedList&) {
-          return GradList{ops::index_select_backward(g[0], dim, idx, shape)};
+          return GradList{Backward(g[0], dim, idx, shape)};
         });
   return y;
+}
+
+}  // namespace
+
+Tensor index_select(const Tensor& x, int64_t dim, const Tensor& index) {
+  return indexed<ops::index_select, ops::index_select_backward>("IndexSelectBackward", x, dim,
+                                                                index);
 }
 
 Tensor embedding(const Tensor& weight, const Tensor& indices) {
@@ -66,14 +79,7 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
 }
 
 Tensor gather(const Tensor& x, int64_t dim, const Tensor& index) {
-  Tensor y = ops::gather(x, dim, index);
-  if (autograd::any_requires_grad({x}))
-    autograd::record(
-        "GatherBackward", {x}, {y},
-        [dim, idx = index.detach(), shape = x.shape()](const GradList& g, const NeedList&) {
-          return GradList{ops::gather_backward(g[0], dim, idx, shape)};
-        });
-  return y;
+  return indexed<ops::gather, ops::gather_backward>("GatherBackward", x, dim, index);
 }
 
 }  // namespace stoke

@@ -6,10 +6,14 @@
 
 namespace stoke {
 
-// a·b with torch.matmul's rules for 1-D, 2-D and batched (broadcast) operands; see ops::matmul.
+// Matrix product with torch.matmul's rules: 1-D x 1-D is a dot product (0-dim result); 2-D x 2-D
+// is a matrix product; a 1-D operand gets a dim of size 1 prepended (left) or appended (right),
+// removed again from the result; operands with more than 2 dims are stacks of matrices whose
+// batch dims broadcast. f32 or f64, both operands the same dtype.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
-// x (..., in) · weight (out, in)ᵀ + bias (out); bias may be undefined (no bias).
+// y = x·Wᵀ + b for x (..., in), weight (out, in) and an optional bias (out) (undefined: none);
+// y has shape (..., out).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 }  // namespace stoke

@@ -1,4 +1,5 @@
-// Differentiable losses (see ops/loss.h for the exact semantics, which follow PyTorch's):
+// Differentiable losses, with PyTorch's semantics (torch.nn.functional's functions of the same
+// names); the option types are in ops/loss.h:
 //   Tensor loss = cross_entropy(logits, target, {.label_smoothing = 0.1});
 #pragma once
 
@@ -6,15 +7,19 @@
 
 namespace stoke {
 
-// Cross entropy of logits (N, C) against class indices (N, i64); differentiable w.r.t. logits.
-// Also dense prediction, logits (N, C, d1, ...) against (N, d1, ...), one sample (C) against a
-// 0-dim target, and per-class weights ({.weight = w}), as torch.nn.functional.cross_entropy.
+// Cross entropy of logits (N, C) (f32/f64) against class indices (N, i64); differentiable w.r.t.
+// logits. Per row: (1 - eps) * (lse - x[t]) + eps * mean_c(lse - x[c]), eps the label smoothing,
+// 0 on ignored rows; mean divides the sum by the number of non-ignored rows (their total weight
+// with per-class weights), none returns the per-row losses. Also dense prediction, logits
+// (N, C, d1, ...) against (N, d1, ...), one sample (C) against a 0-dim target, and per-class
+// weights ({.weight = w}), as torch.nn.functional.cross_entropy.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& options = {});
 // Negative log-likelihood of log-probabilities (N, C) at class indices (N, i64); the same shapes
 // and weights as cross_entropy.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options = {});
-// Mean squared error; differentiable w.r.t. both input and target.
+// Mean squared error (input - target)^2; input and target have the same shape and dtype.
+// Differentiable w.r.t. both.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 
 // The elementwise losses below (autograd/loss_elementwise.cpp) are composed of differentiable

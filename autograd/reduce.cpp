@@ -13,26 +13,31 @@ namespace stoke {
 using autograd::GradList;
 using autograd::NeedList;
 
-Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
-  STOKE_AUTOCAST("sum", sum, x, dims, keepdim);
-  Tensor y = ops::sum(x, dims, keepdim);
+namespace {
+
+// sum and mean: the forward kernel, and a backward from the input's shape alone.
+template <Tensor (*Forward)(const Tensor&, const std::vector<int64_t>&, bool),
+          Tensor (*Backward)(const Tensor&, const Shape&, const std::vector<int64_t>&, bool)>
+Tensor sum_like(const char* node, const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  Tensor y = Forward(x, dims, keepdim);
   if (autograd::any_requires_grad({x}))
-    autograd::record("SumBackward", {x}, {y},
+    autograd::record(node, {x}, {y},
                      [shape = x.shape(), dims, keepdim](const GradList& g, const NeedList&) {
-                       return GradList{ops::sum_backward(g[0], shape, dims, keepdim)};
+                       return GradList{Backward(g[0], shape, dims, keepdim)};
                      });
   return y;
 }
 
+}  // namespace
+
+Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  STOKE_AUTOCAST("sum", sum, x, dims, keepdim);
+  return sum_like<ops::sum, ops::sum_backward>("SumBackward", x, dims, keepdim);
+}
+
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   STOKE_AUTOCAST("mean", mean, x, dims, keepdim);
-  Tensor y = ops::mean(x, dims, keepdim);
-  if (autograd::any_requires_grad({x}))
-    autograd::record("MeanBackward", {x}, {y},
-                     [shape = x.shape(), dims, keepdim](const GradList& g, const NeedList&) {
-                       return GradList{ops::mean_backward(g[0], shape, dims, keepdim)};
-                     });
-  return y;
+  return sum_like<ops::mean, ops::mean_backward>("MeanBackward", x, dims, keepdim);
 }
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {

@@ -1,4 +1,4 @@
-// Differentiable softmax and log_softmax along one dim (see ops/softmax.h).
+// Differentiable softmax and log_softmax along one dim.
 #pragma once
 
 #include <cstdint>
@@ -7,9 +7,12 @@
 
 namespace stoke {
 
-// exp(x) / sum(exp(x)) along `dim`, computed stably.
+// exp(x) / sum(exp(x)) along `dim` (f32/f64; any dim, negative wraps), computed stably: the
+// maximum along `dim` is subtracted before exponentiating, so large logits neither overflow nor
+// lose precision.
 Tensor softmax(const Tensor& x, int64_t dim);
-// log(softmax(x)) along `dim`, computed as x - logsumexp(x) (no log of a rounded probability).
+// log(softmax(x)) along `dim`, computed as x - max - log(sum(exp(x - max))) (no log of a rounded
+// probability).
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
 }  // namespace stoke

@@ -6,11 +6,13 @@
 //   pool       fwd x + y (our max pool also writes i64 indices, not counted), bwd dy + dx
 //   batchnorm  fwd x + y (training and eval), bwd x + dy + dx (+ dweight, dbias)
 //   softmax    fwd x + y, bwd grad + y + dx; cross-entropy loss logits (+ dlogits) + targets
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "bench/ops_cuda.h"
+#include "core/enum_name.h"
 #include "cuda/kernels/batch_norm.h"
 #include "cuda/kernels/elementwise.h"
 #include "cuda/kernels/loss_cross_entropy.h"
@@ -35,17 +37,10 @@ std::string activation_text(int64_t n, const Activation& a, DType dt) {
 
 enum class Window { max2, max3, avg2, global };
 const char* window_name(Window w) {
-  switch (w) {
-    case Window::max2:
-      return "max 2x2/2";
-    case Window::max3:
-      return "max 3x3/2 pad 1";
-    case Window::avg2:
-      return "avg 2x2/2";
-    case Window::global:
-      return "global avg";
-  }
-  return "?";
+  static constexpr const char* names[] = {"max 2x2/2", "max 3x3/2 pad 1", "avg 2x2/2",
+                                          "global avg"};
+  static_assert(std::size(names) == enum_count(Window::global));
+  return enum_name(w, names, "?");
 }
 
 // One pooling case in element type T (float or __half): cuDNN then ours, forward then backward.

@@ -6,13 +6,17 @@
 #pragma once
 
 // clang-format off
-// Broadcasting binary arithmetic.
+// Broadcasting binary arithmetic, as the ops:: functions of two tensors of the same names
+// (ops/elementwise.h declares them from this list).
 #define STOKE_BINARY_OPS(X) X(add) X(sub) X(mul) X(div) X(maximum) X(minimum)
-// Unary maps without parameters, as the ops:: functions of the same names; gelu is the exact erf
-// form, gelu_tanh the tanh approximation.
-#define STOKE_UNARY_OPS(X)                                                                     \
-  X(neg) X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(relu) X(sigmoid) X(tanh) X(gelu) X(gelu_tanh) \
-  X(sign) X(silu) X(hardswish)
+// Unary maps without parameters that are ops:: functions of one tensor, Tensor NAME(const Tensor&)
+// (ops/elementwise.h declares them from this list).
+#define STOKE_UNARY_FUNCTION_OPS(X)                                                            \
+  X(neg) X(exp) X(log) X(sqrt) X(rsqrt) X(abs) X(relu) X(sigmoid) X(tanh) X(sign) X(silu)     \
+  X(hardswish)
+// All unary maps without parameters: those and ops::gelu's two forms, gelu the exact erf form,
+// gelu_tanh the tanh approximation.
+#define STOKE_UNARY_OPS(X) STOKE_UNARY_FUNCTION_OPS(X) X(gelu) X(gelu_tanh)
 // Backward maps out = f(grad, saved), saved being the forward's input or output as
 // ops::NAME_backward takes it.
 #define STOKE_UNARY_GRAD_OPS(X)                                                                \
@@ -24,3 +28,6 @@
 
 // An enumerator per list entry: enum class E { STOKE_BINARY_OPS(STOKE_ENUMERATOR) };
 #define STOKE_ENUMERATOR(name) name,
+// Its name as a string, in the same order (the op kinds' names in ops/backend.cpp):
+//   const char* names[] = {STOKE_BINARY_OPS(STOKE_NAME_STRING)};
+#define STOKE_NAME_STRING(name) #name,

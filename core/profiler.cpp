@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_set>
 
+#include "core/enum_name.h"
 #include "core/error.h"
 #include "core/files.h"
 
@@ -129,29 +131,10 @@ std::string json_escape(const char* s) {
 }  // namespace
 
 const char* category_name(Category c) {
-  switch (c) {
-    case Category::op:
-      return "op";
-    case Category::backward:
-      return "backward";
-    case Category::phase:
-      return "phase";
-    case Category::step:
-      return "step";
-    case Category::copy:
-      return "copy";
-    case Category::comm:
-      return "comm";
-    case Category::data:
-      return "data";
-    case Category::pool:
-      return "pool";
-    case Category::user:
-      return "user";
-    case Category::device:
-      return "device";
-  }
-  return "?";
+  static constexpr const char* names[] = {"op",   "backward", "phase", "step", "copy",
+                                          "comm", "data",     "pool",  "user", "device"};
+  static_assert(std::size(names) == enum_count(Category::device));
+  return enum_name(c, names, "?");
 }
 
 void detail::begin(const char* name, Category category) {

@@ -51,13 +51,21 @@ int64_t default_cache_budget() {
   return static_cast<int64_t>(pages) * page / 2;
 }
 
+namespace {
+
+// A cache's budget in bytes: budget_bytes, checked (>= 0) for `what`, or the default for 0.
+int64_t budget_of(const char* what, int64_t budget_bytes) {
+  STOKE_CHECK(budget_bytes >= 0, what, "expected budget_bytes >= 0, got ", budget_bytes);
+  return budget_bytes ? budget_bytes : default_cache_budget();
+}
+
+}  // namespace
+
 EncodedCache::EncodedCache(std::shared_ptr<const ImageFolderDataset> folder,
                            EncodedCacheOptions options)
     : folder_(std::move(folder)) {
   STOKE_CHECK(folder_ != nullptr, kEncoded, "expected an image folder, got a null pointer");
-  STOKE_CHECK(options.budget_bytes >= 0, kEncoded, "expected budget_bytes >= 0, got ",
-              options.budget_bytes);
-  const int64_t budget = options.budget_bytes ? options.budget_bytes : default_cache_budget();
+  const int64_t budget = budget_of(kEncoded, options.budget_bytes);
   const int64_t n = folder_->size();
   std::vector<int64_t> sizes(static_cast<size_t>(n));
   parallel_for(0, n, 256, [&](int64_t b, int64_t e) {
@@ -104,9 +112,7 @@ void EncodedCache::get(int64_t index, Example& out) const {
 DecodedCache::DecodedCache(std::shared_ptr<const Dataset> source, DecodedCacheOptions options)
     : source_(std::move(source)) {
   STOKE_CHECK(source_ != nullptr, kDecoded, "expected a dataset, got a null pointer");
-  STOKE_CHECK(options.budget_bytes >= 0, kDecoded, "expected budget_bytes >= 0, got ",
-              options.budget_bytes);
-  const int64_t budget = options.budget_bytes ? options.budget_bytes : default_cache_budget();
+  const int64_t budget = budget_of(kDecoded, options.budget_bytes);
   const int64_t n = source_->size();
   entries_.resize(static_cast<size_t>(n));
   if (n == 0) return;

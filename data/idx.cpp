@@ -212,6 +212,20 @@ bool element_type(uint8_t code, ElementType* out) {
   }
 }
 
+// Byte-swaps n 4- or 8-byte elements in place, over the thread pool (`grain` elements a task).
+template <class T>
+void byteswap_all(T* p, int64_t n, int64_t grain) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8);
+  parallel_for(0, n, grain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      if constexpr (sizeof(T) == 4)
+        p[i] = __builtin_bswap32(p[i]);
+      else
+        p[i] = __builtin_bswap64(p[i]);
+    }
+  });
+}
+
 // Big-endian file elements (already in `out`'s buffer, or in `raw` when they widen) to host
 // order, over the thread pool for large files.
 void convert(const Tensor& out, const uint8_t* raw, uint8_t code) {
@@ -235,22 +249,12 @@ void convert(const Tensor& out, const uint8_t* raw, uint8_t code) {
       break;
     }
     case 0x0C:
-    case 0x0D: {
-      if (!kSwap) break;
-      uint32_t* o = static_cast<uint32_t*>(out.data_ptr());
-      parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) o[i] = __builtin_bswap32(o[i]);
-      });
+    case 0x0D:
+      if (kSwap) byteswap_all(static_cast<uint32_t*>(out.data_ptr()), n, kGrain);
       break;
-    }
-    case 0x0E: {
-      if (!kSwap) break;
-      uint64_t* o = static_cast<uint64_t*>(out.data_ptr());
-      parallel_for(0, n, kGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) o[i] = __builtin_bswap64(o[i]);
-      });
+    case 0x0E:
+      if (kSwap) byteswap_all(static_cast<uint64_t*>(out.data_ptr()), n, kGrain);
       break;
-    }
     default:
       break;
   }

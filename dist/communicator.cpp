@@ -1,22 +1,20 @@
 #include "dist/communicator.h"
 
+#include <algorithm>
+#include <iterator>
 #include <utility>
 
+#include "core/enum_name.h"
 #include "core/profiler.h"
 #include "dist/roll_call.h"
+#include "ops/creation.h"
 
 namespace stoke::dist {
 
 const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return "sum";
-    case ReduceOp::avg:
-      return "avg";
-    case ReduceOp::max:
-      return "max";
-  }
-  return "?";
+  static constexpr const char* names[] = {"sum", "avg", "max"};
+  static_assert(std::size(names) == enum_count(ReduceOp::max));
+  return enum_name(op, names, "?");
 }
 
 void Work::wait() const {
@@ -55,6 +53,22 @@ void check_tensor(const Tensor& t, const std::string& op, const char* what) {
   STOKE_CHECK(t.defined(), op.c_str(), what, " is an undefined tensor");
   STOKE_CHECK(t.is_contiguous(), op.c_str(), what, " must be contiguous, got strides ", t.strides(),
               " for shape ", t.shape());
+}
+
+// reduce_scatter's and allgather's operands: both usable, in one dtype, and the whole one (the
+// input of reduce_scatter, the output of allgather) with size() x the other's elements.
+void check_sharded(const Communicator& c, const Tensor& input, const Tensor& output,
+                   bool input_is_whole) {
+  const std::string& op = c.op_label();
+  check_tensor(input, op, "the input");
+  check_tensor(output, op, "the output");
+  const Tensor& whole = input_is_whole ? input : output;
+  const Tensor& part = input_is_whole ? output : input;
+  STOKE_CHECK(whole.numel() == part.numel() * c.size(), op.c_str(), "rank ", c.rank(), ": the ",
+              input_is_whole ? "input" : "output", " must have ", c.size(), " x ", part.numel(),
+              " elements (ranks x ", input_is_whole ? "output" : "input", "), got ", whole.numel());
+  STOKE_CHECK(input.dtype() == output.dtype(), op.c_str(), "rank ", c.rank(), ": input dtype ",
+              input.dtype(), " differs from output dtype ", output.dtype());
 }
 
 void check_peer(const Communicator& c, int peer, const char* what) {
@@ -129,13 +143,7 @@ void Communicator::allreduce(Tensor& t, ReduceOp op) {
 void Communicator::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
   run_in_order([&] {
     Scope scope(*this, "reduce_scatter");
-    check_tensor(input, label_, "the input");
-    check_tensor(output, label_, "the output");
-    STOKE_CHECK(input.numel() == output.numel() * size(), label_.c_str(), "rank ", rank(),
-                ": the input must have ", size(), " x ", output.numel(),
-                " elements (ranks x output), got ", input.numel());
-    STOKE_CHECK(input.dtype() == output.dtype(), label_.c_str(), "rank ", rank(), ": input dtype ",
-                input.dtype(), " differs from output dtype ", output.dtype());
+    check_sharded(*this, input, output, true);
     do_reduce_scatter(input, output, op);
   });
 }
@@ -143,13 +151,7 @@ void Communicator::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp 
 void Communicator::allgather(const Tensor& input, Tensor& output) {
   run_in_order([&] {
     Scope scope(*this, "allgather");
-    check_tensor(input, label_, "the input");
-    check_tensor(output, label_, "the output");
-    STOKE_CHECK(output.numel() == input.numel() * size(), label_.c_str(), "rank ", rank(),
-                ": the output must have ", size(), " x ", input.numel(),
-                " elements (ranks x input), got ", output.numel());
-    STOKE_CHECK(input.dtype() == output.dtype(), label_.c_str(), "rank ", rank(), ": input dtype ",
-                input.dtype(), " differs from output dtype ", output.dtype());
+    check_sharded(*this, input, output, false);
     do_allgather(input, output);
   });
 }
@@ -275,6 +277,28 @@ std::string describe_roll_call(const std::vector<int64_t>& heard, int64_t seq,
                                   absent, " did not arrive (no answer within ", g,
                                   " s: stopped, dead, or busy outside stoke's collectives)",
                                   elsewhere);
+}
+
+std::vector<std::string> allgather_strings(Communicator& comm, const std::string& mine,
+                                           Device device) {
+  const int n = comm.size();
+  Tensor len = from_vector<int64_t>({static_cast<int64_t>(mine.size())}, {1}, {.dtype = DType::i64})
+                   .to(device);
+  Tensor lens = empty({n}, {.dtype = DType::i64, .device = device});
+  comm.allgather(len, lens);
+  const std::vector<int64_t> sizes = lens.to(Device::cpu()).to_vector<int64_t>();
+  const int64_t longest = std::max<int64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
+  Tensor bytes = zeros({longest}, {.dtype = DType::u8});
+  std::copy(mine.begin(), mine.end(), bytes.data<uint8_t>());
+  Tensor all = empty({n * longest}, {.dtype = DType::u8, .device = device});
+  comm.allgather(bytes.to(device), all);
+  all = all.to(Device::cpu());
+  std::vector<std::string> texts;
+  for (int r = 0; r < n; ++r) {
+    const char* p = reinterpret_cast<const char*>(all.data<uint8_t>()) + r * longest;
+    texts.emplace_back(p, p + sizes[static_cast<size_t>(r)]);
+  }
+  return texts;
 }
 
 }  // namespace stoke::dist

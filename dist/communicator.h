@@ -171,4 +171,23 @@ class Communicator {
   std::thread::id worker_id_;
 };
 
+// Every rank's `mine`, in rank order: two allgathers of fixed size (the lengths, then the texts
+// padded to the longest), so ranks with different texts cannot hang. The exchanged tensors live on
+// `device` (an NCCL communicator moves only its GPU's tensors). Every rank must call it.
+std::vector<std::string> allgather_strings(Communicator& comm, const std::string& mine,
+                                           Device device);
+
+// The engine methods above as an engine declares its overrides of them, written once: each
+// engine's class says STOKE_COMMUNICATOR_ENGINE_OVERRIDES under `protected:` and defines the
+// methods in its .cpp.
+#define STOKE_COMMUNICATOR_ENGINE_OVERRIDES                                            \
+  void do_send(const Tensor& t, int dst, int tag) override;                            \
+  void do_recv(Tensor& t, int src, int tag) override;                                  \
+  void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) override; \
+  void do_allreduce(Tensor& t, ReduceOp op) override;                                  \
+  void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;   \
+  void do_allgather(const Tensor& input, Tensor& output) override;                     \
+  void do_broadcast(Tensor& t, int root) override;                                     \
+  void do_barrier() override;
+
 }  // namespace stoke::dist

@@ -64,24 +64,10 @@ void check_same_structure(Communicator& comm, const nn::Module& m, Device device
   std::string mine;
   for (const std::string& line : structure_lines(m)) mine += line + "\n";
   const int n = comm.size();
-  Tensor len = from_vector<int64_t>({static_cast<int64_t>(mine.size())}, {1}, {.dtype = DType::i64})
-                   .to(device);
-  Tensor lens = empty({n}, {.dtype = DType::i64, .device = device});
-  comm.allgather(len, lens);
-  const std::vector<int64_t> sizes = lens.to(Device::cpu()).to_vector<int64_t>();
-  const int64_t longest = std::max<int64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
-  Tensor bytes = zeros({longest}, {.dtype = DType::u8});
-  std::copy(mine.begin(), mine.end(), bytes.data<uint8_t>());
-  Tensor all = empty({n * longest}, {.dtype = DType::u8, .device = device});
-  comm.allgather(bytes.to(device), all);
-  all = all.to(Device::cpu());
-  auto text_of = [&](int r) {
-    const char* p = reinterpret_cast<const char*>(all.data<uint8_t>()) + r * longest;
-    return std::string(p, p + sizes[static_cast<size_t>(r)]);
-  };
-  const std::vector<std::string> ref = split_lines(text_of(0));
+  const std::vector<std::string> texts = allgather_strings(comm, mine, device);
+  const std::vector<std::string> ref = split_lines(texts[0]);
   for (int r = 1; r < n; ++r) {
-    const std::vector<std::string> other = split_lines(text_of(r));
+    const std::vector<std::string> other = split_lines(texts[static_cast<size_t>(r)]);
     if (other == ref) continue;
     size_t k = 0;
     while (k < ref.size() && k < other.size() && ref[k] == other[k]) ++k;

@@ -244,35 +244,31 @@ std::vector<InProcessGroup::Message> InProcessCommunicator::gather_to_root(const
   return in;
 }
 
-void InProcessCommunicator::reduce_on_root(const std::vector<Message>& in, const Tensor& mine,
-                                           ReduceOp op, std::vector<double>& acc) {
+bool InProcessCommunicator::reduce_on_root(const Tensor& mine, Tensor& result, ReduceOp op,
+                                           std::vector<double>& acc) {
+  const std::vector<Message> in = gather_to_root(mine, static_cast<int64_t>(op));
+  if (rank_ != 0) {
+    do_recv(result, 0, kCollectiveTag);
+    return false;
+  }
   acc.assign(static_cast<size_t>(mine.numel()), 0.0);
   for (int r = 0; r < size(); ++r)
     accumulate(acc, in[r].bytes.data(), mine.dtype(), op, r == 0, op_label());
   if (op == ReduceOp::avg)
     for (double& v : acc) v /= size();
+  return true;
 }
 
 void InProcessCommunicator::do_allreduce(Tensor& t, ReduceOp op) {
-  std::vector<Message> in = gather_to_root(t, static_cast<int64_t>(op));
-  if (rank_ != 0) {
-    do_recv(t, 0, kCollectiveTag);
-    return;
-  }
   std::vector<double> acc;
-  reduce_on_root(in, t, op, acc);
+  if (!reduce_on_root(t, t, op, acc)) return;
   store(acc, 0, acc.size(), t.data_ptr(), t.dtype(), op_label());
   for (int r = 1; r < size(); ++r) group_.post(0, r, kCollectiveTag, message(t, -1));
 }
 
 void InProcessCommunicator::do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
-  std::vector<Message> in = gather_to_root(input, static_cast<int64_t>(op));
-  if (rank_ != 0) {
-    do_recv(output, 0, kCollectiveTag);
-    return;
-  }
   std::vector<double> acc;
-  reduce_on_root(in, input, op, acc);
+  if (!reduce_on_root(input, output, op, acc)) return;
   const size_t block = static_cast<size_t>(output.numel());
   for (int r = size() - 1; r >= 0; --r) {  // rank 0's block last: output is reused as the buffer
     store(acc, r * block, block, output.data_ptr(), output.dtype(), op_label());

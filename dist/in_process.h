@@ -87,14 +87,7 @@ class InProcessCommunicator final : public Communicator {
   std::string roll_call(int64_t seq, std::chrono::milliseconds grace, int channel) override;
 
  protected:
-  void do_send(const Tensor& t, int dst, int tag) override;
-  void do_recv(Tensor& t, int src, int tag) override;
-  void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) override;
-  void do_allreduce(Tensor& t, ReduceOp op) override;
-  void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
-  void do_allgather(const Tensor& input, Tensor& output) override;
-  void do_broadcast(Tensor& t, int root) override;
-  void do_barrier() override;
+  STOKE_COMMUNICATOR_ENGINE_OVERRIDES
   void on_collective_start(int64_t seq) override;
 
  private:
@@ -102,8 +95,9 @@ class InProcessCommunicator final : public Communicator {
   Message message(const Tensor& t, int64_t op) const;
   // Rank 0 gets every other rank's contribution (index r), checked against its own.
   std::vector<Message> gather_to_root(const Tensor& t, int64_t op);
-  void reduce_on_root(const std::vector<Message>& in, const Tensor& mine, ReduceOp op,
-                      std::vector<double>& acc);
+  // allreduce's and reduce_scatter's first half: every rank's `mine` reduced on rank 0 into acc
+  // (true there); any other rank receives `result` from rank 0 instead (false).
+  bool reduce_on_root(const Tensor& mine, Tensor& result, ReduceOp op, std::vector<double>& acc);
   [[noreturn]] void fail(const std::string& message);
 
   InProcessGroup& group_;

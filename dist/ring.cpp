@@ -205,6 +205,26 @@ void check_contiguous(const Tensor& t, const std::string& label, const char* wha
               " must be a defined, contiguous tensor");
 }
 
+// The operands of ring_reduce_scatter and ring_allgather: contiguous, in one dtype on one device,
+// and the whole one (the input of reduce_scatter, the output of allgather) with size() x the
+// other's elements.
+void check_sharded(const Communicator& comm, const Tensor& input, const Tensor& output,
+                   bool input_is_whole) {
+  const std::string& label = comm.op_label();
+  check_contiguous(input, label, "the input");
+  check_contiguous(output, label, "the output");
+  const int n = comm.size();
+  const Tensor& whole = input_is_whole ? input : output;
+  const Tensor& part = input_is_whole ? output : input;
+  STOKE_CHECK(whole.numel() == part.numel() * n, label.c_str(), "rank ", comm.rank(), ": the ",
+              input_is_whole ? "input" : "output", " must have ", n, " x ", part.numel(),
+              " elements, got ", whole.numel());
+  STOKE_CHECK(input.dtype() == output.dtype(), label.c_str(), "input dtype ", input.dtype(),
+              " differs from output dtype ", output.dtype());
+  STOKE_CHECK(input.device() == output.device(), label.c_str(), "input on ", input.device(),
+              " and output on ", output.device());
+}
+
 // Off the CPU the reduce step is stoke's elementwise kernels, which take f32, f16 and bf16: refused
 // before any message moves, so that every rank fails alike instead of mid-ring.
 void check_device_dtype(const Tensor& t, const std::string& label) {
@@ -253,17 +273,9 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& input, Tensor& output
                          const RingOptions& options) {
   comm.run_in_order([&] {
     Communicator::Scope scope(comm, "ring_reduce_scatter");
+    check_sharded(comm, input, output, true);
     const std::string& label = comm.op_label();
-    check_contiguous(input, label, "the input");
-    check_contiguous(output, label, "the output");
     const int n = comm.size();
-    STOKE_CHECK(input.numel() == output.numel() * n, label.c_str(), "rank ", comm.rank(),
-                ": the input must have ", n, " x ", output.numel(), " elements, got ",
-                input.numel());
-    STOKE_CHECK(input.dtype() == output.dtype(), label.c_str(), "input dtype ", input.dtype(),
-                " differs from output dtype ", output.dtype());
-    STOKE_CHECK(input.device() == output.device(), label.c_str(), "input on ", input.device(),
-                " and output on ", output.device());
     visit_floating(input.dtype(), label, [](auto) {});
     check_device_dtype(input, label);
     // A copy, so that the input is not overwritten.
@@ -281,17 +293,8 @@ void ring_allgather(Communicator& comm, const Tensor& input, Tensor& output,
                     const RingOptions& options) {
   comm.run_in_order([&] {
     Communicator::Scope scope(comm, "ring_allgather");
-    const std::string& label = comm.op_label();
-    check_contiguous(input, label, "the input");
-    check_contiguous(output, label, "the output");
+    check_sharded(comm, input, output, false);
     const int n = comm.size();
-    STOKE_CHECK(output.numel() == input.numel() * n, label.c_str(), "rank ", comm.rank(),
-                ": the output must have ", n, " x ", input.numel(), " elements, got ",
-                output.numel());
-    STOKE_CHECK(input.dtype() == output.dtype(), label.c_str(), "input dtype ", input.dtype(),
-                " differs from output dtype ", output.dtype());
-    STOKE_CHECK(input.device() == output.device(), label.c_str(), "input on ", input.device(),
-                " and output on ", output.device());
     Tensor flat = output.view({output.numel()});
     const int64_t b = input.numel();
     copy_flat(flat.narrow(0, comm.rank() * b, b), input.view({b}));

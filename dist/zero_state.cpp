@@ -38,23 +38,9 @@ std::vector<std::string> union_of_names(Communicator& comm, const std::set<std::
                                         Device device) {
   std::string mine;
   for (const std::string& n : names) mine += n + "\n";
-  const int size = comm.size();
-  Tensor lens = empty({size}, {.dtype = DType::i64, .device = device});
-  comm.allgather(
-      from_vector<int64_t>({static_cast<int64_t>(mine.size())}, {1}, {.dtype = DType::i64})
-          .to(device),
-      lens);
-  const std::vector<int64_t> sizes = lens.to(Device::cpu()).to_vector<int64_t>();
-  const int64_t longest = std::max<int64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
-  Tensor bytes = zeros({longest}, {.dtype = DType::u8});
-  std::copy(mine.begin(), mine.end(), bytes.data<uint8_t>());
-  Tensor all = empty({size * longest}, {.dtype = DType::u8, .device = device});
-  comm.allgather(bytes.to(device), all);
-  all = all.to(Device::cpu());
   std::set<std::string> out;
-  for (int r = 0; r < size; ++r) {
-    const char* p = reinterpret_cast<const char*>(all.data<uint8_t>()) + r * longest;
-    std::istringstream in(std::string(p, p + sizes[static_cast<size_t>(r)]));
+  for (const std::string& text : allgather_strings(comm, mine, device)) {
+    std::istringstream in(text);
     for (std::string line; std::getline(in, line);) out.insert(line);
   }
   return {out.begin(), out.end()};

@@ -8,12 +8,22 @@
 
 namespace stoke::nn::init {
 
-int64_t fan_in(const Tensor& weight) {
-  STOKE_CHECK(weight.dim() >= 2, "init", "fan_in needs a weight with >= 2 dims, got shape ",
+namespace {
+
+// The receptive field of a weight (the product of its dims 2..; 1 for a matrix), for `fan`
+// ("fan_in" or "fan_out"), which needs a weight with at least 2 dims.
+int64_t receptive_field(const Tensor& weight, const char* fan) {
+  STOKE_CHECK(weight.dim() >= 2, "init", fan, " needs a weight with >= 2 dims, got shape ",
               weight.shape());
   int64_t receptive = 1;
   for (int64_t d = 2; d < weight.dim(); ++d) receptive *= weight.size(d);
-  return weight.size(1) * receptive;
+  return receptive;
+}
+
+}  // namespace
+
+int64_t fan_in(const Tensor& weight) {
+  return receptive_field(weight, "fan_in") * weight.size(1);
 }
 
 void uniform_(const Tensor& t, double low, double high, Generator* gen) {
@@ -43,11 +53,7 @@ void zeros_(const Tensor& t) {
 }
 
 int64_t fan_out(const Tensor& weight) {
-  STOKE_CHECK(weight.dim() >= 2, "init", "fan_out needs a weight with >= 2 dims, got shape ",
-              weight.shape());
-  int64_t receptive = 1;
-  for (int64_t d = 2; d < weight.dim(); ++d) receptive *= weight.size(d);
-  return weight.size(0) * receptive;
+  return receptive_field(weight, "fan_out") * weight.size(0);
 }
 
 void kaiming_normal_fan_out_(const Tensor& weight, Generator* gen) {

@@ -12,7 +12,6 @@
 #include "core/grad_mode.h"
 #include "nn/init.h"
 #include "ops/creation.h"
-#include "ops/elementwise.h"
 
 namespace stoke::nn {
 
@@ -127,7 +126,7 @@ Tensor BatchNorm::forward_impl(const Tensor& x, bool fuse_relu) {
       ++*num_batches_tracked.data<int64_t>();
     } else {
       NoGradGuard no_grad;
-      ops::add_(num_batches_tracked, 1.0);  // an i64 kernel on the device, no host round trip
+      stoke::add_(num_batches_tracked, 1.0);  // an i64 kernel on the device, no host round trip
     }
   }
   // Without running statistics (track_running_stats=false) both modes normalize with the batch's.

@@ -2,6 +2,7 @@
 
 #include <array>
 
+#include "core/enum_name.h"
 #include "core/profiler.h"
 #include "ops/profiled_backend.h"
 
@@ -15,28 +16,40 @@ std::array<Backend*, 2>& registry() {
 
 }  // namespace
 
+// Each enum is declared from its list (ops/backend.h), so an enumerator's value is its position
+// in the list and indexes a table made from the same list.
+#define STOKE_INPLACE_NAME(name) #name "_",
+#define STOKE_BACKWARD_NAME(name) #name "_backward",
+
 const char* binary_op_name(BinaryOp op) {
-  switch (op) {
-#define STOKE_OP_NAME(name) \
-  case BinaryOp::name:      \
-    return #name;
-    STOKE_BINARY_OPS(STOKE_OP_NAME)
-#undef STOKE_OP_NAME
-  }
-  return "binary";
+  static constexpr const char* names[] = {STOKE_BINARY_OPS(STOKE_NAME_STRING)};
+  return enum_name(op, names, "binary");
 }
 
 const char* unary_op_name(UnaryOp op) {
   if (op == UnaryOp::gelu_tanh) return "gelu";  // gelu(x, approximate = tanh), as torch names it
-  switch (op) {
-#define STOKE_OP_NAME(name) \
-  case UnaryOp::name:       \
-    return #name;
-    STOKE_UNARY_OPS(STOKE_OP_NAME)
-#undef STOKE_OP_NAME
-  }
-  return "unary";
+  static constexpr const char* names[] = {STOKE_UNARY_OPS(STOKE_NAME_STRING)};
+  return enum_name(op, names, "unary");
 }
+
+const char* inplace_op_name(BinaryOp op) {
+  static constexpr const char* names[] = {STOKE_BINARY_OPS(STOKE_INPLACE_NAME)};
+  return enum_name(op, names, "binary_");
+}
+
+const char* unary_grad_op_name(UnaryGradOp op) {
+  if (op == UnaryGradOp::gelu_tanh) return "gelu_backward";
+  static constexpr const char* names[] = {STOKE_UNARY_GRAD_OPS(STOKE_BACKWARD_NAME)};
+  return enum_name(op, names, "unary_backward");
+}
+
+const char* compare_op_name(CompareOp op) {
+  static constexpr const char* names[] = {STOKE_COMPARE_OPS(STOKE_NAME_STRING)};
+  return enum_name(op, names, "compare");
+}
+
+#undef STOKE_INPLACE_NAME
+#undef STOKE_BACKWARD_NAME
 
 void register_backend(Device::Type type, Backend* backend) {
   STOKE_CHECK(type != Device::Type::cpu, "register_backend",

@@ -50,8 +50,13 @@ struct UnaryGradParams {
 // a (op) b -> bool, as ops::eq ... ops::ge.
 enum class CompareOp : uint8_t { STOKE_COMPARE_OPS(STOKE_ENUMERATOR) };
 
+// The ops:: function an op kind serves, for messages: "add", "gelu" (also for gelu_tanh), "add_"
+// (the in-place form), "sigmoid_backward", "eq".
 const char* binary_op_name(BinaryOp op);
 const char* unary_op_name(UnaryOp op);
+const char* inplace_op_name(BinaryOp op);
+const char* unary_grad_op_name(UnaryGradOp op);
+const char* compare_op_name(CompareOp op);
 
 class Backend {
  public:

@@ -1,7 +1,7 @@
-// Batch normalization kernels (no autograd), with PyTorch's semantics: batch statistics over all
-// dims but the channel dim 1 (biased variance for normalizing, unbiased for the running
-// variance), running statistics updated in place with `momentum`, evaluation from the running
-// statistics.
+// The kernels behind stoke::batch_norm (autograd/batch_norm.h, documented there): ops::batch_norm
+// takes the same arguments and computes the same result without recording autograd. Declared
+// here: the options (in namespace stoke), and what only ops:: has: the forward that also returns
+// the statistics, and the backward.
 #pragma once
 
 #include <array>
@@ -42,15 +42,11 @@ struct BatchNormGrads {
   Tensor grad_bias;
 };
 
-// Batch norm over x of shape (N, C, ...) (any number of trailing dims, (N, C) included).
-// running_mean / running_var (C) may both be undefined: batch statistics are then used in
-// training and evaluation alike (PyTorch's track_running_stats=False) and nothing is updated.
-// weight / bias (C) are optional (1 and 0). In training the running statistics are updated in
-// place.
+// stoke::batch_norm's forward, with the statistics the backward needs.
 BatchNormForward batch_norm_forward(const Tensor& input, const Tensor& running_mean,
                                     const Tensor& running_var, const Tensor& weight,
                                     const Tensor& bias, const BatchNormOptions& options);
-// Same as batch_norm_forward(...).output.
+// batch_norm_forward(...).output.
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, const BatchNormOptions& options);
 

@@ -1,4 +1,7 @@
-// 2-D convolution (cross-correlation, as in PyTorch) without autograd, and its backward kernels.
+// The kernels behind stoke::conv2d and stoke::conv_transpose2d (autograd/conv2d.h, documented
+// there): ops::conv2d and ops::conv_transpose2d take the same arguments and compute the same
+// results without recording autograd. Declared here: the options (in namespace stoke), and what
+// only ops:: has: the output size and the backward kernels.
 // CPU: im2col + GEMM per sample and group, parallel over the batch; 1x1 stride-1 unpadded
 // convolutions are plain GEMMs and depthwise convolutions (groups == C == K) use a direct loop.
 #pragma once
@@ -45,9 +48,6 @@ std::array<int64_t, 2> conv2d_output_size(const std::array<int64_t, 2>& input_si
                                           const std::array<int64_t, 2>& kernel_size,
                                           const Conv2dOptions& options);
 
-// input (N, C, H, W), weight (K, C/groups, kh, kw), bias (K) or undefined -> (N, K, OH, OW); one
-// sample (C, H, W) gives (K, OH, OW), as in torch.
-// f32 or f64; all operands the same dtype.
 Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
               const Conv2dOptions& options = {});
 
@@ -67,11 +67,7 @@ Tensor conv2d_backward_weight(const Tensor& grad_out, const Tensor& input, const
                               const Conv2dOptions& options);
 Tensor conv2d_backward_bias(const Tensor& grad_out);
 
-// The transposed convolution (the gradient of conv2d w.r.t. its input, as a layer): input
-// (N, C_in, H, W), weight (C_in, C_out/groups, kh, kw) (torch's layout), bias (C_out) or undefined
-// -> (N, C_out, OH, OW), OH = (H - 1) stride - 2 padding + dilation (kh - 1) + output_padding + 1;
-// one sample (C_in, H, W) gives (C_out, OH, OW). It runs conv2d_backward's input-gradient kernels
-// (on the GPU cuDNN's), so it has no kernel of its own.
+// It runs conv2d_backward's input-gradient kernels (on the GPU cuDNN's): no kernel of its own.
 Tensor conv_transpose2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
                         const ConvTranspose2dOptions& options = {});
 // The conv2d options of the convolution a transposed convolution is the input gradient of.

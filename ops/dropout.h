@@ -1,5 +1,8 @@
-// Dropout kernels (no autograd). The keep mask comes from Philox: element i (in row-major order)
-// uses block offset + i / 4, output i % 4, of a reservation from the generator, so the mask depends
+// The kernels behind stoke::dropout, drop_path and dropout2d (autograd/dropout.h, documented
+// there): the ops:: functions of the same names take the same arguments and compute the same
+// results without recording autograd. Documented here is what only ops:: has: the mask and noise
+// draws and the backward. The keep mask comes from Philox: element i (in row-major order) uses
+// block offset + i / 4, output i % 4, of a reservation from the generator, so the mask depends
 // only on the generator state and the element count, never on the thread count or dtype.
 #pragma once
 
@@ -18,8 +21,7 @@ struct DropoutResult {
 // Draws from `generator` (the default generator if null).
 DropoutResult dropout_with_mask(const Tensor& input, double p, Generator* generator = nullptr);
 
-// dropout(x, 0.5, training): the identity (x itself) when !training or p == 0, zeros when p == 1,
-// else dropout_with_mask(...).output. p outside [0, 1] is an error.
+// dropout_with_mask(...).output in training.
 Tensor dropout(const Tensor& input, double p, bool training, Generator* generator = nullptr);
 
 // The noise of a structured dropout on `input`'s device and dtype: a tensor of `noise_shape`
@@ -29,14 +31,8 @@ Tensor dropout(const Tensor& input, double p, bool training, Generator* generato
 Tensor dropout_noise(const Tensor& input, const Shape& noise_shape, double p,
                      Generator* generator = nullptr);
 
-// Stochastic depth, per sample (timm's drop_path, torchvision's stochastic_depth mode "row"): in
-// training, each sample (index along dim 0) is zeroed with probability p and the others scaled
-// by 1 / (1 - p); input itself when !training or p == 0.
+// input * dropout_noise(...) in training.
 Tensor drop_path(const Tensor& input, double p, bool training, Generator* generator = nullptr);
-
-// Channel dropout (F.dropout2d): in training, each channel of each sample of an (N, C, H, W) or
-// unbatched (C, H, W) input is zeroed with probability p and the others scaled by 1 / (1 - p);
-// input itself when !training or p == 0.
 Tensor dropout2d(const Tensor& input, double p, bool training, Generator* generator = nullptr);
 
 // The noise shapes of drop_path ((N, 1, ..., 1)) and dropout2d ((N, C, 1, 1) or (C, 1, 1)) after

@@ -55,6 +55,13 @@ Backend& inplace_dispatch(const char* op, const Tensor& t, const Tensor& a,
   return backend;
 }
 
+// t (op)= alpha * other, after the checks every device shares.
+Tensor binary_inplace(const char* op, BinaryOp kind, const Tensor& t, const Tensor& other,
+                      double alpha) {
+  inplace_dispatch(op, t, other).binary_(kind, t, other, alpha);
+  return t;
+}
+
 // The same for an in-place op with a scalar operand.
 Backend& inplace_dispatch(const char* op, const Tensor& t) {
   Backend& backend = dispatch(op, {&t});
@@ -81,85 +88,56 @@ Backend& ternary_dispatch(const char* op, const Tensor& grad, const Tensor& a, c
 
 }  // namespace
 
-// --- arithmetic -------------------------------------------------------------------------------
+// --- the maps of the op lists (core/elementwise_ops.h) and their scalar forms -------------------
 
-Tensor add(const Tensor& a, const Tensor& b) {
-  return binary("add", BinaryOp::add, a, b);
-}
-Tensor add(const Tensor& a, double s) {
-  return binary_scalar("add", BinaryOp::add, a, s, false);
-}
-Tensor sub(const Tensor& a, const Tensor& b) {
-  return binary("sub", BinaryOp::sub, a, b);
-}
-Tensor sub(const Tensor& a, double s) {
-  return binary_scalar("sub", BinaryOp::sub, a, s, false);
-}
-Tensor sub(double s, const Tensor& a) {
-  return binary_scalar("sub", BinaryOp::sub, a, s, true);
-}
-Tensor mul(const Tensor& a, const Tensor& b) {
-  return binary("mul", BinaryOp::mul, a, b);
-}
-Tensor mul(const Tensor& a, double s) {
-  return binary_scalar("mul", BinaryOp::mul, a, s, false);
-}
-Tensor div(const Tensor& a, const Tensor& b) {
-  return binary("div", BinaryOp::div, a, b);
-}
-Tensor div(const Tensor& a, double s) {
-  return binary_scalar("div", BinaryOp::div, a, s, false);
-}
-Tensor div(double s, const Tensor& a) {
-  return binary_scalar("div", BinaryOp::div, a, s, true);
-}
+#define STOKE_DEFINE_BINARY(name)                 \
+  Tensor name(const Tensor& a, const Tensor& b) { \
+    return binary(#name, BinaryOp::name, a, b);   \
+  }
+#define STOKE_DEFINE_UNARY(name)           \
+  Tensor name(const Tensor& x) {           \
+    return unary(#name, UnaryOp::name, x); \
+  }
+#define STOKE_DEFINE_COMPARE(name)                       \
+  Tensor name(const Tensor& a, const Tensor& b) {        \
+    return compare(#name, CompareOp::name, a, b);        \
+  }                                                      \
+  Tensor name(const Tensor& a, double s) {               \
+    return compare_scalar(#name, CompareOp::name, a, s); \
+  }
+STOKE_BINARY_OPS(STOKE_DEFINE_BINARY)
+STOKE_UNARY_FUNCTION_OPS(STOKE_DEFINE_UNARY)
+STOKE_COMPARE_OPS(STOKE_DEFINE_COMPARE)
+#undef STOKE_DEFINE_BINARY
+#undef STOKE_DEFINE_UNARY
+#undef STOKE_DEFINE_COMPARE
+
+// a (op) s for add, sub, mul and div, s (op) a for sub and div.
+#define STOKE_DEFINE_SCALAR(name)                             \
+  Tensor name(const Tensor& a, double s) {                    \
+    return binary_scalar(#name, BinaryOp::name, a, s, false); \
+  }
+#define STOKE_DEFINE_SCALAR_FIRST(name)                      \
+  Tensor name(double s, const Tensor& a) {                   \
+    return binary_scalar(#name, BinaryOp::name, a, s, true); \
+  }
+STOKE_DEFINE_SCALAR(add)
+STOKE_DEFINE_SCALAR(sub)
+STOKE_DEFINE_SCALAR(mul)
+STOKE_DEFINE_SCALAR(div)
+STOKE_DEFINE_SCALAR_FIRST(sub)
+STOKE_DEFINE_SCALAR_FIRST(div)
+#undef STOKE_DEFINE_SCALAR
+#undef STOKE_DEFINE_SCALAR_FIRST
+
 Tensor pow(const Tensor& x, double exponent) {
   return dispatch("pow", {&x}).pow(x, exponent);
 }
-Tensor maximum(const Tensor& a, const Tensor& b) {
-  return binary("maximum", BinaryOp::maximum, a, b);
-}
-Tensor minimum(const Tensor& a, const Tensor& b) {
-  return binary("minimum", BinaryOp::minimum, a, b);
-}
 
-// --- unary ------------------------------------------------------------------------------------
+// --- the unary maps with parameters and where ---------------------------------------------------
 
-Tensor neg(const Tensor& x) {
-  return unary("neg", UnaryOp::neg, x);
-}
-Tensor exp(const Tensor& x) {
-  return unary("exp", UnaryOp::exp, x);
-}
-Tensor log(const Tensor& x) {
-  return unary("log", UnaryOp::log, x);
-}
-Tensor sqrt(const Tensor& x) {
-  return unary("sqrt", UnaryOp::sqrt, x);
-}
-Tensor rsqrt(const Tensor& x) {
-  return unary("rsqrt", UnaryOp::rsqrt, x);
-}
-Tensor abs(const Tensor& x) {
-  return unary("abs", UnaryOp::abs, x);
-}
-Tensor relu(const Tensor& x) {
-  return unary("relu", UnaryOp::relu, x);
-}
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   return dispatch("leaky_relu", {&x}).leaky_relu(x, negative_slope);
-}
-Tensor sigmoid(const Tensor& x) {
-  return unary("sigmoid", UnaryOp::sigmoid, x);
-}
-Tensor tanh(const Tensor& x) {
-  return unary("tanh", UnaryOp::tanh, x);
-}
-Tensor silu(const Tensor& x) {
-  return unary("silu", UnaryOp::silu, x);
-}
-Tensor hardswish(const Tensor& x) {
-  return unary("hardswish", UnaryOp::hardswish, x);
 }
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
   return unary("gelu", approximate == GeluApproximate::tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu,
@@ -168,9 +146,6 @@ Tensor gelu(const Tensor& x, GeluApproximate approximate) {
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
   check_bounds("clamp", min, max);
   return dispatch("clamp", {&x}).clamp(x, min, max);
-}
-Tensor sign(const Tensor& x) {
-  return unary("sign", UnaryOp::sign, x);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
@@ -181,79 +156,32 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   return dispatch("where", {&cond, &a, &b}).where(cond, a, b);
 }
 
-// --- comparisons ------------------------------------------------------------------------------
-
-Tensor eq(const Tensor& a, const Tensor& b) {
-  return compare("eq", CompareOp::eq, a, b);
-}
-Tensor ne(const Tensor& a, const Tensor& b) {
-  return compare("ne", CompareOp::ne, a, b);
-}
-Tensor lt(const Tensor& a, const Tensor& b) {
-  return compare("lt", CompareOp::lt, a, b);
-}
-Tensor le(const Tensor& a, const Tensor& b) {
-  return compare("le", CompareOp::le, a, b);
-}
-Tensor gt(const Tensor& a, const Tensor& b) {
-  return compare("gt", CompareOp::gt, a, b);
-}
-Tensor ge(const Tensor& a, const Tensor& b) {
-  return compare("ge", CompareOp::ge, a, b);
-}
-Tensor eq(const Tensor& a, double s) {
-  return compare_scalar("eq", CompareOp::eq, a, s);
-}
-Tensor ne(const Tensor& a, double s) {
-  return compare_scalar("ne", CompareOp::ne, a, s);
-}
-Tensor lt(const Tensor& a, double s) {
-  return compare_scalar("lt", CompareOp::lt, a, s);
-}
-Tensor le(const Tensor& a, double s) {
-  return compare_scalar("le", CompareOp::le, a, s);
-}
-Tensor gt(const Tensor& a, double s) {
-  return compare_scalar("gt", CompareOp::gt, a, s);
-}
-Tensor ge(const Tensor& a, double s) {
-  return compare_scalar("ge", CompareOp::ge, a, s);
-}
-
 // --- in place ---------------------------------------------------------------------------------
 
 Tensor add_(const Tensor& t, const Tensor& other, double alpha) {
-  inplace_dispatch("add_", t, other).binary_(BinaryOp::add, t, other, alpha);
-  return t;
-}
-Tensor add_(const Tensor& t, double s) {
-  inplace_dispatch("add_", t).binary_scalar_(BinaryOp::add, t, s);
-  return t;
+  return binary_inplace("add_", BinaryOp::add, t, other, alpha);
 }
 Tensor sub_(const Tensor& t, const Tensor& other, double alpha) {
-  inplace_dispatch("sub_", t, other).binary_(BinaryOp::sub, t, other, alpha);
-  return t;
-}
-Tensor sub_(const Tensor& t, double s) {
-  inplace_dispatch("sub_", t).binary_scalar_(BinaryOp::sub, t, s);
-  return t;
+  return binary_inplace("sub_", BinaryOp::sub, t, other, alpha);
 }
 Tensor mul_(const Tensor& t, const Tensor& other) {
-  inplace_dispatch("mul_", t, other).binary_(BinaryOp::mul, t, other, 1.0);
-  return t;
-}
-Tensor mul_(const Tensor& t, double s) {
-  inplace_dispatch("mul_", t).binary_scalar_(BinaryOp::mul, t, s);
-  return t;
+  return binary_inplace("mul_", BinaryOp::mul, t, other, 1.0);
 }
 Tensor div_(const Tensor& t, const Tensor& other) {
-  inplace_dispatch("div_", t, other).binary_(BinaryOp::div, t, other, 1.0);
-  return t;
+  return binary_inplace("div_", BinaryOp::div, t, other, 1.0);
 }
-Tensor div_(const Tensor& t, double s) {
-  inplace_dispatch("div_", t).binary_scalar_(BinaryOp::div, t, s);
-  return t;
-}
+
+// t (op)= s for add_, sub_, mul_ and div_.
+#define STOKE_DEFINE_INPLACE_SCALAR(name)                                \
+  Tensor name##_(const Tensor& t, double s) {                            \
+    inplace_dispatch(#name "_", t).binary_scalar_(BinaryOp::name, t, s); \
+    return t;                                                            \
+  }
+STOKE_DEFINE_INPLACE_SCALAR(add)
+STOKE_DEFINE_INPLACE_SCALAR(sub)
+STOKE_DEFINE_INPLACE_SCALAR(mul)
+STOKE_DEFINE_INPLACE_SCALAR(div)
+#undef STOKE_DEFINE_INPLACE_SCALAR
 
 Tensor addcmul_(const Tensor& t, const Tensor& a, const Tensor& b, double value) {
   inplace_dispatch("addcmul_", t, a, &b).addcmul_(t, a, b, value);
@@ -306,28 +234,25 @@ Tensor relu_backward(const Tensor& grad, const Tensor& out) {
   return backward_dispatch("relu_backward", grad, out).relu_backward(grad, out);
 }
 
+// The backward maps without parameters; `saved` is the forward's input or output, as each is
+// declared in ops/elementwise.h.
+#define STOKE_DEFINE_UNARY_BACKWARD(name)                           \
+  Tensor name##_backward(const Tensor& grad, const Tensor& saved) { \
+    return backward_dispatch(#name "_backward", grad, saved)        \
+        .unary_backward(UnaryGradOp::name, grad, saved, {});        \
+  }
+STOKE_DEFINE_UNARY_BACKWARD(sigmoid)
+STOKE_DEFINE_UNARY_BACKWARD(tanh)
+STOKE_DEFINE_UNARY_BACKWARD(silu)
+STOKE_DEFINE_UNARY_BACKWARD(hardswish)
+STOKE_DEFINE_UNARY_BACKWARD(abs)
+STOKE_DEFINE_UNARY_BACKWARD(sqrt)
+STOKE_DEFINE_UNARY_BACKWARD(rsqrt)
+#undef STOKE_DEFINE_UNARY_BACKWARD
+
 Tensor leaky_relu_backward(const Tensor& grad, const Tensor& x, double negative_slope) {
   return backward_dispatch("leaky_relu_backward", grad, x)
       .unary_backward(UnaryGradOp::leaky_relu, grad, x, {.negative_slope = negative_slope});
-}
-
-Tensor sigmoid_backward(const Tensor& grad, const Tensor& out) {
-  return backward_dispatch("sigmoid_backward", grad, out)
-      .unary_backward(UnaryGradOp::sigmoid, grad, out, {});
-}
-
-Tensor tanh_backward(const Tensor& grad, const Tensor& out) {
-  return backward_dispatch("tanh_backward", grad, out)
-      .unary_backward(UnaryGradOp::tanh, grad, out, {});
-}
-
-Tensor silu_backward(const Tensor& grad, const Tensor& x) {
-  return backward_dispatch("silu_backward", grad, x).unary_backward(UnaryGradOp::silu, grad, x, {});
-}
-
-Tensor hardswish_backward(const Tensor& grad, const Tensor& x) {
-  return backward_dispatch("hardswish_backward", grad, x)
-      .unary_backward(UnaryGradOp::hardswish, grad, x, {});
 }
 
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApproximate approximate) {
@@ -345,22 +270,8 @@ Tensor clamp_backward(const Tensor& grad, const Tensor& x, std::optional<double>
       .unary_backward(UnaryGradOp::clamp, grad, x, {.min = lo, .max = hi});
 }
 
-Tensor abs_backward(const Tensor& grad, const Tensor& x) {
-  return backward_dispatch("abs_backward", grad, x).unary_backward(UnaryGradOp::abs, grad, x, {});
-}
-
 Tensor pow_backward(const Tensor& grad, const Tensor& x, double exponent) {
   return backward_dispatch("pow_backward", grad, x).pow_backward(grad, x, exponent);
-}
-
-Tensor sqrt_backward(const Tensor& grad, const Tensor& out) {
-  return backward_dispatch("sqrt_backward", grad, out)
-      .unary_backward(UnaryGradOp::sqrt, grad, out, {});
-}
-
-Tensor rsqrt_backward(const Tensor& grad, const Tensor& out) {
-  return backward_dispatch("rsqrt_backward", grad, out)
-      .unary_backward(UnaryGradOp::rsqrt, grad, out, {});
 }
 
 Tensor div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b) {

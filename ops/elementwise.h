@@ -1,15 +1,13 @@
-// Elementwise operations without autograd: arithmetic with NumPy broadcasting, math functions,
-// comparisons, where, the in-place updates optimizers need, and the backward kernels of the
-// differentiable versions in autograd/elementwise.h.
-//
-// Dtypes: arithmetic (add, sub, mul, maximum, minimum, neg, abs, sign, relu, clamp), comparisons
-// and where work on f32, f64, i32, i64 and u8; math functions (div, exp, log, tanh, gelu, ...)
-// on f32 and f64 only. Operands must share one dtype (no implicit promotion) and be on the CPU.
-// A tensor-scalar op on an integer tensor needs an integral scalar.
+// The kernels behind the differentiable elementwise functions of stoke:: (autograd/elementwise.h,
+// documented there, dtypes included): ops::add ... ops::where take the same arguments and compute
+// the same results without recording autograd, on the tensors' device. Documented here is what
+// only ops:: has: the comparisons and in-place updates (stoke:: re-exports them) and the backward
+// kernels the differentiable versions compose.
 #pragma once
 
 #include <optional>
 
+#include "core/elementwise_ops.h"
 #include "core/tensor.h"
 
 namespace stoke {
@@ -21,69 +19,27 @@ enum class GeluApproximate { none, tanh };
 
 namespace stoke::ops {
 
-// --- binary arithmetic (results have the broadcast shape of the operands) ---------------------
+// --- the kernels of stoke::add ... stoke::where (autograd/elementwise.h) ------------------------
 
-// a + b.
-Tensor add(const Tensor& a, const Tensor& b);
-// a + s.
+// add, sub, mul, div, maximum, minimum of two tensors and neg, exp, ..., hardswish of one: one
+// function per entry of the op lists in core/elementwise_ops.h.
+#define STOKE_DECLARE_BINARY(name) Tensor name(const Tensor& a, const Tensor& b);
+#define STOKE_DECLARE_UNARY(name) Tensor name(const Tensor& x);
+STOKE_BINARY_OPS(STOKE_DECLARE_BINARY)
+STOKE_UNARY_FUNCTION_OPS(STOKE_DECLARE_UNARY)
+#undef STOKE_DECLARE_BINARY
+#undef STOKE_DECLARE_UNARY
+
 Tensor add(const Tensor& a, double s);
-// a - b.
-Tensor sub(const Tensor& a, const Tensor& b);
-// a - s.
 Tensor sub(const Tensor& a, double s);
-// s - a.
 Tensor sub(double s, const Tensor& a);
-// a * b.
-Tensor mul(const Tensor& a, const Tensor& b);
-// a * s.
 Tensor mul(const Tensor& a, double s);
-// a / b (floating dtypes only).
-Tensor div(const Tensor& a, const Tensor& b);
-// a / s.
 Tensor div(const Tensor& a, double s);
-// s / a.
 Tensor div(double s, const Tensor& a);
-// x ** exponent (floating dtypes only).
 Tensor pow(const Tensor& x, double exponent);
-// Elementwise max / min; NaN propagates, like torch.maximum.
-Tensor maximum(const Tensor& a, const Tensor& b);
-Tensor minimum(const Tensor& a, const Tensor& b);
-
-// --- unary ------------------------------------------------------------------------------------
-
-// -x.
-Tensor neg(const Tensor& x);
-// e**x.
-Tensor exp(const Tensor& x);
-// Natural logarithm.
-Tensor log(const Tensor& x);
-// Square root.
-Tensor sqrt(const Tensor& x);
-// 1 / sqrt(x).
-Tensor rsqrt(const Tensor& x);
-// |x|.
-Tensor abs(const Tensor& x);
-// max(x, 0).
-Tensor relu(const Tensor& x);
-// x for x > 0, negative_slope * x otherwise.
 Tensor leaky_relu(const Tensor& x, double negative_slope = 0.01);
-// 1 / (1 + e**-x).
-Tensor sigmoid(const Tensor& x);
-// Hyperbolic tangent.
-Tensor tanh(const Tensor& x);
-// x * sigmoid(x) (SiLU, "swish"), as torch.nn.functional.silu.
-Tensor silu(const Tensor& x);
-// x * min(max(x + 3, 0), 6) / 6, as torch.nn.functional.hardswish (MobileNetV3).
-Tensor hardswish(const Tensor& x);
-
-// x * Phi(x) (exact), or 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) with ::tanh.
 Tensor gelu(const Tensor& x, GeluApproximate approximate = GeluApproximate::none);
-// min(max(x, min), max); a missing bound is not applied. At least one bound is required.
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
-// -1, 0 or 1 (sign(0) = 0).
-Tensor sign(const Tensor& x);
-
-// cond ? a : b, elementwise; cond is bool; the three operands broadcast together.
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
 
 // --- comparisons (bool results, not differentiable) -------------------------------------------

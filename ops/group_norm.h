@@ -1,8 +1,9 @@
-// Group and layer normalization kernels (no autograd), with PyTorch's semantics: statistics per
-// sample (and group) with the biased variance, no running statistics, an elementwise affine
-// weight / bias. Both are one kernel family: the contiguous input is viewed as (N, G, K, S),
-// statistics are taken over each (n, g)'s K * S values and weight / bias (G * K) index the
-// (g, k) pair.
+// The kernels behind stoke::group_norm and stoke::layer_norm (autograd/group_norm.h, documented
+// there): ops::group_norm and ops::layer_norm take the same arguments and compute the same results
+// without recording autograd. Declared here: the options (in namespace stoke), and what only ops::
+// has: the forwards that also return the statistics, and the backwards. Both are one kernel
+// family: the contiguous input is viewed as (N, G, K, S), statistics are taken over each (n, g)'s
+// K * S values and weight / bias (G * K) index the (g, k) pair.
 //   group_norm(x (N, C, *), G):        (N, G, C / G, prod(*)), weight (C)
 //   layer_norm(x (*, D1..Dm), (D1..Dm)): (prod(*), 1, D1 * ... * Dm, 1), weight (D1..Dm)
 #pragma once
@@ -45,8 +46,7 @@ struct GroupNormGrads {
   Tensor grad_bias;
 };
 
-// Group norm over x of shape (N, C, ...) with C divisible by num_groups; weight / bias (C) are
-// optional (1 and 0).
+// stoke::group_norm's forward with its statistics, its output alone, its backward.
 GroupNormForward group_norm_forward(const Tensor& input, int64_t num_groups, const Tensor& weight,
                                     const Tensor& bias, const NormOptions& options = {});
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight = {},
@@ -56,8 +56,7 @@ GroupNormGrads group_norm_backward(const Tensor& grad_output, const Tensor& inpu
                                    const Tensor& save_mean, const Tensor& save_rstd,
                                    std::array<bool, 3> output_mask = {true, true, true});
 
-// Layer norm over the last normalized_shape.size() dims of x, which must equal normalized_shape;
-// weight / bias (normalized_shape) are optional.
+// The same for stoke::layer_norm.
 GroupNormForward layer_norm_forward(const Tensor& input, const Shape& normalized_shape,
                                     const Tensor& weight, const Tensor& bias,
                                     const NormOptions& options = {});

@@ -1,16 +1,14 @@
-// Matrix products without autograd: matmul (torch.matmul semantics) and linear (x·Wᵀ + b), plus
-// their backward kernels. All run on ops/cpu/gemm; transposed views are handed to GEMM through
-// its transpose flags rather than copied.
+// The kernels behind stoke::matmul and stoke::linear (autograd/linalg.h, documented there):
+// ops::matmul and ops::linear take the same arguments and compute the same results without
+// recording autograd. Documented here is what only ops:: has: the backward kernels. On the CPU
+// all run on ops/cpu/gemm; transposed views are handed to GEMM through its transpose flags rather
+// than copied.
 #pragma once
 
 #include "core/tensor.h"
 
 namespace stoke::ops {
 
-// Matrix product with torch.matmul's rules: 1-D x 1-D is a dot product (0-dim result); 2-D x 2-D
-// is a matrix product; a 1-D operand gets a dim of size 1 prepended (left) or appended (right),
-// removed again from the result; operands with more than 2 dims are stacks of matrices whose
-// batch dims broadcast. f32 or f64, both operands the same dtype.
 Tensor matmul(const Tensor& a, const Tensor& b);
 
 // Gradients of matmul for operands with at least 2 dims (callers unsqueeze 1-D operands):
@@ -22,8 +20,6 @@ struct MatmulGrads {
 MatmulGrads matmul_backward(const Tensor& grad_out, const Tensor& a, const Tensor& b, bool need_a,
                             bool need_b);
 
-// y = x·Wᵀ + b for x (..., in), weight (out, in) and an optional bias (out) (undefined: none).
-// y has shape (..., out).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
 
 // Gradients of linear: grad_x = g·W (x's shape), grad_weight = gᵀ·x, grad_bias = the sum of g

@@ -1,6 +1,8 @@
-// Losses without autograd: cross_entropy (fused log_softmax + NLL, with label smoothing and
-// ignore_index), nll_loss and mse_loss, and their backward kernels. Semantics follow PyTorch's
-// torch.nn.functional functions of the same names.
+// The kernels behind stoke::cross_entropy, nll_loss and mse_loss (autograd/loss.h, documented
+// there): the ops:: functions of the same names take the same arguments and compute the same
+// results without recording autograd, except per-class weights, which only the stoke:: versions
+// take. Declared here: the option types (in namespace stoke), and what only ops:: has: the shape
+// helpers, the fused cross-entropy forward and the backward kernels.
 #pragma once
 
 #include <cstdint>
@@ -56,11 +58,8 @@ ClassRows class_rows(const char* op, const Tensor& input, const char* input_name
 // `target` (M) with ignored rows set to class 0, after checking every other value is in
 // [0, classes) (on the CPU at once; on other devices at the next synchronization), naming `op`.
 Tensor class_targets(const char* op, const Tensor& target, int64_t classes, int64_t ignore_index);
-// Cross entropy of logits (N, C) (f32/f64) against class indices `target` (N) (i64), in one pass
-// per row. Per row: (1 - eps) * (lse - x[t]) + eps * mean_c(lse - x[c]), 0 on ignored rows. mean
-// divides the sum by the number of non-ignored rows; none returns the per-row losses. Also
-// (N, C, d1, ...) against (N, d1, ...) and (C) against a 0-dim target (class_rows); only
-// cross_entropy_forward and cross_entropy_backward, the fused pair, take (N, C) alone.
+// One pass per row; the shapes of class_rows. Only cross_entropy_forward and
+// cross_entropy_backward, the fused pair, take (N, C) alone.
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      const CrossEntropyOptions& options = {});
 
@@ -77,14 +76,11 @@ CrossEntropyForward cross_entropy_forward(const Tensor& logits, const Tensor& ta
 Tensor cross_entropy_backward(const Tensor& grad, const Tensor& logits, const Tensor& target,
                               const Tensor& lse, const CrossEntropyOptions& options = {});
 
-// Negative log-likelihood of log-probabilities (N, C) at class indices `target` (N) (i64); also the
-// dense and one-sample shapes of cross_entropy.
 Tensor nll_loss(const Tensor& log_probs, const Tensor& target, const NllLossOptions& options = {});
 // Gradient w.r.t. log_probs (of `input_shape`, `dtype`): -scale at [i, target[i]], 0 elsewhere.
 Tensor nll_loss_backward(const Tensor& grad, const Shape& input_shape, const Tensor& target,
                          const NllLossOptions& options = {});
 
-// Mean squared error (input - target)^2; input and target must have the same shape and dtype.
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction = Reduction::mean);
 // Gradient w.r.t. input: 2 (input - target) * scale (the gradient w.r.t. target is its negation:
 // call with the arguments swapped).

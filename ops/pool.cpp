@@ -30,6 +30,14 @@ void checked_grad(const char* op, const Tensor& grad, const Shape& input_shape) 
                 grad.shape());
 }
 
+// The backend of a windowed pooling forward (max_pool2d, avg_pool2d) after the checks every
+// device shares: the input's rank and the window (pool_geometry, defined below).
+Backend& window_pool_dispatch(const char* op, const Tensor& input, const Pool2dOptions& options) {
+  check_pool_input(op, input);
+  pool_geometry(op, input.shape(), options);
+  return dispatch(op, {&input});
+}
+
 }  // namespace
 
 PoolGeometry pool_geometry(const char* op, const Shape& in, const Pool2dOptions& o) {
@@ -74,17 +82,11 @@ int64_t pool_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t 
 }
 
 Tensor max_pool2d(const Tensor& input, const Pool2dOptions& options) {
-  const char* op = "max_pool2d";
-  check_pool_input(op, input);
-  pool_geometry(op, input.shape(), options);
-  return dispatch(op, {&input}).max_pool2d(input, options);
+  return window_pool_dispatch("max_pool2d", input, options).max_pool2d(input, options);
 }
 
 MaxPool2dResult max_pool2d_with_indices(const Tensor& input, const Pool2dOptions& options) {
-  const char* op = "max_pool2d";
-  check_pool_input(op, input);
-  pool_geometry(op, input.shape(), options);
-  return dispatch(op, {&input}).max_pool2d_with_indices(input, options);
+  return window_pool_dispatch("max_pool2d", input, options).max_pool2d_with_indices(input, options);
 }
 
 Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
@@ -100,10 +102,7 @@ Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
 }
 
 Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
-  const char* op = "avg_pool2d";
-  check_pool_input(op, input);
-  pool_geometry(op, input.shape(), options);
-  return dispatch(op, {&input}).avg_pool2d(input, options);
+  return window_pool_dispatch("avg_pool2d", input, options).avg_pool2d(input, options);
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,

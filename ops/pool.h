@@ -1,6 +1,8 @@
-// 2-D pooling kernels (no autograd): max, average and adaptive average pooling over (N, C, H, W)
-// or (C, H, W) inputs, with the backward kernels autograd composes. Semantics follow PyTorch
-// (window placement, ceil_mode, count_include_pad, adaptive window bounds, tie and NaN handling).
+// The kernels behind stoke::max_pool2d, avg_pool2d and adaptive_avg_pool2d (autograd/pool.h,
+// documented there): the ops:: functions of the same names take the same arguments and compute
+// the same results without recording autograd. Declared here: the options (in namespace stoke),
+// and what only ops:: has: the output size, max pooling with its indices, and the backward
+// kernels autograd composes.
 #pragma once
 
 #include <array>
@@ -39,9 +41,8 @@ struct MaxPool2dResult {
 int64_t pool_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t pad,
                          bool ceil_mode);
 
-// Max pooling; the first maximum in window scan order wins ties, NaN propagates.
 Tensor max_pool2d(const Tensor& input, const Pool2dOptions& options);
-// Max pooling that also returns the argmax indices for the backward.
+// max_pool2d that also returns the argmax indices for the backward.
 MaxPool2dResult max_pool2d_with_indices(const Tensor& input, const Pool2dOptions& options);
 // Scatters grad_output into a zero tensor of `input_shape` at `indices`. `options`, the forward's
 // window, is optional: the CPU scatters by index alone, while the CUDA kernel gathers (each input
@@ -50,14 +51,11 @@ MaxPool2dResult max_pool2d_with_indices(const Tensor& input, const Pool2dOptions
 Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
                            const Shape& input_shape, const Pool2dOptions& options = {});
 
-// Average pooling (count_include_pad decides whether padding counts in the divisor).
 Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options);
 // Gradient of avg_pool2d with respect to its input of `input_shape`.
 Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
                            const Pool2dOptions& options);
 
-// Adaptive average pooling to output_size = {OH, OW}: output (i, j) averages rows
-// [floor(i*H/OH), ceil((i+1)*H/OH)) and the same for columns.
 Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size);
 // Gradient of adaptive_avg_pool2d with respect to its input of `input_shape`.
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape);

@@ -1,10 +1,8 @@
-// Reductions without autograd: sum, mean, var over any set of dims; max/min/argmax/argmin over one
-// dim or over all elements; and the backward kernels autograd/reduce.cpp composes.
-//
-// `dims` lists the dims to reduce: empty means all dims, negative dims wrap, a repeated dim is an
-// error. With keepdim the reduced dims stay as size 1. f32 sums accumulate in f32 lanes over
-// short blocks whose results are added in f64, so a sum of 1e6 values is accurate to ~1e-7.
-// Results are deterministic for a given thread count.
+// The kernels behind the differentiable reductions of stoke:: (autograd/reduce.h, documented
+// there: `dims`, keepdim, dtypes, accuracy): ops::sum, mean, var, max, min, max_with_indices and
+// min_with_indices take the same arguments and compute the same results without recording
+// autograd. Documented here is what only ops:: has: argmax/argmin (stoke:: re-exports them), the
+// flat-index forms over all elements, and the backward kernels autograd/reduce.cpp composes.
 #pragma once
 
 #include <cstdint>
@@ -14,18 +12,12 @@
 
 namespace stoke::ops {
 
-// Sum over `dims`. f32/f64 keep their dtype; integer inputs (i32, i64, u8) accumulate in and
-// return i64, like torch.sum.
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
-// Arithmetic mean over `dims` (f32/f64).
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims = {}, bool keepdim = false);
-// Variance over `dims` with divisor N - correction (1: Bessel's unbiased estimate, 0: biased),
-// computed in two passes (mean, then squared deviations) for numerical stability.
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims = {}, int64_t correction = 1,
            bool keepdim = false);
 
-// Values and i64 positions of the extremum along a dim; the first one wins ties, NaN wins over
-// numbers (like PyTorch).
+// Values and i64 positions of extrema (max_with_indices, max_all_with_index, ...).
 struct ValuesIndices {
   Tensor values;
   Tensor indices;
@@ -33,13 +25,11 @@ struct ValuesIndices {
 ValuesIndices max_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
 ValuesIndices min_with_indices(const Tensor& x, int64_t dim, bool keepdim = false);
 
-// Maximum / minimum along `dim` (values only).
 Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor min(const Tensor& x, int64_t dim, bool keepdim = false);
 // Positions (i64) of the first maximum / minimum along `dim`.
 Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);
 Tensor argmin(const Tensor& x, int64_t dim, bool keepdim = false);
-// Maximum / minimum over all elements, as a 0-dim tensor (error for an empty tensor).
 Tensor max(const Tensor& x);
 Tensor min(const Tensor& x);
 // max()/min() with the flat (row-major) index of the first extremum, both 0-dim.

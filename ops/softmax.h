@@ -1,6 +1,6 @@
-// softmax and log_softmax along one dim, without autograd, and their backward kernels.
-// Numerically stable: the maximum along `dim` is subtracted before exponentiating, so large
-// logits neither overflow nor lose precision.
+// The kernels behind stoke::softmax and stoke::log_softmax (autograd/softmax.h, documented
+// there): ops::softmax and ops::log_softmax take the same arguments and compute the same results
+// without recording autograd. Documented here is what only ops:: has: the backward kernels.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +9,7 @@
 
 namespace stoke::ops {
 
-// exp(x - max) / sum(exp(x - max)) along `dim` (f32/f64; any dim, negative wraps).
 Tensor softmax(const Tensor& x, int64_t dim);
-// x - max - log(sum(exp(x - max))) along `dim`.
 Tensor log_softmax(const Tensor& x, int64_t dim);
 
 // Gradient of softmax given its output y: y * (grad - sum(grad * y)) along `dim`.

@@ -19,6 +19,17 @@ struct ConvImplGuard {
   ~ConvImplGuard() { ops::cuda_glue::set_conv_impl(saved); }
 };
 
+// The gradients of a normalization with an affine weight and bias (f32 for every input dtype):
+// rows "OP backward dx", "... dweight" and "... dbias", each followed by `mode`.
+void compare_affine_grads(Suite& s, const std::string& op, const std::string& mode,
+                          const std::string& shape, DType dt, const Leaf& x, const Leaf& w,
+                          const Leaf& b, double tol) {
+  compare_on(s, op + " backward dx" + mode, shape, dt, x.dev.grad(), x.cpu.grad(), tol);
+  compare_on(s, op + " backward dweight" + mode, shape, DType::f32, w.dev.grad(), w.cpu.grad(),
+             tol);
+  compare_on(s, op + " backward dbias" + mode, shape, DType::f32, b.dev.grad(), b.cpu.grad(), tol);
+}
+
 }  // namespace nn_checks
 
 void check_conv2d(Suite& s, bool quick) {
@@ -171,11 +182,7 @@ void check_batch_norm(Suite& s, bool quick) {
           compare_on(s, "batch_norm running_var", l, DType::f32, rv_d, rv_c, tol);
         }
         backward_both(got, ref, randn_cpu(shape, 225), dt);
-        compare_on(s, "batch_norm backward dx" + mode, l, dt, x.dev.grad(), x.cpu.grad(), tol);
-        compare_on(s, "batch_norm backward dweight" + mode, l, DType::f32, w.dev.grad(),
-                   w.cpu.grad(), tol);
-        compare_on(s, "batch_norm backward dbias" + mode, l, DType::f32, b.dev.grad(), b.cpu.grad(),
-                   tol);
+        nn_checks::compare_affine_grads(s, "batch_norm", mode, l, dt, x, w, b, tol);
       }
     }
   }
@@ -203,9 +210,7 @@ void check_group_layer_norm(Suite& s, bool quick) {
       const Tensor ref = stoke::group_norm(x.cpu, groups, w.cpu, b.cpu);
       compare_on(s, "group_norm", l, dt, got, ref, tol);
       backward_both(got, ref, randn_cpu(shape, 229), dt);
-      compare_on(s, "group_norm backward dx", l, dt, x.dev.grad(), x.cpu.grad(), tol);
-      compare_on(s, "group_norm backward dweight", l, DType::f32, w.dev.grad(), w.cpu.grad(), tol);
-      compare_on(s, "group_norm backward dbias", l, DType::f32, b.dev.grad(), b.cpu.grad(), tol);
+      nn_checks::compare_affine_grads(s, "group_norm", "", l, dt, x, w, b, tol);
     }
   for (const auto& [shape, normalized] : layer)
     for (DType dt : float_types()) {
@@ -218,9 +223,7 @@ void check_group_layer_norm(Suite& s, bool quick) {
       const Tensor ref = stoke::layer_norm(x.cpu, normalized, w.cpu, b.cpu);
       compare_on(s, "layer_norm", l, dt, got, ref, tol);
       backward_both(got, ref, randn_cpu(shape, 235), dt);
-      compare_on(s, "layer_norm backward dx", l, dt, x.dev.grad(), x.cpu.grad(), tol);
-      compare_on(s, "layer_norm backward dweight", l, DType::f32, w.dev.grad(), w.cpu.grad(), tol);
-      compare_on(s, "layer_norm backward dbias", l, DType::f32, b.dev.grad(), b.cpu.grad(), tol);
+      nn_checks::compare_affine_grads(s, "layer_norm", "", l, dt, x, w, b, tol);
     }
 }
 

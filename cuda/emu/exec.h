@@ -50,17 +50,21 @@ std::string kernel_threw(const std::string& what);
 
 // Each mode's entry points. run() returns when the grid has run (or stopped after a failed
 // block); in_kernel() is true on a thread (or fiber) that is running one of the mode's blocks,
-// and the kernel-side calls are valid only there.
+// and the kernel-side calls are valid only there. Both modes provide the same kernel-side calls,
+// declared once here for each mode's namespace.
+#define STOKE_EMU_MODE_KERNEL_CALLS                                                           \
+  bool in_kernel();                                                                           \
+  int syncthreads(int predicate);                                                             \
+  WarpResult warp_exchange(unsigned mask, const void* value, std::size_t bytes, int src_lane, \
+                           bool predicate, void* out);                                        \
+  unsigned lane_id();                                                                         \
+  unsigned active_mask();                                                                     \
+  void* dynamic_shared_memory();
+
 namespace os_threads {
 /// Throws std::system_error when a thread cannot be started (before any block has run).
 void run(const Grid& grid, GridFailure& failure);
-bool in_kernel();
-int syncthreads(int predicate);
-WarpResult warp_exchange(unsigned mask, const void* value, std::size_t bytes, int src_lane,
-                         bool predicate, void* out);
-unsigned lane_id();
-unsigned active_mask();
-void* dynamic_shared_memory();
+STOKE_EMU_MODE_KERNEL_CALLS
 }  // namespace os_threads
 
 namespace fibers {
@@ -68,14 +72,10 @@ namespace fibers {
 /// times a worker switched stacks. Throws std::system_error when a pool thread cannot be started
 /// (before any block has run).
 std::uint64_t run(const Grid& grid, GridFailure& failure, unsigned workers);
-bool in_kernel();
-int syncthreads(int predicate);
-WarpResult warp_exchange(unsigned mask, const void* value, std::size_t bytes, int src_lane,
-                         bool predicate, void* out);
-unsigned lane_id();
-unsigned active_mask();
-void* dynamic_shared_memory();
+STOKE_EMU_MODE_KERNEL_CALLS
 void note_static_shared();
 }  // namespace fibers
+
+#undef STOKE_EMU_MODE_KERNEL_CALLS
 
 }  // namespace stoke::emu::detail

@@ -36,7 +36,9 @@
 // accesses for that vector only.
 #include <algorithm>
 #include <climits>
+#include <iterator>
 
+#include "core/enum_name.h"
 #include "cuda/compat.h"
 #include "cuda/kernels/gemm_tile.h"
 #include "cuda/kernels/sgemm.h"
@@ -403,17 +405,9 @@ void dispatch(const GemmArgs& g, SgemmVersion version, int tile, cudaStream_t st
 }  // namespace
 
 const char* sgemm_version_name(SgemmVersion version) {
-  switch (version) {
-    case SgemmVersion::naive:
-      return "naive";
-    case SgemmVersion::smem_tiled:
-      return "smem_tiled";
-    case SgemmVersion::register_blocked:
-      return "register_blocked";
-    case SgemmVersion::vectorized:
-      return "vectorized";
-  }
-  return "unknown";
+  static constexpr const char* names[] = {"naive", "smem_tiled", "register_blocked", "vectorized"};
+  static_assert(std::size(names) == enum_count(SgemmVersion::vectorized));
+  return enum_name(version, names, "unknown");
 }
 
 std::vector<int> sgemm_tile_sizes(SgemmVersion version) {

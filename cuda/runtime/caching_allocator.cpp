@@ -168,16 +168,8 @@ struct CachingAllocator::Impl {
   static void process_events(DeviceState& s, bool wait) {
     while (!s.pending.empty()) {
       auto [event, block] = s.pending.front();
-      if (wait) {
-        STOKE_CUDA_CHECK(cudaEventSynchronize(event));
-      } else {
-        const cudaError_t err = cudaEventQuery(event);
-        if (err == cudaErrorNotReady) {
-          (void)cudaGetLastError();
-          break;  // events complete in roughly queue order; look again at the next call
-        }
-        STOKE_CUDA_CHECK(err);
-      }
+      // Events complete in roughly queue order; look again at the next call.
+      if (!event_completed(event, wait)) break;
       (void)cudaEventDestroy(event);
       s.pending.pop_front();
       if (--block->pending_events == 0) free_block(s, block);

@@ -1,8 +1,10 @@
 #include "cuda/runtime/copy.h"
 
 #include <cstring>
+#include <iterator>
 
 #include "core/allocator.h"
+#include "core/enum_name.h"
 #include "core/error.h"
 #include "core/profiler.h"
 #include "cuda/runtime/caching_allocator.h"
@@ -15,17 +17,10 @@ namespace stoke::cuda {
 namespace {
 
 cudaMemcpyKind to_cuda_kind(CopyKind kind) {
-  switch (kind) {
-    case CopyKind::host_to_device:
-      return cudaMemcpyHostToDevice;
-    case CopyKind::device_to_host:
-      return cudaMemcpyDeviceToHost;
-    case CopyKind::device_to_device:
-      return cudaMemcpyDeviceToDevice;
-    case CopyKind::host_to_host:
-      return cudaMemcpyHostToHost;
-  }
-  return cudaMemcpyHostToHost;
+  static constexpr cudaMemcpyKind kinds[] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost,
+                                             cudaMemcpyDeviceToDevice, cudaMemcpyHostToHost};
+  static_assert(std::size(kinds) == enum_count(CopyKind::host_to_host));
+  return enum_table(kind, kinds, cudaMemcpyHostToHost);
 }
 
 // The tensor's storage is used by work on `stream`: tell the allocator that owns it, so that

@@ -76,16 +76,7 @@ struct PinnedAllocator::Impl {
   void process_events(bool wait) {
     while (!pending.empty()) {
       auto [event, block] = pending.front();
-      if (wait) {
-        STOKE_CUDA_CHECK(cudaEventSynchronize(event));
-      } else {
-        const cudaError_t err = cudaEventQuery(event);
-        if (err == cudaErrorNotReady) {
-          (void)cudaGetLastError();
-          break;
-        }
-        STOKE_CUDA_CHECK(err);
-      }
+      if (!event_completed(event, wait)) break;
       (void)cudaEventDestroy(event);
       pending.pop_front();
       if (--block->pending_events == 0) cache(block);

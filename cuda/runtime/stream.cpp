@@ -104,7 +104,15 @@ void Event::synchronize() const {
 }
 
 bool Event::query() const {
-  const cudaError_t err = cudaEventQuery(handle_);
+  return event_completed(handle_, false);
+}
+
+bool event_completed(cudaEvent_t event, bool wait) {
+  if (wait) {
+    STOKE_CUDA_CHECK(cudaEventSynchronize(event));
+    return true;
+  }
+  const cudaError_t err = cudaEventQuery(event);
   if (err == cudaErrorNotReady) {
     (void)cudaGetLastError();
     return false;

@@ -70,13 +70,16 @@ class Event {
   int device_ = 0;
 };
 
-// The calling thread's current stream on `device` (-1: the current device).
 // For allocators freeing a block that `stream` may still use (record_stream): an event recorded
 // on the stream, or nullptr when that fails (a destroyed stream, a sticky device error). Never
 // throws, since frees run in destructors; the error is cleared and reported on stderr, naming
 // `who`.
 cudaEvent_t record_pending_use(cudaStream_t stream, const char* who) noexcept;
+// Whether the work before `event` has finished: waits for it when `wait`, else asks (a not-ready
+// answer's error is cleared). Event::query, and the allocators draining their pending uses.
+bool event_completed(cudaEvent_t event, bool wait);
 
+// The calling thread's current stream on `device` (-1: the current device).
 cudaStream_t current_stream(int device = -1);
 // Sets the calling thread's current stream on `device` (-1: the current device).
 void set_current_stream(cudaStream_t stream, int device = -1);

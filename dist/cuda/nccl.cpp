@@ -5,7 +5,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 
+#include "core/enum_name.h"
 #include "core/error.h"
 #include "cuda/runtime/stream.h"
 #include "dist/roll_call.h"
@@ -38,15 +40,9 @@ ncclDataType_t nccl_dtype(DType t, const std::string& label) {
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-      return ncclSum;
-    case ReduceOp::avg:
-      return ncclAvg;
-    case ReduceOp::max:
-      return ncclMax;
-  }
-  return ncclSum;
+  static constexpr ncclRedOp_t ops[] = {ncclSum, ncclAvg, ncclMax};
+  static_assert(std::size(ops) == enum_count(ReduceOp::max));
+  return enum_table(op, ops, ncclSum);
 }
 
 }  // namespace

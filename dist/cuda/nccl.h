@@ -64,14 +64,7 @@ class NcclCommunicator final : public Communicator {
   bool aborted() const { return aborted_.load(); }
 
  protected:
-  void do_send(const Tensor& t, int dst, int tag) override;
-  void do_recv(Tensor& t, int src, int tag) override;
-  void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) override;
-  void do_allreduce(Tensor& t, ReduceOp op) override;
-  void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
-  void do_allgather(const Tensor& input, Tensor& output) override;
-  void do_broadcast(Tensor& t, int root) override;
-  void do_barrier() override;
+  STOKE_COMMUNICATOR_ENGINE_OVERRIDES
   void on_collective_start(int64_t seq) override { seq_ = seq; }
 
  private:

@@ -147,25 +147,6 @@ T wrap_mul(T x, T y) {
   }
 }
 
-// The ops:: name of an in-place binary op, for messages.
-const char* inplace_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::add:
-      return "add_";
-    case BinaryOp::sub:
-      return "sub_";
-    case BinaryOp::mul:
-      return "mul_";
-    case BinaryOp::div:
-      return "div_";
-    case BinaryOp::maximum:
-      return "maximum_";
-    case BinaryOp::minimum:
-      break;
-  }
-  return "minimum_";
-}
-
 // Gradient share of `a` in max/min(a, b): 1 where a wins (Win(a, b)), 1/2 on ties, else 0.
 template <class Win>
 Tensor minmax_backward_kernel(const char* op, const Tensor& grad, const Tensor& a, const Tensor& b,
@@ -253,7 +234,7 @@ Tensor CpuBackend::where(const Tensor& cond, const Tensor& a, const Tensor& b) {
 // --- in place ---------------------------------------------------------------------------------
 
 void CpuBackend::binary_(BinaryOp op, const Tensor& t, const Tensor& other, double alpha) {
-  const char* name = inplace_name(op);
+  const char* name = inplace_op_name(op);
   switch (op) {
     case BinaryOp::add:
       dispatch_numeric(t.dtype(), name, [&](auto tag) {
@@ -301,7 +282,7 @@ void CpuBackend::binary_(BinaryOp op, const Tensor& t, const Tensor& other, doub
 }
 
 void CpuBackend::binary_scalar_(BinaryOp op, const Tensor& t, double s) {
-  const char* name = inplace_name(op);
+  const char* name = inplace_op_name(op);
   if (op == BinaryOp::div) {
     dispatch_float(t.dtype(), name, [&](auto tag) {
       using T = typename decltype(tag)::type;

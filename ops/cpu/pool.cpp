@@ -45,28 +45,36 @@ inline T max_step(T m, T v) {
 // The row's tail runs as one more block that overlaps the previous one (see max_pool_row_k2s2).
 constexpr int64_t kPoolBlock = 8;
 
-// kPoolBlock outputs from rows r0 and r1 (r1 = r0 + W in the plane); k0 is r0's index in the plane.
+// Output ow from rows r0 and r1 (r1 = r0 + W in the plane); k0 is r0's index in the plane. Always
+// inlined: it is the body of the vectorized block loop below.
+template <class T, bool kIndices>
+[[gnu::always_inline]] inline void max_pool_one_k2s2(const T* __restrict r0, const T* __restrict r1,
+                                                     int64_t W, int64_t k0, int64_t ow,
+                                                     T* __restrict out, int64_t* __restrict ind) {
+  const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
+  T m = a;
+  if constexpr (kIndices) {
+    const int64_t kk = k0 + 2 * ow;
+    int64_t k = kk;
+    k = takes_max(b, m) ? kk + 1 : k;
+    m = max_step(m, b);
+    k = takes_max(c, m) ? kk + W : k;
+    m = max_step(m, c);
+    k = takes_max(d, m) ? kk + W + 1 : k;
+    m = max_step(m, d);
+    ind[ow] = k;
+  } else {
+    m = max_step(max_step(max_step(m, b), c), d);
+  }
+  out[ow] = m;
+}
+
+// kPoolBlock outputs from rows r0 and r1, as max_pool_one_k2s2.
 template <class T, bool kIndices>
 inline void max_pool_block_k2s2(const T* __restrict r0, const T* __restrict r1, int64_t W,
                                 int64_t k0, T* __restrict out, int64_t* __restrict ind) {
-  for (int64_t ow = 0; ow < kPoolBlock; ++ow) {
-    const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
-    T m = a;
-    if constexpr (kIndices) {
-      const int64_t kk = k0 + 2 * ow;
-      int64_t k = kk;
-      k = takes_max(b, m) ? kk + 1 : k;
-      m = max_step(m, b);
-      k = takes_max(c, m) ? kk + W : k;
-      m = max_step(m, c);
-      k = takes_max(d, m) ? kk + W + 1 : k;
-      m = max_step(m, d);
-      ind[ow] = k;
-    } else {
-      m = max_step(max_step(max_step(m, b), c), d);
-    }
-    out[ow] = m;
-  }
+  for (int64_t ow = 0; ow < kPoolBlock; ++ow)
+    max_pool_one_k2s2<T, kIndices>(r0, r1, W, k0, ow, out, ind);
 }
 
 // One output row of the 2x2 stride-2 max pool; `base` is the plane index of r0's first element.
@@ -79,24 +87,8 @@ template <class T, bool kIndices>
                                          int64_t* ind) {
   const T* r1 = r0 + W;
   if (OW < kPoolBlock) {
-    for (int64_t ow = 0; ow < OW; ++ow) {
-      const T a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1];
-      T m = a;
-      if constexpr (kIndices) {
-        const int64_t kk = base + 2 * ow;
-        int64_t k = kk;
-        k = takes_max(b, m) ? kk + 1 : k;
-        m = max_step(m, b);
-        k = takes_max(c, m) ? kk + W : k;
-        m = max_step(m, c);
-        k = takes_max(d, m) ? kk + W + 1 : k;
-        m = max_step(m, d);
-        ind[ow] = k;
-      } else {
-        m = max_step(max_step(max_step(m, b), c), d);
-      }
-      out[ow] = m;
-    }
+    for (int64_t ow = 0; ow < OW; ++ow)
+      max_pool_one_k2s2<T, kIndices>(r0, r1, W, base, ow, out, ind);
     return;
   }
   int64_t ow = 0;

@@ -11,6 +11,7 @@
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
+#include "ops/cuda/glue_util.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {
@@ -21,17 +22,6 @@ cuda::BatchNormLayout layout_of(const Tensor& x) {
   l.channels = x.size(1);
   for (int64_t d = 2; d < x.dim(); ++d) l.spatial *= x.size(d);
   return l;
-}
-
-// cuda's dtype rule for a per-channel tensor: f32 for every input dtype (see the file comment);
-// its shape (C) is checked by the entry points (ops/batch_norm.cpp).
-void check_channel(const char* op, const Tensor& t, const char* name, const Tensor& x) {
-  if (!t.defined()) return;
-  if (x.dtype() == DType::f32)
-    check_same_dtype(op, x, "input", t, name);
-  else
-    STOKE_CHECK(t.dtype() == DType::f32, op, "expected ", name, " of dtype f32 for an ", x.dtype(),
-                " input on cuda (per-channel statistics stay f32), got ", t.dtype());
 }
 
 // The f32 per-channel tensors the kernels update in place must be contiguous: a strided one is
@@ -54,10 +44,10 @@ BatchNormForward CudaBackend::batch_norm_forward(const Tensor& input, const Tens
                                                  const BatchNormOptions& options) {
   const char* op = "batch_norm";
   check_float_dtype(op, input);
-  check_channel(op, running_mean, "running_mean", input);
-  check_channel(op, running_var, "running_var", input);
-  check_channel(op, weight, "weight", input);
-  check_channel(op, bias, "bias", input);
+  check_f32_per_channel(op, running_mean, "running_mean", input);
+  check_f32_per_channel(op, running_var, "running_var", input);
+  check_f32_per_channel(op, weight, "weight", input);
+  check_f32_per_channel(op, bias, "bias", input);
   // running_mean/var together, eps and the values per channel: ops/batch_norm.cpp.
   const bool use_batch = options.training || !running_mean.defined();
   const Tensor x = input.contiguous();
@@ -99,9 +89,9 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_output, const
                                                 const Tensor& relu_output) {
   const char* op = "batch_norm_backward";
   check_float_dtype(op, input);
-  check_channel(op, weight, "weight", input);
-  check_channel(op, save_mean, "save_mean", input);
-  check_channel(op, save_invstd, "save_invstd", input);
+  check_f32_per_channel(op, weight, "weight", input);
+  check_f32_per_channel(op, save_mean, "save_mean", input);
+  check_f32_per_channel(op, save_invstd, "save_invstd", input);
   const Tensor x = input.contiguous(), dy = grad_output.contiguous();
   const Tensor relu_y = relu_output.defined() ? relu_output.contiguous() : Tensor();
   const Tensor w = weight.defined() ? weight.contiguous() : Tensor();

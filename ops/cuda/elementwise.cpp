@@ -12,66 +12,16 @@
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
+#include "ops/cuda/glue_util.h"
 #include "ops/reduce.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {
 
 // ops' op kinds to the kernels' by name (both enums come from core/elementwise_ops.h).
-cuda::UnaryBackwardOp to_cuda(UnaryGradOp op) {
-  switch (op) {
-#define STOKE_TO_CUDA(name) \
-  case UnaryGradOp::name:   \
-    return cuda::UnaryBackwardOp::name;
-    STOKE_UNARY_GRAD_OPS(STOKE_TO_CUDA)
-#undef STOKE_TO_CUDA
-  }
-  STOKE_FAIL("unary_backward", "unknown op ", static_cast<int>(op));
-}
+STOKE_DEFINE_TO_CUDA(cuda::UnaryBackwardOp, UnaryGradOp, STOKE_UNARY_GRAD_OPS, "unary_backward")
 
-cuda::CompareOp to_cuda(CompareOp op) {
-  switch (op) {
-#define STOKE_TO_CUDA(name) \
-  case CompareOp::name:     \
-    return cuda::CompareOp::name;
-    STOKE_COMPARE_OPS(STOKE_TO_CUDA)
-#undef STOKE_TO_CUDA
-  }
-  STOKE_FAIL("compare", "unknown op ", static_cast<int>(op));
-}
-
-// The ops:: function a backward map serves, for messages.
-const char* name_of(UnaryGradOp op) {
-  switch (op) {
-    case UnaryGradOp::leaky_relu:
-      return "leaky_relu_backward";
-    case UnaryGradOp::sigmoid:
-      return "sigmoid_backward";
-    case UnaryGradOp::tanh:
-      return "tanh_backward";
-    case UnaryGradOp::gelu:
-    case UnaryGradOp::gelu_tanh:
-      return "gelu_backward";
-    case UnaryGradOp::clamp:
-      return "clamp_backward";
-    case UnaryGradOp::abs:
-      return "abs_backward";
-    case UnaryGradOp::sqrt:
-      return "sqrt_backward";
-    case UnaryGradOp::rsqrt:
-      return "rsqrt_backward";
-    case UnaryGradOp::silu:
-      return "silu_backward";
-    case UnaryGradOp::hardswish:
-      return "hardswish_backward";
-  }
-  return "unary_backward";
-}
-
-const char* name_of(CompareOp op) {
-  static const char* names[] = {"eq", "ne", "lt", "le", "gt", "ge"};
-  return names[static_cast<int>(op)];
-}
+STOKE_DEFINE_TO_CUDA(cuda::CompareOp, CompareOp, STOKE_COMPARE_OPS, "compare")
 
 // Offsets of N operands broadcast to `shape`; operand 0 is the (contiguous) output.
 template <int N>
@@ -102,11 +52,11 @@ void map_in_place(CudaBackend& k, const Tensor& t, cuda::UnaryOp op, const cuda:
 // --- comparisons and where ----------------------------------------------------------------------
 
 Tensor CudaBackend::compare(CompareOp op, const Tensor& a, const Tensor& b) {
-  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name_of(op));
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), compare_op_name(op));
   Tensor out = empty_on(shape, DType::boolean, a.device());
   if (out.numel() == 0) return out;
   cuda::compare(to_cuda(op), a.dtype(), a.data_ptr(), b.data_ptr(), typed<bool>(out),
-                offsets_over<3>(name_of(op), out, {&a, &b}), out.numel(), launch_stream());
+                offsets_over<3>(compare_op_name(op), out, {&a, &b}), out.numel(), launch_stream());
   return out;
 }
 
@@ -168,7 +118,7 @@ Tensor CudaBackend::pow_backward(const Tensor& grad, const Tensor& x, double exp
 
 Tensor CudaBackend::unary_backward(UnaryGradOp op, const Tensor& grad, const Tensor& saved,
                                    const UnaryGradParams& params) {
-  const char* name = name_of(op);
+  const char* name = unary_grad_op_name(op);
   check_same_dtype(name, grad, "grad", saved, "saved tensor");
   check_float_dtype(name, grad);
   Tensor out =

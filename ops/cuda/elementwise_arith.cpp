@@ -17,27 +17,9 @@ namespace stoke::ops::cuda_glue {
 namespace {
 
 // ops' op kinds to the kernels' by name (both enums come from core/elementwise_ops.h).
-cuda::BinaryOp to_cuda(BinaryOp op) {
-  switch (op) {
-#define STOKE_TO_CUDA(name) \
-  case BinaryOp::name:      \
-    return cuda::BinaryOp::name;
-    STOKE_BINARY_OPS(STOKE_TO_CUDA)
-#undef STOKE_TO_CUDA
-  }
-  STOKE_FAIL("binary", "unknown op ", static_cast<int>(op));
-}
+STOKE_DEFINE_TO_CUDA(cuda::BinaryOp, BinaryOp, STOKE_BINARY_OPS, "binary")
 
-cuda::UnaryOp to_cuda(UnaryOp op) {
-  switch (op) {
-#define STOKE_TO_CUDA(name) \
-  case UnaryOp::name:       \
-    return cuda::UnaryOp::name;
-    STOKE_UNARY_OPS(STOKE_TO_CUDA)
-#undef STOKE_TO_CUDA
-  }
-  STOKE_FAIL("unary", "unknown op ", static_cast<int>(op));
-}
+STOKE_DEFINE_TO_CUDA(cuda::UnaryOp, UnaryOp, STOKE_UNARY_OPS, "unary")
 
 Tensor map_unary(const char* op, const Tensor& x_in, cuda::UnaryOp kind,
                  const cuda::UnaryParams& params = {}) {

@@ -9,21 +9,11 @@
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
+#include "ops/cuda/glue_util.h"
 #include "ops/group_norm.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {
-
-// cuda's dtype rule for a per-channel tensor (f32 for every input dtype); shapes are checked by
-// the entry points (ops/group_norm.cpp).
-void check_param(const char* op, const Tensor& t, const char* name, const Tensor& x) {
-  if (!t.defined()) return;
-  if (x.dtype() == DType::f32)
-    check_same_dtype(op, x, "input", t, name);
-  else
-    STOKE_CHECK(t.dtype() == DType::f32, op, "expected ", name, " of dtype f32 for an ", x.dtype(),
-                " input on cuda (per-channel values stay f32), got ", t.dtype());
-}
 
 cuda::GroupNormLayout kernel_layout(const GroupNormLayout& l) {
   return {.batch = l.batch,
@@ -40,8 +30,8 @@ GroupNormForward CudaBackend::group_norm_forward(const Tensor& input, const Tens
   const char* op = "group_norm";
   check_float_dtype(op, input);
   const int64_t rows = l.batch * l.groups;
-  check_param(op, weight, "weight", input);
-  check_param(op, bias, "bias", input);
+  check_f32_per_channel(op, weight, "weight", input);
+  check_f32_per_channel(op, bias, "bias", input);
   const Tensor x = input.contiguous();
   const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
@@ -73,9 +63,9 @@ GroupNormGrads CudaBackend::group_norm_backward(const Tensor& grad_output, const
   check_float_dtype(op, input);
   check_same_dtype(op, input, "input", grad_output, "grad_output");
   const int64_t C = l.groups * l.channels_per_group;
-  check_param(op, weight, "weight", input);
-  check_param(op, save_mean, "save_mean", input);
-  check_param(op, save_rstd, "save_rstd", input);
+  check_f32_per_channel(op, weight, "weight", input);
+  check_f32_per_channel(op, save_mean, "save_mean", input);
+  check_f32_per_channel(op, save_rstd, "save_rstd", input);
   const Tensor x = input.contiguous(), dy = grad_output.contiguous();
   const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   const Tensor mean = save_mean.contiguous(), rstd = save_rstd.contiguous();

@@ -19,6 +19,19 @@ std::pair<int64_t, int64_t> outer_inner(const Shape& shape, int64_t dim) {
   return {outer, inner};
 }
 
+// The frame of the scatter-add backwards: a floating gradient (contiguous), the indices
+// (contiguous) and the input gradient of `input_shape`, which launch(grad, idx, out) fills.
+template <class Launch>
+Tensor scatter_backward(const char* op, const Tensor& grad_in, const Tensor& index,
+                        const Shape& input_shape, Launch launch) {
+  check_float_dtype(op, grad_in);
+  const Tensor grad = grad_in.detach().contiguous(), idx = index.contiguous();
+  Tensor out = empty_on(input_shape, grad.dtype(), grad.device());
+  if (out.numel() == 0) return out;
+  launch(grad, idx, out);
+  return out;
+}
+
 }  // namespace
 
 void CudaBackend::check_index_range(const char* op, const Tensor& index_in, int64_t bound,
@@ -53,14 +66,13 @@ Tensor CudaBackend::index_select(const Tensor& x_in, int64_t dim, const Tensor& 
 
 Tensor CudaBackend::index_select_backward(const Tensor& grad_in, int64_t dim, const Tensor& index,
                                           const Shape& input_shape) {
-  check_float_dtype("index_select_backward", grad_in);
-  const Tensor grad = grad_in.detach().contiguous(), idx = index.contiguous();
-  Tensor out = empty_on(input_shape, grad.dtype(), grad.device());
-  if (out.numel() == 0) return out;
-  const auto [outer, inner] = outer_inner(input_shape, dim);
-  cuda::index_select_backward(grad.dtype(), grad.data_ptr(), typed<int64_t>(idx), out.data_ptr(),
-                              outer, input_shape[dim], idx.numel(), inner, launch_stream());
-  return out;
+  return scatter_backward("index_select_backward", grad_in, index, input_shape,
+                          [&](const Tensor& grad, const Tensor& idx, const Tensor& out) {
+                            const auto [outer, inner] = outer_inner(input_shape, dim);
+                            cuda::index_select_backward(
+                                grad.dtype(), grad.data_ptr(), typed<int64_t>(idx), out.data_ptr(),
+                                outer, input_shape[dim], idx.numel(), inner, launch_stream());
+                          });
 }
 
 Tensor CudaBackend::gather(const Tensor& x_in, int64_t dim, const Tensor& index) {
@@ -76,15 +88,14 @@ Tensor CudaBackend::gather(const Tensor& x_in, int64_t dim, const Tensor& index)
 
 Tensor CudaBackend::gather_backward(const Tensor& grad_in, int64_t dim, const Tensor& index,
                                     const Shape& input_shape) {
-  check_float_dtype("gather_backward", grad_in);
-  const Tensor grad = grad_in.detach().contiguous(), idx = index.contiguous();
-  Tensor out = empty_on(input_shape, grad.dtype(), grad.device());
-  if (out.numel() == 0) return out;
-  const cuda::GatherShape g = cuda::make_gather_shape(input_shape.data(), idx.shape().data(),
-                                                      static_cast<int>(input_shape.size()), dim);
-  cuda::gather_backward(grad.dtype(), grad.data_ptr(), typed<int64_t>(idx), out.data_ptr(), g,
-                        idx.numel(), out.numel(), launch_stream());
-  return out;
+  return scatter_backward(
+      "gather_backward", grad_in, index, input_shape,
+      [&](const Tensor& grad, const Tensor& idx, const Tensor& out) {
+        const cuda::GatherShape g = cuda::make_gather_shape(
+            input_shape.data(), idx.shape().data(), static_cast<int>(input_shape.size()), dim);
+        cuda::gather_backward(grad.dtype(), grad.data_ptr(), typed<int64_t>(idx), out.data_ptr(), g,
+                              idx.numel(), out.numel(), launch_stream());
+      });
 }
 
 Tensor CudaBackend::one_hot(const Tensor& idx, int64_t num_classes) {

@@ -42,6 +42,20 @@ Shape with_spatial(Shape s, int64_t h, int64_t w) {
   return s;
 }
 
+// The frame of the launchers with one source and one destination of its dtype: the destination
+// of `dst_shape`, then launch(src, dst) with pointers of the dtype; nothing is launched for an
+// empty destination. `src` is contiguous.
+template <class Launch>
+Tensor launch_floating(const char* op, const Tensor& src, const Shape& dst_shape, Launch launch) {
+  Tensor dst = empty_on(dst_shape, src.dtype(), src.device());
+  if (dst.numel() == 0) return dst;
+  cuda::ew::dispatch_floating(src.dtype(), op, [&](auto tag) {
+    using T = decltype(tag);
+    launch(typed<T>(src), typed<T>(dst));
+  });
+  return dst;
+}
+
 }  // namespace
 
 Tensor CudaBackend::max_pool2d(const Tensor& input, const Pool2dOptions& options) {
@@ -105,13 +119,9 @@ Tensor CudaBackend::avg_pool2d(const Tensor& input, const Pool2dOptions& options
   check_float_dtype(op, input);
   const Tensor x = input.contiguous();
   const cuda::Pool2dGeometry g = window_of(x.shape(), options);
-  Tensor y = empty_on(with_spatial(x.shape(), g.out_h, g.out_w), x.dtype(), x.device());
-  if (g.planes == 0) return y;
-  cuda::ew::dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    cuda::avg_pool2d_forward(g, typed<T>(x), typed<T>(y), launch_stream());
+  return launch_floating(op, x, with_spatial(x.shape(), g.out_h, g.out_w), [&](auto src, auto dst) {
+    cuda::avg_pool2d_forward(g, src, dst, launch_stream());
   });
-  return y;
 }
 
 Tensor CudaBackend::avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
@@ -120,13 +130,9 @@ Tensor CudaBackend::avg_pool2d_backward(const Tensor& grad_output, const Shape& 
   check_float_dtype(op, grad_output);
   const Tensor gy = grad_output.contiguous();
   const cuda::Pool2dGeometry g = window_of(input_shape, options);
-  Tensor gx = empty_on(input_shape, gy.dtype(), gy.device());
-  if (gx.numel() == 0) return gx;
-  cuda::ew::dispatch_floating(gy.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    cuda::avg_pool2d_backward(g, typed<T>(gy), typed<T>(gx), launch_stream());
+  return launch_floating(op, gy, input_shape, [&](auto src, auto dst) {
+    cuda::avg_pool2d_backward(g, src, dst, launch_stream());
   });
-  return gx;
 }
 
 Tensor CudaBackend::adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size) {
@@ -136,13 +142,9 @@ Tensor CudaBackend::adaptive_avg_pool2d(const Tensor& input, std::array<int64_t,
   cuda::Pool2dGeometry g = planes_of(x.shape());
   g.out_h = output_size[0];
   g.out_w = output_size[1];
-  Tensor y = empty_on(with_spatial(x.shape(), g.out_h, g.out_w), x.dtype(), x.device());
-  if (g.planes == 0) return y;
-  cuda::ew::dispatch_floating(x.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    cuda::adaptive_avg_pool2d_forward(g, typed<T>(x), typed<T>(y), launch_stream());
+  return launch_floating(op, x, with_spatial(x.shape(), g.out_h, g.out_w), [&](auto src, auto dst) {
+    cuda::adaptive_avg_pool2d_forward(g, src, dst, launch_stream());
   });
-  return y;
 }
 
 Tensor CudaBackend::adaptive_avg_pool2d_backward(const Tensor& grad_output,
@@ -153,13 +155,9 @@ Tensor CudaBackend::adaptive_avg_pool2d_backward(const Tensor& grad_output,
   cuda::Pool2dGeometry g = planes_of(input_shape);
   g.out_h = gy.size(-2);
   g.out_w = gy.size(-1);
-  Tensor gx = empty_on(input_shape, gy.dtype(), gy.device());
-  if (gx.numel() == 0) return gx;
-  cuda::ew::dispatch_floating(gy.dtype(), op, [&](auto tag) {
-    using T = decltype(tag);
-    cuda::adaptive_avg_pool2d_backward(g, typed<T>(gy), typed<T>(gx), launch_stream());
+  return launch_floating(op, gy, input_shape, [&](auto src, auto dst) {
+    cuda::adaptive_avg_pool2d_backward(g, src, dst, launch_stream());
   });
-  return gx;
 }
 
 }  // namespace stoke::ops::cuda_glue
