@@ -2,6 +2,7 @@
 """Training that matches PyTorch step after step.
 
     train_vs_torch.py STOKE_TEST_TRAIN_STEPS MODEL [--steps 5] [--batch 8] [--configs all|default]
+                      [--optimizers sgd,adamw]
 
 PyTorch's twin of MODEL (bench/torch_models.py: the same modules and parameter names) is built with
 its own initialization, its weights rounded to float32 so that both sides start from the same
@@ -19,7 +20,7 @@ gradient, and the parameters, buffers and optimizer state after the update. Repl
 from stoke's state keeps every step's check as sharp as the first: following torch's own
 trajectory instead, one legitimate difference (below) at step 2 moves every later step by far more
 than rounding. torch's own float32 replay of the same steps is printed beside stoke's errors for
-scale (for the first configuration), never asserted on; the loss of torch's float64 trajectory from the shared start is printed
+scale (for each optimizer's first configuration: 1 thread, default paths), never asserted on; the loss of torch's float64 trajectory from the shared start is printed
 too.
 
 The bound, from f32 rounding (u = 2^-24): a value of the step is the end of a chain of D rounded
@@ -46,16 +47,20 @@ gradient scale, and so is G for their parameters: AdamW divides such a gradient 
 so stoke's float32 noise (about tau times the model's gradients) steps a bias by up to lr where
 torch's float64 noise steps it by nothing (VGG-11's conv biases under batch norm, step 1).
 
-ReLU decisions at activations within f32 rounding of zero. An activation whose exact value is
-2.7e-7 can come out negative in float32 (conv sums carry errors ~1e-6 of their magnitude), and
-then its gradient is cut where float64 passes it: one element, but batch norm's backward spreads a
+Decisions at a kink, within f32 rounding of it. An activation whose exact value is 2.7e-7 can
+come out negative in float32 (conv sums carry errors ~1e-6 of their magnitude), and then ReLU cuts
+its gradient where float64 passes it: one element, but batch norm's backward spreads a
 bias-gradient change over the whole channel and the layers before it (1.7% of the stem's gradient
-in the case that made this test: ResNet-8, SGD, step 3). Both results are right to float32
-precision; they differ by a decision, not by rounding. So when a step fails, the replay looks for
-ReLU inputs within delta = tau * rms(input) of zero and flips their decisions in torch, one at a
-time among the closest 16 and then in pairs among the closest four, and the step passes if some flip set brings every
-check within tau: the table names each such decision (layer call, element, value). No flip is
-tried on a step that passes as is, and nothing else is forgiven.
+in the case that made this test: ResNet-8, SGD, step 3). A max-pool window whose two largest inputs
+differ by less than their rounding errors likewise sends its gradient to either one (VGG-11, AdamW,
+step 2: two inputs 0.0015 delta apart in the first pool moved 1.3% of the first conv's weight
+gradient). Both results are right to float32 precision; they differ by a decision, not by
+rounding. So when a step fails, the replay looks for ReLU inputs within delta = tau * rms(input)
+of zero and max-pool windows whose runner-up is within delta of the maximum, and flips those
+decisions in torch, one at a time among the closest 16 (by distance over delta) and then in pairs
+among the closest six, and the step passes if some flip set brings every check within tau: the
+table names each such decision. No flip is tried on a step that passes as is, and nothing else is
+forgiven.
 
 Exits 1 naming the configuration, step, tensor and both errors when a check fails; 77 (skipped)
 without python3-torch.
@@ -93,27 +98,76 @@ ADAMW = dict(lr=1e-3, weight_decay=1e-2, eps=1e-8)
 CONV_PATHS = ["WINOGRAD", "DIRECT", "BLOCKED", "THIN"]
 DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.int64): "I64"}
 
-# --- ReLU with recorded inputs and chosen flips (every twin calls F.relu, nn.ReLU included) ---
+# --- ReLU and max-pool with recorded inputs and chosen flips (every twin calls F.relu and
+# F.max_pool2d, nn.ReLU and nn.MaxPool2d included). A flip is ("relu", call, element): the
+# element's decision reversed; or ("pool", call, output element, input element): that window's
+# maximum taken from another of its inputs (its runner-up, within delta of the maximum). ---
 _relu = F.relu
-RELU = {"record": None, "flips": set(), "call": 0}
+_max_pool2d = F.max_pool2d
+HOOK = {"record": None, "flips": (), "relu_call": 0, "pool_call": 0}
 
 
 def relu_hooked(x, inplace=False):
-    call = RELU["call"]
-    RELU["call"] += 1
-    if RELU["record"] is not None:
-        RELU["record"].append(x.detach())
-    if not RELU["flips"]:
+    call = HOOK["relu_call"]
+    HOOK["relu_call"] += 1
+    if HOOK["record"] is not None:
+        HOOK["record"].append(("relu", call, x.detach(), None))
+    mine = [f for f in HOOK["flips"] if f[0] == "relu" and f[1] == call]
+    if not mine:
         return _relu(x, inplace=inplace)
     mask = (x > 0).to(x.dtype)
     flat = mask.view(-1)
-    for c, i in RELU["flips"]:
-        if c == call:
-            flat[i] = 1 - flat[i]
+    for _, _, i in mine:
+        flat[i] = 1 - flat[i]
     return x * mask  # the flipped element's value is within delta of 0 either way
 
 
+def max_pool2d_hooked(x, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False,
+                      return_indices=False):
+    call = HOOK["pool_call"]
+    HOOK["pool_call"] += 1
+    geometry = (kernel_size, stride or kernel_size, padding, dilation, ceil_mode)
+    if HOOK["record"] is not None:
+        HOOK["record"].append(("pool", call, x.detach(), geometry))
+    mine = [f for f in HOOK["flips"] if f[0] == "pool" and f[1] == call]
+    if not mine:
+        return _max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode,
+                           return_indices=return_indices)
+    out, idx = _max_pool2d(x, kernel_size, stride, padding, dilation, ceil_mode,
+                           return_indices=True)
+    idx = idx.clone()
+    for _, _, o, i in mine:
+        idx.view(-1)[o] = i
+    n, c = x.shape[:2]
+    out = x.reshape(n, c, -1).gather(2, idx.reshape(n, c, -1)).reshape(out.shape)
+    return (out, idx) if return_indices else out
+
+
 F.relu = relu_hooked
+F.max_pool2d = max_pool2d_hooked
+
+
+def pool_near_ties(x, geometry, delta):
+    """[(gap, output element, runner-up's input element)] of the windows of max_pool2d(x) whose
+    two largest inputs are within delta of each other, the largest above 0 (an all-zero window
+    after a ReLU passes no gradient either way)."""
+    k, s, p, d, ceil = geometry
+    assert not ceil, "ceil_mode pools are not searched"
+    n, c, h, w = x.shape
+    planes = F.pad(x.reshape(n * c, 1, h, w), (p, p, p, p) if isinstance(p, int) else
+                   (p[1], p[1], p[0], p[0]), value=float("-inf"))
+    index = torch.arange(h * w, dtype=torch.float64).reshape(1, 1, h, w)
+    index = F.pad(index, (p, p, p, p) if isinstance(p, int) else (p[1], p[1], p[0], p[0]),
+                  value=-1.0)
+    windows = F.unfold(planes, k, dilation=d, stride=s)        # (n c, k k, L)
+    where = F.unfold(index, k, dilation=d, stride=s)[0]        # (k k, L)
+    top, arg = windows.topk(2, dim=1)                           # (n c, 2, L)
+    gap = (top[:, 0] - top[:, 1]).reshape(-1)
+    second = arg[:, 1]                                          # (n c, L): row in the window
+    runner_up = where.t().unsqueeze(0).expand(n * c, -1, -1).gather(
+        2, second.unsqueeze(2)).squeeze(2).reshape(-1)          # input element per output
+    near = ((gap < delta) & (top[:, 0].reshape(-1) > 0)).nonzero().reshape(-1).tolist()
+    return [(float(gap[o]), o, int(runner_up[o])) for o in near]
 
 
 
@@ -206,12 +260,12 @@ def torch_step(model, state, order, batch, opt_name, dtype, flips=()):
             opt.state[p] = {k: (v.to(dtype).clone() if k != "step" else v.double().reshape(()).float())
                             for k, v in st.items()}
     x, y = batch
-    RELU["flips"], RELU["call"], RELU["record"] = set(flips), 0, [] if not flips else None
+    HOOK.update(flips=tuple(flips), relu_call=0, pool_call=0, record=[] if not flips else None)
     opt.zero_grad()
     loss = F.cross_entropy(m(x.to(dtype)), y)
     loss.backward()
-    relu_inputs = RELU["record"]
-    RELU["flips"], RELU["record"] = set(), None
+    decisions = HOOK["record"]
+    HOOK.update(flips=(), record=None)
     out = {"loss": loss.detach().double().reshape(())}
     for n, p in params.items():
         out["grad." + n] = p.grad.detach().double().clone()
@@ -224,7 +278,7 @@ def torch_step(model, state, order, batch, opt_name, dtype, flips=()):
                 v.shape if k != "step" else ())
     for n, b in m.named_buffers():
         out["buffer." + n] = b.detach().double().clone() if b.is_floating_point() else b.detach().clone()
-    return out, relu_inputs
+    return out, decisions
 
 
 def rows(t):
@@ -300,23 +354,32 @@ def check_step(ref, got, before, opt_name, tau, grad_scale, order):
 
 
 def explain_by_flips(model, state, order, batch, opt_name, tau, grad_scale, got, before,
-                     relu_inputs):
-    """A set of ReLU decisions within delta of zero whose flips bring the step within the bound."""
-    cands = []
-    for call, x in enumerate(relu_inputs):
+                     decisions):
+    """Descriptions of a set of decisions within delta = tau * rms(input) of their boundary (a ReLU
+    input near zero; a max-pool window whose two largest inputs nearly tie) whose flips bring the
+    step within the bound, or None."""
+    cands = []  # (distance from the boundary / delta, flip, description)
+    for kind, call, x, geometry in decisions:
         delta = tau * float(x.pow(2).mean().sqrt())
-        flat = x.reshape(-1)
-        for i in (flat.abs() < delta).nonzero().reshape(-1).tolist():
-            cands.append((abs(float(flat[i])), call, i, float(flat[i])))
-    cands.sort()
-    # The closest 16 alone, then pairs among the closest 4: a decision far from the closest ones is
+        if kind == "relu":
+            flat = x.reshape(-1)
+            for i in (flat.abs() < delta).nonzero().reshape(-1).tolist():
+                v = float(flat[i])
+                cands.append((abs(v) / delta, ("relu", call, i),
+                              "ReLU call %d, element %d at %.2e" % (call, i, v)))
+        else:
+            for gap, o, i in pool_near_ties(x, geometry, delta):
+                cands.append((gap / delta, ("pool", call, o, i),
+                              "max-pool call %d, output %d from input %d, %.2e below the maximum"
+                              % (call, o, i, gap)))
+    cands.sort(key=lambda c: c[0])
+    # The closest 16 alone, then pairs among the closest 6: a decision far from the closest ones is
     # no likelier to flip than they are, and each try is a float64 replay of the step.
-    tries = [[c] for c in cands[:16]] + [list(p) for p in itertools.combinations(cands[:4], 2)]
+    tries = [[c] for c in cands[:16]] + [list(p) for p in itertools.combinations(cands[:6], 2)]
     for t in tries:
-        ref, _ = torch_step(model, state, order, batch, opt_name, torch.float64,
-                            [(c, i) for _, c, i, _ in t])
+        ref, _ = torch_step(model, state, order, batch, opt_name, torch.float64, [c[1] for c in t])
         if all(v <= 1 for _, v, _ in check_step(ref, got, before, opt_name, tau, grad_scale, order)):
-            return [(c, i, v) for _, c, i, v in t]
+            return [c[2] for c in t]
     return None
 
 
@@ -327,6 +390,7 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--configs", default="all", choices=["all", "default"])
+    ap.add_argument("--optimizers", default="sgd,adamw", help="comma-separated: sgd, adamw")
     a = ap.parse_args()
     torch.manual_seed(1234)
     model = build(a.model).double()
@@ -359,7 +423,7 @@ def main():
             fixture["y.%d" % k] = y
         init_path = os.path.join(tmp, "init.safetensors")
         save_safetensors(init_path, fixture)
-        for opt_name in ("sgd", "adamw"):
+        for opt_name in a.optimizers.split(","):
             # torch's float64 trajectory from the shared start, for the printed loss column
             state, traj = dict(init), []
             for k in range(a.steps):
@@ -397,14 +461,14 @@ def main():
                                                       torch.float64)
                             if len(replays) > 8:
                                 replays.popitem(last=False)
-                        ref, relu_inputs = replays[key]
+                        ref, decisions = replays[key]
                         before = {kk: v for kk, v in state.items() if not kk.startswith("optim.")}
                         grad_scale = max(float(v.norm()) for kk, v in ref.items()
                                          if kk.startswith("grad."))
                         res = check_step(ref, got, before, opt_name, tau, grad_scale, order)
                         if any(not v <= 1 for _, v, _ in res):
                             fl = explain_by_flips(model, state, order, batches[k - 1], opt_name, tau,
-                                                  grad_scale, got, before, relu_inputs)
+                                                  grad_scale, got, before, decisions)
                             if fl is None:
                                 for what, v, key in res:
                                     if not v <= 1:
@@ -413,7 +477,7 @@ def main():
                             else:
                                 flips_used.append((name, k, fl))
                                 res = [(w, 0.0, kk) for w, _, kk in res]
-                        if not table:  # torch's float32 replay, for scale: the first configuration
+                        if threads == 1 and not cfg:  # torch's float32 replay, for scale
                             r32, _ = torch_step(model, state, order, batches[k - 1], opt_name,
                                                 torch.float32)
                             for what, v, _ in check_step(ref, r32, before, opt_name, tau, grad_scale, order):
@@ -424,7 +488,7 @@ def main():
                         state = got
                         with open(path, "rb") as f:
                             state_key = hashlib.sha1(f.read()).hexdigest()
-                    table.append((name, worst, worst32 if not table else {}, float(got["loss"]),
+                    table.append((name, worst, worst32, float(got["loss"]),
                                   traj[-1]))
     print("errors as fractions of their bound (<= 1 passes); torch f32: torch's own float32 replay")
     print("%-40s %-16s %9s %9s  %s" % ("stoke configuration", "check", "stoke", "torch f32",
@@ -436,8 +500,7 @@ def main():
         print("%-40s %-16s %9.6f %9.6f  (stoke's last loss; torch f64's own trajectory)"
               % (name, "last loss", last, last_traj))
     for name, k, fl in flips_used:
-        print("%s, step %d: matched after flipping ReLU decision(s) %s (ReLU call, element, "
-              "float64 input)" % (name, k, ", ".join("(%d, %d, %.2e)" % f for f in fl)))
+        print("%s, step %d: matched after flipping %s" % (name, k, "; ".join(fl)))
     if failures:
         print("\nFAILED (%d checks):" % len(failures))
         for f in failures[:40]:
