@@ -208,7 +208,7 @@ void check_contiguous(const Tensor& t, const std::string& label, const char* wha
 // The operands of ring_reduce_scatter and ring_allgather: contiguous, in one dtype on one device,
 // and the whole one (the input of reduce_scatter, the output of allgather) with size() x the
 // other's elements.
-void check_sharded(const Communicator& comm, const Tensor& input, const Tensor& output,
+void check_ring_sharded(const Communicator& comm, const Tensor& input, const Tensor& output,
                    bool input_is_whole) {
   const std::string& label = comm.op_label();
   check_contiguous(input, label, "the input");
@@ -273,7 +273,7 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& input, Tensor& output
                          const RingOptions& options) {
   comm.run_in_order([&] {
     Communicator::Scope scope(comm, "ring_reduce_scatter");
-    check_sharded(comm, input, output, true);
+    check_ring_sharded(comm, input, output, true);
     const std::string& label = comm.op_label();
     const int n = comm.size();
     visit_floating(input.dtype(), label, [](auto) {});
@@ -293,7 +293,7 @@ void ring_allgather(Communicator& comm, const Tensor& input, Tensor& output,
                     const RingOptions& options) {
   comm.run_in_order([&] {
     Communicator::Scope scope(comm, "ring_allgather");
-    check_sharded(comm, input, output, false);
+    check_ring_sharded(comm, input, output, false);
     const int n = comm.size();
     Tensor flat = output.view({output.numel()});
     const int64_t b = input.numel();
