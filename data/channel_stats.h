@@ -19,15 +19,16 @@ struct ChannelStatsOptions {
 
 struct ChannelStats {
   std::vector<float> mean;  // one per channel, of x / 255
-  std::vector<float> std;   // population standard deviation, likewise; > 0 (see below)
+  std::vector<float> std;   // population standard deviation, likewise; 0 for a constant channel
   int64_t images = 0;       // how many images the figures come from
 };
 
 // Reads the images (in parallel over the thread pool; get() is thread-safe) and sums each
 // channel's pixels and squared pixels as exact integers, so the result is the same at every
-// thread count and sample order. Throws stoke::Error naming `what` when the dataset is empty,
-// when an image's channel count differs from the first's (naming the image), or when a channel
-// is constant (its std is 0: normalizing would divide by zero).
+// thread count and sample order. Throws stoke::Error naming `what` when the dataset is empty, or
+// when an image's channel count differs from the first's (naming both images). A channel with
+// one value in every pixel has std 0: what to divide it by is the caller's choice (stoke-train
+// uses 1, as scikit-learn's StandardScaler does).
 ChannelStats channel_stats(const Dataset& dataset, const ChannelStatsOptions& options = {},
                            const std::string& what = "dataset");
 

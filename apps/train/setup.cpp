@@ -99,6 +99,16 @@ data::NormalizeOptions normalization(const Flags& f, const data::Dataset& train,
   n.mean = s.mean;
   n.std = s.std;
   from = std::to_string(s.images) + " training images";
+  for (size_t c = 0; c < n.std.size(); ++c) {
+    if (n.std[c] > 0) continue;
+    // A constant channel (a synthetic set, an unused alpha plane): dividing by its std of 0 would
+    // make every value inf or NaN. It is scaled by 1, as scikit-learn's StandardScaler does.
+    n.std[c] = 1;
+    std::printf(
+        "note: channel %zu of the training images has one value (%.4f) in every pixel: "
+        "its std is 0, so it is scaled by 1\n",
+        c, static_cast<double>(n.mean[c]));
+  }
   return n;
 }
 

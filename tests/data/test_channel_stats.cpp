@@ -132,13 +132,19 @@ TEST_CASE("channel_stats: bad datasets are named", "[data][channel_stats]") {
   CHECK_THROWS_WITH(
       data::channel_stats(mixed, {}, "my set"),
       Catch::Contains("my set: image 150 has 1 channels, but image ") && Catch::Contains("has 3"));
+  CHECK_THROWS_WITH(data::channel_stats(mixed, {.max_images = -1}),
+                    Catch::Contains("max_images must be >= 0"));
+}
+
+TEST_CASE("channel_stats: a constant channel has std 0 and its value as mean",
+          "[data][channel_stats]") {
   VectorDataset constant = random_images(5, 2, 3);
   for (auto& ex : constant.images)
     for (size_t k = 1; k < ex.pixels.size(); k += 2) ex.pixels[k] = 17;
-  CHECK_THROWS_WITH(data::channel_stats(constant, {}, "my set"),
-                    Catch::Contains("channel 1 has the same value in every pixel"));
-  CHECK_THROWS_WITH(data::channel_stats(constant, {.max_images = -1}),
-                    Catch::Contains("max_images must be >= 0"));
+  const data::ChannelStats s = data::channel_stats(constant);
+  CHECK(s.std[1] == 0.f);  // N sum(x^2) - sum(x)^2 is exactly 0 in integers
+  CHECK(s.mean[1] == static_cast<float>(17 / 255.0));
+  CHECK(s.std[0] > 0.f);
 }
 
 TEST_CASE("channel_stats: Fashion-MNIST's training split gives its published 0.2860 / 0.3530",

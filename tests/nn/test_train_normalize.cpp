@@ -226,3 +226,27 @@ TEST_CASE("stoke-train: an RGB image folder and its pack are normalized per chan
   REQUIRE(packed.exit_code == 0);
   CHECK_THAT(packed.output, Catch::Contains(line));
 }
+
+TEST_CASE("stoke-train: a constant channel is scaled by 1, said on stdout", "[nn][train]") {
+  const test::TempDir tmp("stoke-normalize-constant");
+  for (const char* split : {"train", "test"})
+    for (int i = 0; i < 4; ++i) {
+      const std::vector<uint8_t> px(28 * 28, 51);  // 0.2 after / 255
+      const fs::path dir = tmp.path / split / (i % 2 ? "b" : "a");
+      fs::create_directories(dir);
+      const std::vector<uint8_t> png = data::encode_png(px.data(), 28, 28, 1);
+      std::ofstream(dir / (std::to_string(i) + ".png"), std::ios::binary)
+          .write(reinterpret_cast<const char*>(png.data()),
+                 static_cast<std::streamsize>(png.size()));
+    }
+  const test::ProcessResult r = train("--data " + tmp.path.string() +
+                                      " --data-format folder --model lenet5 --epochs 1 --batch 2 "
+                                      "--no-progress");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output,
+             Catch::Contains("note: channel 0 of the training images has one value "
+                             "(0.2000) in every pixel: its std is 0, so it is scaled by 1"));
+  CHECK_THAT(r.output, Catch::Contains("normalize: mean (0.2000), std (1.0000)"));
+  CHECK_THAT(r.output, !Catch::Contains("nan"));
+}
