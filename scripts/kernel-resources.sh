@@ -182,7 +182,12 @@ demangled = dict(zip(mangled, dem))
 op_lists = {}
 ops_header = open(os.path.join(repo, "core", "elementwise_ops.h"), encoding="utf-8").read()
 for m in re.finditer(r"#define\s+(STOKE_\w+_OPS)\(X\)((?:[^\n]*\\\n)*[^\n]*)", ops_header):
-    op_lists[m.group(1)] = re.findall(r"X\((\w+)\)", m.group(2))
+    # A list may open with another (STOKE_UNARY_OPS is STOKE_UNARY_FUNCTION_OPS(X) X(gelu) ...):
+    # its names are spliced in where it stands, from the lists defined above it.
+    names = []
+    for ref, name in re.findall(r"(STOKE_\w+_OPS)\(X\)|X\((\w+)\)", m.group(2)):
+        names += op_lists.get(ref, []) if ref else [name]
+    op_lists[m.group(1)] = names
 enums = {}
 for path in sorted(glob.glob(os.path.join(repo, "cuda", "kernels", "*.[hc]*"))):
     text = re.sub(r"//[^\n]*", "", open(path, encoding="utf-8", errors="replace").read())
