@@ -209,7 +209,7 @@ void check_contiguous(const Tensor& t, const std::string& label, const char* wha
 // and the whole one (the input of reduce_scatter, the output of allgather) with size() x the
 // other's elements.
 void check_ring_sharded(const Communicator& comm, const Tensor& input, const Tensor& output,
-                   bool input_is_whole) {
+                        bool input_is_whole) {
   const std::string& label = comm.op_label();
   check_contiguous(input, label, "the input");
   check_contiguous(output, label, "the output");
