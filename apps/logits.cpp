@@ -99,20 +99,13 @@ int main(int argc, char** argv) {
     // metadata. A file without it (a PyTorch state_dict, an older checkpoint) gets
     // Fashion-MNIST's 0.2860 / 0.3530, what stoke-train used before it kept them.
     float mean = 0.2860f, std = 0.3530f;
-    const auto m = file.metadata.find("normalize_mean"), sd = file.metadata.find("normalize_std");
-    STOKE_CHECK((m == file.metadata.end()) == (sd == file.metadata.end()), "stoke-logits", weights,
-                ": metadata has only one of normalize_mean and normalize_std");
-    if (m != file.metadata.end()) {
-      const auto means = data::parse_channels(m->second, false, "stoke-logits",
-                                              weights + ": metadata 'normalize_mean'");
-      const auto stds = data::parse_channels(sd->second, true, "stoke-logits",
-                                             weights + ": metadata 'normalize_std'");
-      STOKE_CHECK(means.size() == 1 && stds.size() == 1, "stoke-logits", weights,
-                  ": the weights were trained on ", std::max(means.size(), stds.size()),
-                  "-channel images (normalize_mean '", m->second, "'); the test images here are ",
-                  data, "'s, with 1 channel");
-      mean = means[0];
-      std = stds[0];
+    if (const auto n = data::read_normalization(file.metadata, "stoke-logits", weights)) {
+      STOKE_CHECK(n->mean.size() == 1 && n->std.size() == 1, "stoke-logits", weights,
+                  ": the weights were trained on ", std::max(n->mean.size(), n->std.size()),
+                  "-channel images (normalize_mean '", file.metadata.at("normalize_mean"),
+                  "'); the test images here are ", data, "'s, with 1 channel");
+      mean = n->mean[0];
+      std = n->std[0];
     }
     // Only the first COUNT test images are read (the files inflated only as far as they need).
     const auto test = data::load_mnist(data, false, count);

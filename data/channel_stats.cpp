@@ -131,6 +131,20 @@ std::string channels_text(const std::vector<float>& values) {
   return s;
 }
 
+std::optional<ChannelFigures> read_normalization(const std::map<std::string, std::string>& metadata,
+                                                 const char* op, const std::string& where) {
+  const auto mean = metadata.find("normalize_mean"), std = metadata.find("normalize_std");
+  if (mean == metadata.end() && std == metadata.end()) return std::nullopt;
+  STOKE_CHECK(mean != metadata.end() && std != metadata.end(), op, where,
+              ": metadata has only one of normalize_mean and normalize_std");
+  ChannelFigures f{parse_channels(mean->second, false, op, where + ": metadata 'normalize_mean'"),
+                   parse_channels(std->second, true, op, where + ": metadata 'normalize_std'")};
+  STOKE_CHECK(f.mean.size() == f.std.size() || f.mean.size() == 1 || f.std.size() == 1, op, where,
+              ": metadata has ", f.mean.size(), " normalize_mean values and ", f.std.size(),
+              " normalize_std values");
+  return f;
+}
+
 std::string format_channels(const std::vector<float>& values) {
   std::string s = "(";
   char buf[32];

@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,16 @@ std::vector<float> parse_channels(const std::string& text, bool positive, const 
 // The text parse_channels reads back bit for bit: each value's shortest exact form, comma-separated
 // (checkpoint metadata).
 std::string channels_text(const std::vector<float>& values);
+
+// A weights file's "normalize_mean" and "normalize_std" metadata (channels_text lists; stoke-train
+// writes them into its checkpoints), or nothing when it has neither. Throws stoke::Error
+// "<op>: <where>: metadata ..." when only one is there, a list does not parse (parse_channels;
+// the std's positive), or the two differ in length with neither of length 1.
+struct ChannelFigures {
+  std::vector<float> mean, std;
+};
+std::optional<ChannelFigures> read_normalization(const std::map<std::string, std::string>& metadata,
+                                                 const char* op, const std::string& where);
 
 // "(0.2860, 0.3530)"-style text of a per-channel list, 4 decimals: for log lines.
 std::string format_channels(const std::vector<float>& values);

@@ -155,7 +155,7 @@ Position read_position(const Metadata& m, const std::string& path, const Flags& 
   constexpr uint64_t kMaxU = std::numeric_limits<uint64_t>::max();
   default_generator().set_state({meta_int<uint64_t>(m, "rng_seed", path, 0, kMaxU),
                                  meta_int<uint64_t>(m, "rng_offset", path, 0, kMaxU)});
-  if (const auto n = read_normalization(m, path, "stoke-train")) {
+  if (const auto n = data::read_normalization(m, "stoke-train", path)) {
     p.mean = n->mean;
     p.std = n->std;
   } else {
@@ -170,24 +170,6 @@ Position read_position(const Metadata& m, const std::string& path, const Flags& 
 }
 
 }  // namespace
-
-std::optional<Normalization> read_normalization(const Metadata& m, const std::string& path,
-                                                const std::string& who) {
-  const bool has_mean = m.count("normalize_mean") != 0, has_std = m.count("normalize_std") != 0;
-  if (!has_mean && !has_std) return std::nullopt;
-  STOKE_CHECK(has_mean && has_std, who.c_str(), path, ": checkpoint metadata has '",
-              has_mean ? "normalize_mean" : "normalize_std", "' without '",
-              has_mean ? "normalize_std" : "normalize_mean", "'");
-  const auto read = [&](const char* key) {
-    return data::parse_channels(meta(m, key, path), std::string(key) == "normalize_std",
-                                who.c_str(), path + ": checkpoint metadata '" + key + "'");
-  };
-  Normalization n{read("normalize_mean"), read("normalize_std")};
-  STOKE_CHECK(n.mean.size() == n.std.size() || n.mean.size() == 1 || n.std.size() == 1, who.c_str(),
-              path, ": checkpoint metadata has ", n.mean.size(), " normalize_mean values and ",
-              n.std.size(), " normalize_std values");
-  return n;
-}
 
 void save_last(const std::string& path, const nn::NamedTensors& model_state,
                const nn::NamedTensors& optimizer_state, const nn::amp::GradScaler* scaler,

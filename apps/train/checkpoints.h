@@ -4,8 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,14 +55,5 @@ Position load_last(const std::string& path, nn::Module& model, nn::optim::Optimi
 // that are not finite, as save_last does.
 void save_best(const std::string& path, const nn::Module& model, int64_t epoch, double test_acc,
                const Position& p, const Flags& f);
-
-// A checkpoint's "normalize_mean" and "normalize_std" (comma-separated numbers, each finite and
-// the std's positive, as many of one as of the other, or one of either), or nothing when it has
-// neither; throws naming `path`, the key and the value otherwise (`who`: the program).
-struct Normalization {
-  std::vector<float> mean, std;
-};
-std::optional<Normalization> read_normalization(const std::map<std::string, std::string>& metadata,
-                                                const std::string& path, const std::string& who);
 
 }  // namespace stoke::train

@@ -48,6 +48,14 @@ std::pair<double, double> reference_stats(int64_t n) {
   return {mean, std::sqrt(sq / static_cast<double>(count))};
 }
 
+// dir/<index>.png: a 28x28 image of `channels` channels (HWC bytes), dir created as needed.
+void write_png(const fs::path& dir, int index, const std::vector<uint8_t>& px, int channels) {
+  fs::create_directories(dir);
+  const std::vector<uint8_t> png = data::encode_png(px.data(), 28, 28, channels);
+  std::ofstream(dir / (std::to_string(index) + ".png"), std::ios::binary)
+      .write(reinterpret_cast<const char*>(png.data()), static_cast<std::streamsize>(png.size()));
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -180,12 +188,7 @@ TEST_CASE("stoke-train: an RGB image folder and its pack are normalized per chan
       std::vector<uint8_t> px(28 * 28 * 3);
       for (size_t k = 0; k < px.size(); ++k)
         px[k] = static_cast<uint8_t>(60 * (k % 3) + gen() % 120);
-      const fs::path dir = tmp.path / "folder" / split / (i % 2 ? "b" : "a");
-      fs::create_directories(dir);
-      const std::vector<uint8_t> png = data::encode_png(px.data(), 28, 28, 3);
-      std::ofstream(dir / (std::to_string(i) + ".png"), std::ios::binary)
-          .write(reinterpret_cast<const char*>(png.data()),
-                 static_cast<std::streamsize>(png.size()));
+      write_png(tmp.path / "folder" / split / (i % 2 ? "b" : "a"), i, px, 3);
       if (std::string(split) == "train") train_images.push_back(px);
     }
   }
@@ -232,12 +235,7 @@ TEST_CASE("stoke-train: a constant channel is scaled by 1, said on stdout", "[nn
   for (const char* split : {"train", "test"})
     for (int i = 0; i < 4; ++i) {
       const std::vector<uint8_t> px(28 * 28, 51);  // 0.2 after / 255
-      const fs::path dir = tmp.path / split / (i % 2 ? "b" : "a");
-      fs::create_directories(dir);
-      const std::vector<uint8_t> png = data::encode_png(px.data(), 28, 28, 1);
-      std::ofstream(dir / (std::to_string(i) + ".png"), std::ios::binary)
-          .write(reinterpret_cast<const char*>(png.data()),
-                 static_cast<std::streamsize>(png.size()));
+      write_png(tmp.path / split / (i % 2 ? "b" : "a"), i, px, 1);
     }
   const test::ProcessResult r = train("--data " + tmp.path.string() +
                                       " --data-format folder --model lenet5 --epochs 1 --batch 2 "

@@ -154,11 +154,9 @@ def pool_near_ties(x, geometry, delta):
     k, s, p, d, ceil = geometry
     assert not ceil, "ceil_mode pools are not searched"
     n, c, h, w = x.shape
-    planes = F.pad(x.reshape(n * c, 1, h, w), (p, p, p, p) if isinstance(p, int) else
-                   (p[1], p[1], p[0], p[0]), value=float("-inf"))
-    index = torch.arange(h * w, dtype=torch.float64).reshape(1, 1, h, w)
-    index = F.pad(index, (p, p, p, p) if isinstance(p, int) else (p[1], p[1], p[0], p[0]),
-                  value=-1.0)
+    pads = (p, p, p, p) if isinstance(p, int) else (p[1], p[1], p[0], p[0])
+    planes = F.pad(x.reshape(n * c, 1, h, w), pads, value=float("-inf"))
+    index = F.pad(torch.arange(h * w, dtype=torch.float64).reshape(1, 1, h, w), pads, value=-1.0)
     windows = F.unfold(planes, k, dilation=d, stride=s)        # (n c, k k, L)
     where = F.unfold(index, k, dilation=d, stride=s)[0]        # (k k, L)
     top, arg = windows.topk(2, dim=1)                           # (n c, 2, L)
