@@ -47,6 +47,17 @@ gradient scale, and so is G for their parameters: AdamW divides such a gradient 
 so stoke's float32 noise (about tau times the model's gradients) steps a bias by up to lr where
 torch's float64 noise steps it by nothing (VGG-11's conv biases under batch norm, step 1).
 
+A batch norm's running mean is held to its own derivation: a channel's batch mean is a sum with
+cancellation (zero in exact arithmetic behind a batch norm whose bias is 0), whose error is tau
+times mean|x| <= rms(x) = sqrt(var + mean^2), times the momentum m, per element.
+
+Where the chain bound does not describe the model (depthwise convs and batch norm over 1x1 and 2x2
+planes are ill-conditioned: torch's own float32 replay lands at up to hundreds of tau), a check
+beyond tau may still pass by the rule torch's compiler tests use for a float32 result against a
+float64 reference (torch._dynamo.utils.same with fp64_ref): RMSE(stoke - f64) <= m RMSE(torch f32 -
+f64), m = 2 (3 under 1,000 elements or for 1x1 kernels), without torch's absolute slack. The
+table counts, per configuration, the checks that needed it.
+
 Decisions at a kink, within f32 rounding of it. An activation whose exact value is 2.7e-7 can
 come out negative in float32 (conv sums carry errors ~1e-6 of their magnitude), and then ReLU cuts
 its gradient where float64 passes it: one element, but batch norm's backward spreads a
@@ -58,7 +69,8 @@ gradient). Both results are right to float32 precision; they differ by a decisio
 rounding. So when a step fails, the replay looks for ReLU inputs within delta = tau * rms(input)
 of zero and max-pool windows whose runner-up is within delta of the maximum, and flips those
 decisions in torch, one at a time among the closest 16 (by distance over delta) and then in pairs
-among the closest six, and the step passes if some flip set brings every check within tau: the
+among the closest six, and the step passes if some flip set brings every check within tau (or the
+float32 rule above): the
 table names each such decision. No flip is tried on a step that passes as is, and nothing else is
 forgiven.
 
@@ -105,6 +117,7 @@ DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.
 _relu = F.relu
 _max_pool2d = F.max_pool2d
 HOOK = {"record": None, "flips": (), "relu_call": 0, "pool_call": 0}
+BN_MOMENTUM = {}  # batch norm module name -> its momentum (main fills it from the model)
 
 
 def relu_hooked(x, inplace=False):
@@ -322,6 +335,21 @@ def check_step(ref, got, before, opt_name, tau, grad_scale, order):
             continue
         start = before.get(key)
         change = rv - start if start is not None else rv
+        module = key[len("buffer."):-len(".running_mean")] if key.endswith(".running_mean") else None
+        if kind == "buffer" and module in BN_MOMENTUM and start is not None:
+            # A channel's batch mean is a sum with cancellation (zero in exact arithmetic behind a
+            # batch norm whose bias is 0, as at every linear bottleneck's output at step 1): its
+            # error is tau times the mean of |x|, not of the mean itself, and mean|x| <= rms(x) =
+            # sqrt(var + mean^2) (Cauchy-Schwarz). The step's own mean and (unbiased, so at most
+            # sqrt(n / (n - 1)) looser) variance come back from the running statistics' update,
+            # r_new = (1 - m) r_old + m batch.
+            m = BN_MOMENTUM[module]
+            vkey = key[:-len("mean")] + "var"
+            mean = change / m
+            var = (ref[vkey] - (1 - m) * before[vkey]) / m
+            b = tau * m * (var.clamp(min=0) + mean.pow(2)).sqrt() + 2 * U * rv.abs()
+            out.append(("buffer (mean)", float(((gv - rv).abs() / (b + 1e-300)).max()), key))
+            continue
         if kind == "param" and opt_name == "adamw":
             g = ref["grad." + key.split(".", 1)[1]]
             # G: the scale of the gradient's error. A noise gradient (below) is held to the model's
@@ -351,8 +379,41 @@ def check_step(ref, got, before, opt_name, tau, grad_scale, order):
     return out
 
 
+def f32_rule(ref, got, r32, key):
+    """torch's own accuracy rule for a float32 result against a float64 reference
+    (torch._dynamo.utils.same with fp64_ref, as torch's compiler tests and benchmarks use it):
+    RMSE(stoke - f64) <= m RMSE(torch f32 - f64), m = 2, or 3 for tensors under 1,000 elements and
+    1x1 kernels ("noise might dominate our error metric for smaller tensors"). torch's absolute
+    slack (tol / 10) is left out. Returns res_error / (m ref_error): <= 1 passes."""
+    if r32 is None or key not in r32 or key not in got:
+        return math.inf
+    rv, gv, tv = ref[key].double(), got[key].double(), r32[key].double()
+    if gv.shape != rv.shape or not rv.is_floating_point():
+        return math.inf
+    small = rv.numel() < 1000 or (rv.dim() == 4 and rv.shape[-1] == rv.shape[-2] == 1)
+    m = 3.0 if small else 2.0
+    res_error = float((gv - rv).pow(2).mean().sqrt())
+    ref_error = float((tv - rv).pow(2).mean().sqrt())
+    return res_error / (m * ref_error) if ref_error > 0 else (0.0 if res_error == 0 else math.inf)
+
+
+def failing(res, ref, got, r32):
+    """The checks of `res` beyond tau that torch's float32 rule (f32_rule) does not pass either,
+    and the rule's ratios for those it passed."""
+    bad, by_rule = [], []
+    for what, v, key in res:
+        if v <= 1:
+            continue
+        r = f32_rule(ref, got, r32, key) if what not in ("missing", "count") else math.inf
+        if r <= 1:
+            by_rule.append(r)
+        else:
+            bad.append((what, v, key, r))
+    return bad, by_rule
+
+
 def explain_by_flips(model, state, order, batch, opt_name, tau, grad_scale, got, before,
-                     decisions):
+                     decisions, r32):
     """Descriptions of a set of decisions within delta = tau * rms(input) of their boundary (a ReLU
     input near zero; a max-pool window whose two largest inputs nearly tie) whose flips bring the
     step within the bound, or None."""
@@ -376,7 +437,8 @@ def explain_by_flips(model, state, order, batch, opt_name, tau, grad_scale, got,
     tries = [[c] for c in cands[:16]] + [list(p) for p in itertools.combinations(cands[:6], 2)]
     for t in tries:
         ref, _ = torch_step(model, state, order, batch, opt_name, torch.float64, [c[1] for c in t])
-        if all(v <= 1 for _, v, _ in check_step(ref, got, before, opt_name, tau, grad_scale, order)):
+        res = check_step(ref, got, before, opt_name, tau, grad_scale, order)
+        if not failing(res, ref, got, r32)[0]:
             return [c[2] for c in t]
     return None
 
@@ -397,6 +459,8 @@ def main():
             if t.is_floating_point():
                 t.copy_(t.float().double())
     tau, D, K = chain_bound(model, a.batch)
+    BN_MOMENTUM.update({n: mod.momentum for n, mod in model.named_modules()
+                        if isinstance(mod, nn.modules.batchnorm._BatchNorm)})
     g = torch.Generator().manual_seed(99)
     batches = [(torch.randn(a.batch, 1, 28, 28, generator=g).float().double(),
                 torch.randint(0, 10, (a.batch,), generator=g)) for _ in range(a.steps)]
@@ -443,7 +507,7 @@ def main():
                         failures.append("%s: stoke exited %d: %s" % (name, p.returncode,
                                                                     p.stderr.strip()))
                         continue
-                    worst, worst32 = {}, {}
+                    worst, worst32, by_rule = {}, {}, []
                     state, state_key = dict(init), "init"
                     for k in range(1, a.steps + 1):
                         path = os.path.join(out, "step%d.safetensors" % k)
@@ -455,48 +519,54 @@ def main():
                         # forced off; every configuration's first step) share torch's replay.
                         key = (opt_name, k, state_key)
                         if key not in replays:
-                            replays[key] = torch_step(model, state, order, batches[k - 1], opt_name,
-                                                      torch.float64)
+                            ref, decisions = torch_step(model, state, order, batches[k - 1],
+                                                        opt_name, torch.float64)
+                            # torch's own float32 replay of the same step, for f32_rule and scale
+                            r32, _ = torch_step(model, state, order, batches[k - 1], opt_name,
+                                                torch.float32)
+                            replays[key] = (ref, decisions, r32)
                             if len(replays) > 8:
                                 replays.popitem(last=False)
-                        ref, decisions = replays[key]
+                        ref, decisions, r32 = replays[key]
                         before = {kk: v for kk, v in state.items() if not kk.startswith("optim.")}
                         grad_scale = max(float(v.norm()) for kk, v in ref.items()
                                          if kk.startswith("grad."))
                         res = check_step(ref, got, before, opt_name, tau, grad_scale, order)
-                        if any(not v <= 1 for _, v, _ in res):
+                        bad, n_rule = failing(res, ref, got, r32)
+                        if bad:
                             fl = explain_by_flips(model, state, order, batches[k - 1], opt_name, tau,
-                                                  grad_scale, got, before, decisions)
+                                                  grad_scale, got, before, decisions, r32)
                             if fl is None:
-                                for what, v, key in res:
-                                    if not v <= 1:
-                                        failures.append("%s, step %d: %s %s at %.3g of its bound"
-                                                        % (name, k, what, key, v))
+                                for what, v, key, r in bad:
+                                    failures.append("%s, step %d: %s %s at %.3g of its bound, %.3g"
+                                                    " of torch's float32 rule"
+                                                    % (name, k, what, key, v, r))
                             else:
                                 flips_used.append((name, k, fl))
                                 res = [(w, 0.0, kk) for w, _, kk in res]
-                        if threads == 1 and not cfg:  # torch's float32 replay, for scale
-                            r32, _ = torch_step(model, state, order, batches[k - 1], opt_name,
-                                                torch.float32)
-                            for what, v, _ in check_step(ref, r32, before, opt_name, tau, grad_scale, order):
-                                worst32[what] = max(worst32.get(what, 0.0), v)
+                        by_rule += n_rule if not bad else []
+                        for what, v, _ in check_step(ref, r32, before, opt_name, tau, grad_scale,
+                                                     order):
+                            worst32[what] = max(worst32.get(what, 0.0), v)
                         for what, v, tensor in res:
                             if v > worst.get(what, (-1.0,))[0]:
                                 worst[what] = (v, "step %d %s" % (k, tensor))
                         state = got
                         with open(path, "rb") as f:
                             state_key = hashlib.sha1(f.read()).hexdigest()
-                    table.append((name, worst, worst32, float(got["loss"]),
-                                  traj[-1]))
+                    table.append((name, worst, worst32, float(got["loss"]), traj[-1], by_rule))
     print("errors as fractions of their bound (<= 1 passes); torch f32: torch's own float32 replay")
     print("%-40s %-16s %9s %9s  %s" % ("stoke configuration", "check", "stoke", "torch f32",
                                         "worst at"))
-    for name, worst, worst32, last, last_traj in table:
+    for name, worst, worst32, last, last_traj, by_rule in table:
         for what, (v, where) in sorted(worst.items()):
             print("%-40s %-16s %9.2e %9.2e  %s" % (name, what, v, worst32.get(what, float("nan")),
                                                   where))
         print("%-40s %-16s %9.6f %9.6f  (stoke's last loss; torch f64's own trajectory)"
               % (name, "last loss", last, last_traj))
+        if by_rule:
+            print("%-40s %-16s %9.2e  %d checks beyond tau within torch's float32 rule (f32_rule;"
+                  " the largest ratio)" % (name, "f32 rule", max(by_rule), len(by_rule)))
     for name, k, fl in flips_used:
         print("%s, step %d: matched after flipping %s" % (name, k, "; ".join(fl)))
     if failures:
