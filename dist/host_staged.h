@@ -13,6 +13,8 @@
 // does), so this costs a synchronization per call and two copies of the data.
 #pragma once
 
+#include <vector>
+
 #include "dist/communicator.h"
 
 namespace stoke::dist {
@@ -32,6 +34,10 @@ class HostStagedCommunicator final : public Communicator {
   void do_send(const Tensor& t, int dst, int tag) override;
   void do_recv(Tensor& t, int src, int tag) override;
   void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) override;
+  // The host engine's isend/irecv on host copies; a staged receive is copied back at its wait.
+  int64_t do_isend(const Tensor& t, int dst, int tag) override;
+  int64_t do_irecv(const Tensor& t, int src, int tag) override;
+  void do_wait(int64_t id) override;
   void do_allreduce(Tensor& t, ReduceOp op) override;
   void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
   void do_allgather(const Tensor& input, Tensor& output) override;
@@ -40,6 +46,14 @@ class HostStagedCommunicator final : public Communicator {
 
  private:
   Communicator& host_;
+  struct Staged {
+    int64_t id;
+    Request host_request;
+    Tensor t, host;  // the caller's tensor and its host copy (the same tensor on the host)
+    bool recv;
+  };
+  std::vector<Staged> staged_;
+  int64_t next_id_ = 0;
 };
 
 }  // namespace stoke::dist

@@ -90,6 +90,11 @@ class InProcessCommunicator final : public Communicator {
   void do_send(const Tensor& t, int dst, int tag) override;
   void do_recv(Tensor& t, int src, int tag) override;
   void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) override;
+  // isend copies into the mailbox at once (complete); irecv is matched at its wait, after the
+  // receives posted before it from the same rank and tag.
+  int64_t do_isend(const Tensor& t, int dst, int tag) override;
+  int64_t do_irecv(const Tensor& t, int src, int tag) override;
+  void do_wait(int64_t id) override;
   void do_allreduce(Tensor& t, ReduceOp op) override;
   void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
   void do_allgather(const Tensor& input, Tensor& output) override;
@@ -105,9 +110,21 @@ class InProcessCommunicator final : public Communicator {
   void reduce_on_root(const std::vector<Message>& in, const Tensor& mine, ReduceOp op,
                       std::vector<double>& acc);
   [[noreturn]] void fail(const std::string& message);
+  // Takes the next message from src with tag into t, checking its count and dtype.
+  void receive_into(const Tensor& t, int src, int tag);
+  // Completes the posted receives from src with tag, in post order, up to and including the one
+  // with id `last` (every one when last < 0).
+  void complete_posted(int src, int tag, int64_t last);
 
   InProcessGroup& group_;
   const int rank_;
+  struct PostedRecv {
+    int64_t id;
+    Tensor t;
+    int src, tag;
+  };
+  std::vector<PostedRecv> posted_;  // irecvs not yet matched, in post order
+  int64_t next_recv_id_ = 0;
 };
 
 struct RunRanksOptions {

@@ -70,6 +70,11 @@ class MpiCommunicator final : public Communicator {
   void do_send(const Tensor& t, int dst, int tag) override;
   void do_recv(Tensor& t, int src, int tag) override;
   void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) override;
+  // MPI_Isend/MPI_Irecv of the header and the payload pieces; do_wait waits for them (a receive
+  // checks the header first, as do_recv does).
+  int64_t do_isend(const Tensor& t, int dst, int tag) override;
+  int64_t do_irecv(const Tensor& t, int src, int tag) override;
+  void do_wait(int64_t id) override;
   void do_allreduce(Tensor& t, ReduceOp op) override;
   void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
   void do_allgather(const Tensor& input, Tensor& output) override;
@@ -81,6 +86,7 @@ class MpiCommunicator final : public Communicator {
   class Watchdog;
   class Call;
   struct Header;
+  struct Pending;
   enum class Kind : int64_t;
 
   // Throws on every rank, naming the first rank that disagrees with rank 0, unless every rank
@@ -103,6 +109,10 @@ class MpiCommunicator final : public Communicator {
   int64_t tag_ub_ = 32767;
   int64_t seq_ = -1;  // the collective in progress (on_collective_start)
   std::unique_ptr<Watchdog> watchdog_;
+  // Posted isend/irecv, and finished ones kept for reuse (their MPI_Request vectors stay
+  // allocated); each is at a fixed address, which MPI holds for the header.
+  std::vector<std::unique_ptr<Pending>> pending_, spare_;
+  int64_t next_request_id_ = 0;
 };
 
 }  // namespace stoke::dist

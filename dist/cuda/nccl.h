@@ -67,6 +67,15 @@ class NcclCommunicator final : public Communicator {
   void do_send(const Tensor& t, int dst, int tag) override;
   void do_recv(Tensor& t, int src, int tag) override;
   void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) override;
+  // Pending sends and receives are issued as one NCCL group on this communicator's stream once
+  // both a send and a receive are pending, or at a wait, or before any other call (which keeps
+  // the message order); a group never holds a send without the receives posted with it, so a
+  // ring of isend/irecv pairs cannot deadlock in the stream. The compute stream joins a group's
+  // completion only at the wait of one of its requests, so kernels queued before that (a reduce
+  // of the previous segment) overlap the transfer.
+  int64_t do_isend(const Tensor& t, int dst, int tag) override;
+  int64_t do_irecv(const Tensor& t, int src, int tag) override;
+  void do_wait(int64_t id) override;
   void do_allreduce(Tensor& t, ReduceOp op) override;
   void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;
   void do_allgather(const Tensor& input, Tensor& output) override;
@@ -77,8 +86,12 @@ class NcclCommunicator final : public Communicator {
  private:
   // Queues enqueue() (NCCL calls on stream_) between the two events, after checking that every
   // tensor lives on this communicator's device, and hands the completion to the watchdog.
+  // With `completion` set, records it on the NCCL stream after the operation instead of making the
+  // compute stream wait (the non-blocking calls' groups, joined at their wait).
   template <class F>
-  void run(const std::vector<const Tensor*>& tensors, F&& enqueue);
+  void run(const std::vector<const Tensor*>& tensors, F&& enqueue,
+           cudaEvent_t completion = nullptr);
+  void flush_p2p();  // issues the pending isend/irecv as one group
   void check_alive() const;
   void watchdog_loop();
 
@@ -103,6 +116,25 @@ class NcclCommunicator final : public Communicator {
   std::vector<cudaEvent_t> free_events_;
   std::atomic<bool> aborted_{false}, stop_{false};
   std::string abort_reason_;  // under mutex_
+
+  // Non-blocking point to point (the user's thread only, like every call).
+  struct P2pGroup {
+    cudaEvent_t done = nullptr;
+    int unwaited = 0;
+  };
+  struct P2pOp {
+    int64_t id;
+    bool send;
+    Tensor t;
+    int peer;
+    std::shared_ptr<P2pGroup> group;  // null until issued
+  };
+  std::vector<P2pOp> p2p_;  // posted and not yet waited for
+  bool p2p_unissued_sends_ = false, p2p_unissued_recvs_ = false;
+  std::vector<cudaEvent_t> p2p_events_;  // for groups, reused
+  int64_t next_p2p_id_ = 0;
+  bool flushing_ = false;
+
   std::thread watchdog_;
 };
 
