@@ -124,7 +124,10 @@ std::string usage() {
                           events around it, a track per device in the trace, `device` rows in
                           the summary); costs a few microseconds of host time per op
 Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard):
-  --allreduce native|ring the gradient allreduce: the engine's own, or stoke's ring (default native)
+  --allreduce native|ring|tree|rhd|auto  the gradient allreduce: the engine's own (default),
+                          stoke's ring, binomial tree or halving-doubling, or auto: chosen per
+                          bucket size by a cost model calibrated at start (docs/allreduce.md);
+                          with --zero: native, ring, rhd or auto
   --dist-backend auto|nccl|mpi  with --device cuda: NCCL (GPU memory to GPU memory), or MPI
                           with the tensors staged through host memory; auto (default) is NCCL
                           when this build has it. --device cuda means cuda:<local rank>
@@ -269,7 +272,7 @@ Flags parse_flags(int argc, char** argv) {
               "--amsgrad is Adam's: it needs --optimizer adam or adamw, got ", f.optimizer);
   check_known("augment-on", f.augment_on, {"device", "workers"});
   check_known("schedule", f.schedule, {"none", "step", "multistep", "cosine", "onecycle"});
-  check_known("allreduce", f.allreduce, {"native", "ring"});
+  check_known("allreduce", f.allreduce, {"native", "ring", "tree", "rhd", "auto"});
   check_known("dist backend", f.dist_backend, {"auto", "nccl", "mpi"});
   STOKE_CHECK(f.dist_timeout > 0, "stoke-train", "--dist-timeout must be positive, got ",
               f.dist_timeout);
