@@ -84,12 +84,20 @@ Shape shape_of(int p) {
   return s;
 }
 
-// A range of m bytes sent as one step: its whole segments, then the partial one (an empty range
-// is one empty message).
-double xfer(const AllreduceModel& m, double bytes) {
+// A range of m bytes moved in one step: its whole segments, then the partial one (an empty range
+// is one empty message); both ways at once (X), or one way (P).
+double segmented(const CostCurve& c, const AllreduceModel& m, double bytes) {
   const double seg = static_cast<double>(m.segment_bytes);
   const double whole = std::floor(bytes / seg), rest = bytes - whole * seg;
-  return whole * m.exchange.at(seg) + (rest > 0 || whole == 0 ? m.exchange.at(rest) : 0.0);
+  return whole * c.at(seg) + (rest > 0 || whole == 0 ? c.at(rest) : 0.0);
+}
+
+double xfer(const AllreduceModel& m, double bytes) {
+  return segmented(m.exchange, m, bytes);
+}
+
+double one(const AllreduceModel& m, double bytes) {
+  return segmented(m.oneway, m, bytes);
 }
 
 constexpr AllreduceAlgorithm kAllreduceCandidates[] = {
@@ -114,7 +122,45 @@ AllreduceAlgorithm cheapest(const AllreduceAlgorithm (&candidates)[K], Predict&&
 
 }  // namespace
 
+namespace {
+
+// The measured curve of `a`, or null.
+const CostCurve* measured(const std::map<AllreduceAlgorithm, CostCurve>& curves,
+                          AllreduceAlgorithm a) {
+  auto it = curves.find(a);
+  return it == curves.end() || it->second.points.empty() ? nullptr : &it->second;
+}
+
+double textbook_reduce_scatter(const AllreduceModel& m, AllreduceAlgorithm a, int64_t bytes);
+double textbook_allgather(const AllreduceModel& m, AllreduceAlgorithm a, int64_t bytes);
+
+}  // namespace
+
 double predict_allreduce(const AllreduceModel& m, AllreduceAlgorithm a, int64_t bytes) {
+  if (a == AllreduceAlgorithm::automatic)
+    return predict_allreduce(m, choose_allreduce(m, bytes), bytes);
+  if (const CostCurve* c = measured(m.measured_allreduce, a))
+    return c->at(static_cast<double>(bytes));
+  return textbook_allreduce(m, a, bytes);
+}
+
+double predict_reduce_scatter(const AllreduceModel& m, AllreduceAlgorithm a, int64_t bytes) {
+  if (a == AllreduceAlgorithm::automatic)
+    return predict_reduce_scatter(m, choose_reduce_scatter(m, bytes), bytes);
+  if (const CostCurve* c = measured(m.measured_reduce_scatter, a))
+    return c->at(static_cast<double>(bytes));
+  return textbook_reduce_scatter(m, a, bytes);
+}
+
+double predict_allgather(const AllreduceModel& m, AllreduceAlgorithm a, int64_t bytes) {
+  if (a == AllreduceAlgorithm::automatic)
+    return predict_allgather(m, choose_allgather(m, bytes), bytes);
+  if (const CostCurve* c = measured(m.measured_allgather, a))
+    return c->at(static_cast<double>(bytes));
+  return textbook_allgather(m, a, bytes);
+}
+
+double textbook_allreduce(const AllreduceModel& m, AllreduceAlgorithm a, int64_t bytes) {
   const Shape s = shape_of(m.ranks);
   const double n = static_cast<double>(bytes), p = s.p;
   if (s.p == 1 && a != AllreduceAlgorithm::native && a != AllreduceAlgorithm::automatic) return 0;
@@ -124,14 +170,14 @@ double predict_allreduce(const AllreduceModel& m, AllreduceAlgorithm a, int64_t 
     case AllreduceAlgorithm::ring:
       return 2 * (p - 1) * xfer(m, n / p) + (p - 1) * m.reduce.at(n / p);
     case AllreduceAlgorithm::tree:
-      return 2 * s.levels * xfer(m, n) + s.levels * m.reduce.at(n);
+      return 2 * s.levels * one(m, n) + s.levels * m.reduce.at(n);
     case AllreduceAlgorithm::rhd: {
       double t = 0, part = n;
       for (int j = 0; j < s.halvings; ++j) {
         part /= 2;
         t += 2 * xfer(m, part) + m.reduce.at(part);
       }
-      if (s.rem > 0) t += 2 * xfer(m, n) + m.reduce.at(n);
+      if (s.rem > 0) t += 2 * one(m, n) + m.reduce.at(n);
       return t;
     }
     case AllreduceAlgorithm::automatic:
@@ -140,7 +186,9 @@ double predict_allreduce(const AllreduceModel& m, AllreduceAlgorithm a, int64_t 
   return 0;
 }
 
-double predict_reduce_scatter(const AllreduceModel& m, AllreduceAlgorithm a, int64_t bytes) {
+namespace {
+
+double textbook_reduce_scatter(const AllreduceModel& m, AllreduceAlgorithm a, int64_t bytes) {
   const Shape s = shape_of(m.ranks);
   const double n = static_cast<double>(bytes), p = s.p;
   if (s.p == 1 && a != AllreduceAlgorithm::native && a != AllreduceAlgorithm::automatic) return 0;
@@ -158,7 +206,7 @@ double predict_reduce_scatter(const AllreduceModel& m, AllreduceAlgorithm a, int
         t += xfer(m, part) + m.reduce.at(part);
       }
       // The fold sends the whole input, the unfold one block back.
-      if (s.rem > 0) t += xfer(m, n) + m.reduce.at(n) + xfer(m, n / p);
+      if (s.rem > 0) t += one(m, n) + m.reduce.at(n) + one(m, n / p);
       return t;
     }
     case AllreduceAlgorithm::automatic:
@@ -167,7 +215,7 @@ double predict_reduce_scatter(const AllreduceModel& m, AllreduceAlgorithm a, int
   return 0;
 }
 
-double predict_allgather(const AllreduceModel& m, AllreduceAlgorithm a, int64_t bytes) {
+double textbook_allgather(const AllreduceModel& m, AllreduceAlgorithm a, int64_t bytes) {
   const Shape s = shape_of(m.ranks);
   const double n = static_cast<double>(bytes), p = s.p;
   if (s.p == 1 && a != AllreduceAlgorithm::native && a != AllreduceAlgorithm::automatic) return 0;
@@ -186,7 +234,7 @@ double predict_allgather(const AllreduceModel& m, AllreduceAlgorithm a, int64_t 
         t += xfer(m, part);
       }
       // The fold sends one block, the unfold the whole output.
-      if (s.rem > 0) t += xfer(m, n / p) + xfer(m, n);
+      if (s.rem > 0) t += one(m, n / p) + one(m, n);
       return t;
     }
     case AllreduceAlgorithm::automatic:
@@ -194,6 +242,8 @@ double predict_allgather(const AllreduceModel& m, AllreduceAlgorithm a, int64_t 
   }
   return 0;
 }
+
+}  // namespace
 
 AllreduceAlgorithm choose_allreduce(const AllreduceModel& m, int64_t bytes) {
   return cheapest(kAllreduceCandidates,
@@ -266,7 +316,7 @@ std::string describe(const AllreduceModel& m) {
     << (m.on_cpu ? "cpu" : "device") << " tensors, calibrated in " << us(m.calibration_s)
     << ", segments of " << bytes_text(m.segment_bytes)
     << "); MEASURED us at each size, linear between:\n";
-  auto row = [&](const char* name, const CostCurve& c) {
+  auto row = [&](const std::string& name, const CostCurve& c) {
     o << "    " << name;
     for (const auto& [bytes, seconds] : c.points) {
       std::ostringstream cell;
@@ -283,14 +333,24 @@ std::string describe(const AllreduceModel& m) {
   }
   o << "\n";
   row("exchange step X(m)      ", m.exchange);
+  row("one way P(m)            ", m.oneway);
   row("reduce R(m)             ", m.reduce);
   row("native allreduce        ", m.native_allreduce);
   row("native reduce_scatter   ", m.native_reduce_scatter);
   row("native allgather        ", m.native_allgather);
-  o << "  alpha = X(8 B) = " << us(m.exchange.alpha_s()) << ", beta = 1 / "
-    << gbs(m.exchange.beta_s()) << ", gamma = 1 / " << gbs(m.reduce.beta_s())
-    << " (largest range); native allreduce " << us(m.native_allreduce.alpha_s()) << " + n / "
-    << gbs(m.native_allreduce.beta_s()) << "\n  auto allreduce:";
+  for (const auto& [a, c] : m.measured_allreduce)
+    row(::stoke::detail::str_cat(
+            "allreduce ", allreduce_algorithm_name(a),
+            std::string(14 - std::string(allreduce_algorithm_name(a)).size(), ' '))
+            .c_str(),
+        c);
+  o << "  (X, P, R: the textbook's parts; the allreduce rows: each algorithm timed whole, what "
+       "auto "
+       "uses)\n  alpha = X(8 B) = "
+    << us(m.exchange.alpha_s()) << ", beta = 1 / " << gbs(m.exchange.beta_s()) << ", gamma = 1 / "
+    << gbs(m.reduce.beta_s()) << " (largest range); native allreduce "
+    << us(m.native_allreduce.alpha_s()) << " + n / " << gbs(m.native_allreduce.beta_s())
+    << "\n  auto allreduce:";
   const auto choices = allreduce_choices(m, int64_t{1} << 30);
   for (size_t i = 0; i < choices.size(); ++i) {
     o << (i ? ", " : " ") << allreduce_algorithm_name(choices[i].second) << " from "
@@ -304,10 +364,10 @@ std::string describe(const AllreduceModel& m) {
 
 namespace {
 
+// The median, the benchmark's statistic.
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return v[v.size() / 2];
 }
 
 double seconds_since(int64_t t0_ns) {
@@ -319,11 +379,14 @@ void sync(const Tensor& t) {
   if (!t.device().is_cpu() && t.numel() > 0) (void)t.narrow(0, 0, 1).to(Device::cpu());
 }
 
-// Median of reps timed runs of fn, after one untimed.
+// The median of reps timed runs of fn, after two untimed (the first calls of an engine
+// set up connections and buffers).
 template <class F>
 double timed(int reps, const Tensor& sync_on, F&& fn) {
-  fn();
-  sync(sync_on);
+  for (int i = 0; i < 2; ++i) {
+    fn();
+    sync(sync_on);
+  }
   std::vector<double> s;
   for (int i = 0; i < reps; ++i) {
     const int64_t t0 = internal::now_ns();
@@ -344,6 +407,71 @@ CostCurve curve_of(const std::vector<double>& bytes, const std::vector<double>& 
     c.points.emplace_back(bytes[i], floor);
   }
   return c;
+}
+
+// Each candidate's own time at each size: median over reps of a call after a barrier (as the
+// benchmark times it), the largest over ranks. A candidate more than 3 times slower than the
+// fastest at two sizes in a row is not timed at larger ones (its curve extends by its last range:
+// the tree's, which sends the whole tensor at every level, at 16 MiB would take a second here).
+// The decision is taken on the agreed (largest over ranks) figures, so every rank takes it alike.
+void measure_candidates(Communicator& comm, Device device, const CalibrationOptions& options,
+                        const std::vector<int64_t>& sizes, AllreduceModel& m) {
+  const int p = comm.size();
+  const TensorOptions on{.dtype = DType::f32, .device = device};
+  const CollectiveOptions algo_options{.segment_bytes = options.segment_bytes};
+  enum Kind { kAllreduce, kReduceScatter, kAllgather };
+  const std::vector<Kind> kinds = options.scatter_gather
+                                      ? std::vector<Kind>{kAllreduce, kReduceScatter, kAllgather}
+                                      : std::vector<Kind>{kAllreduce};
+  for (Kind kind : kinds) {
+    const std::vector<AllreduceAlgorithm> candidates =
+        kind == kAllreduce ? std::vector<AllreduceAlgorithm>(std::begin(kAllreduceCandidates),
+                                                             std::end(kAllreduceCandidates))
+                           : std::vector<AllreduceAlgorithm>(std::begin(kScatterCandidates),
+                                                             std::end(kScatterCandidates));
+    auto& curves = kind == kAllreduce       ? m.measured_allreduce
+                   : kind == kReduceScatter ? m.measured_reduce_scatter
+                                            : m.measured_allgather;
+    std::map<AllreduceAlgorithm, int> slow;  // consecutive sizes at > 3x the fastest
+    std::map<AllreduceAlgorithm, std::vector<double>> x, y;
+    for (int64_t b : sizes) {
+      const int64_t n = b / 4, block = std::max<int64_t>(1, n / p);
+      Tensor t = zeros({kind == kAllreduce ? n : block * p}, on), part = zeros({block}, on);
+      std::vector<AllreduceAlgorithm> timed_now;
+      std::vector<double> v;
+      for (AllreduceAlgorithm a : candidates) {
+        if (slow[a] >= 2) continue;
+        timed_now.push_back(a);
+        std::vector<double> s;
+        for (int i = 0; i < 2 + options.reps; ++i) {
+          comm.barrier();
+          const int64_t t0 = internal::now_ns();
+          if (kind == kAllreduce)
+            allreduce(comm, t, ReduceOp::sum, a, algo_options);
+          else if (kind == kReduceScatter)
+            reduce_scatter(comm, t, part, ReduceOp::sum, a, algo_options);
+          else
+            allgather(comm, part, t, a, algo_options);
+          sync(t);
+          if (i >= 2) s.push_back(seconds_since(t0));
+        }
+        v.push_back(median(std::move(s)));
+      }
+      Tensor all = from_vector<double>(v, {static_cast<int64_t>(v.size())},
+                                       {.dtype = device.is_cpu() ? DType::f64 : DType::f32})
+                       .to(device);
+      comm.allreduce(all, ReduceOp::max);
+      const std::vector<double> w = all.to(Device::cpu()).to(DType::f64).to_vector<double>();
+      const double best = *std::min_element(w.begin(), w.end());
+      for (size_t i = 0; i < timed_now.size(); ++i) {
+        const AllreduceAlgorithm a = timed_now[i];
+        x[a].push_back(static_cast<double>(kind == kAllreduce ? b : block * p * 4));
+        y[a].push_back(w[i]);
+        slow[a] = w[i] > 3 * best ? slow[a] + 1 : 0;
+      }
+    }
+    for (AllreduceAlgorithm a : candidates) curves[a] = curve_of(x[a], y[a]);
+  }
 }
 
 }  // namespace
@@ -367,8 +495,8 @@ AllreduceModel calibrate_allreduce_model(Communicator& comm, Device device,
       if (b < options.large_bytes) sizes.push_back(b);
     sizes.push_back(options.large_bytes / 4 * 4);
     const TensorOptions on{.dtype = DType::f32, .device = device};
-    // Per size: exchange, reduce, native allreduce, reduce_scatter, allgather (this rank's
-    // medians), then the same five byte counts (reduce_scatter and allgather round to blocks).
+    // Per size: exchange, one way, reduce, native allreduce, reduce_scatter, allgather (this
+    // rank's figures); the byte counts beside (reduce_scatter and allgather round to blocks).
     std::vector<double> v;
     std::vector<double> bytes;
     for (int64_t b : sizes) {
@@ -384,6 +512,22 @@ AllreduceModel calibrate_allreduce_model(Communicator& comm, Device device,
           comm.wait(rr);
           comm.wait(sr);
         }));
+        // One way: half a ping-pong between ranks 2i and 2i+1 (a last rank of an odd group
+        // sits it out).
+        const int partner = r ^ 1;
+        v.push_back(partner >= p ? 0.0 : 0.5 * timed(options.reps, in, [&] {
+                                           for (int leg = 0; leg < 2; ++leg) {
+                                             if ((r % 2 == 0) == (leg == 0)) {
+                                               Request sr = comm.isend(out, partner,
+                                                                       internal::kAlgorithmTag);
+                                               comm.wait(sr);
+                                             } else {
+                                               Request rr =
+                                                   comm.irecv(in, partner, internal::kAlgorithmTag);
+                                               comm.wait(rr);
+                                             }
+                                           }
+                                         }));
         Tensor acc = zeros({n}, on);
         v.push_back(timed(options.reps, acc, [&] {
           internal::reduce_into(acc, out, ReduceOp::sum, comm.op_label());
@@ -406,18 +550,21 @@ AllreduceModel calibrate_allreduce_model(Communicator& comm, Device device,
                      .to(device);
     comm.allreduce(all, ReduceOp::max);
     const std::vector<double> w = all.to(Device::cpu()).to(DType::f64).to_vector<double>();
-    std::vector<double> x, rs_x, col[5];
+    constexpr int kCols = 6;
+    std::vector<double> x, rs_x, col[kCols];
     for (size_t i = 0; i < sizes.size(); ++i) {
       x.push_back(bytes[2 * i]);
       rs_x.push_back(bytes[2 * i + 1]);
-      for (int k = 0; k < 5; ++k) col[k].push_back(w[5 * i + static_cast<size_t>(k)]);
+      for (int k = 0; k < kCols; ++k) col[k].push_back(w[kCols * i + static_cast<size_t>(k)]);
     }
     m.exchange = curve_of(x, col[0]);
-    m.reduce = curve_of(x, col[1]);
-    m.native_allreduce = curve_of(x, col[2]);
-    m.native_reduce_scatter = curve_of(rs_x, col[3]);
-    m.native_allgather = curve_of(rs_x, col[4]);
-    m.calibration_s = w.back();
+    m.oneway = curve_of(x, col[1]);
+    m.reduce = curve_of(x, col[2]);
+    m.native_allreduce = curve_of(x, col[3]);
+    m.native_reduce_scatter = curve_of(rs_x, col[4]);
+    m.native_allgather = curve_of(rs_x, col[5]);
+    measure_candidates(comm, device, options, sizes, m);
+    m.calibration_s = std::max(w.back(), seconds_since(start));
   });
   return m;
 }
@@ -427,7 +574,9 @@ std::shared_ptr<const AllreduceModel> allreduce_model(Communicator& comm, Device
   std::shared_ptr<const AllreduceModel> m;
   comm.run_in_order([&] {
     m = comm.cached_allreduce_model();
-    if (m && m->on_cpu == device.is_cpu()) return;
+    if (m && m->on_cpu == device.is_cpu() &&
+        (!options.scatter_gather || !m->measured_reduce_scatter.empty()))
+      return;
     m = std::make_shared<const AllreduceModel>(calibrate_allreduce_model(comm, device, options));
     comm.cache_allreduce_model(m);
   });
@@ -470,7 +619,8 @@ void reduce_scatter(Communicator& comm, const Tensor& input, Tensor& output, Red
   comm.run_in_order([&] {
     AllreduceAlgorithm a = algorithm;
     if (a == AllreduceAlgorithm::automatic)
-      a = choose_reduce_scatter(*allreduce_model(comm, input.device()), bytes_of(input));
+      a = choose_reduce_scatter(*allreduce_model(comm, input.device(), {.scatter_gather = true}),
+                                bytes_of(input));
     switch (a) {
       case AllreduceAlgorithm::ring:
         return ring_reduce_scatter(comm, input, output, op, options);
@@ -489,7 +639,8 @@ void allgather(Communicator& comm, const Tensor& input, Tensor& output,
   comm.run_in_order([&] {
     AllreduceAlgorithm a = algorithm;
     if (a == AllreduceAlgorithm::automatic)
-      a = choose_allgather(*allreduce_model(comm, output.device()), bytes_of(output));
+      a = choose_allgather(*allreduce_model(comm, output.device(), {.scatter_gather = true}),
+                           bytes_of(output));
     switch (a) {
       case AllreduceAlgorithm::ring:
         return ring_allgather(comm, input, output, options);

@@ -407,7 +407,8 @@ ZeroOptimizer::ZeroOptimizer(std::vector<nn::optim::ParamGroup> groups, Communic
           std::max(largest, f.largest_chunk * s.size * static_cast<int64_t>(dtype_size(f.dtype)));
     allreduce_model(comm, s.params.front().device(),
                     {.large_bytes = std::clamp<int64_t>(largest, 64 << 10, 16 << 20),
-                     .segment_bytes = options.ring.segment_bytes});
+                     .segment_bytes = options.ring.segment_bytes,
+                     .scatter_gather = true});
   }
   if (options.stage == 2)
     for (Flat& flat : s.flats)

@@ -18,6 +18,7 @@ AllreduceModel model_of(int ranks) {
   m.ranks = ranks;
   m.segment_bytes = int64_t{1} << 20;
   m.exchange = CostCurve::line(10e-6, 1e-9);
+  m.oneway = CostCurve::line(10e-6, 1e-9);
   m.reduce = CostCurve::line(0, 0.5e-9);
   m.native_allreduce = CostCurve::line(20e-6, 2e-9);
   m.native_reduce_scatter = CostCurve::line(15e-6, 1.5e-9);
@@ -47,6 +48,12 @@ TEST_CASE("dist tuner: the model's times are the alpha-beta closed forms", "[dis
               4 * a + 1.5 * n * b + 0.75 * n * g + 2 * (a + n * b) + n * g));
   CHECK(close(predict_allreduce(m, AllreduceAlgorithm::ring, 4096),
               8 * a + 1.6 * n * b + 0.8 * n * g));
+  // The tree's and the fold's steps go one way: P, not X.
+  m.oneway = CostCurve::line(4e-6, 1e-9);
+  CHECK(close(predict_allreduce(m, AllreduceAlgorithm::tree, 4096),
+              6 * 4e-6 + 6 * n * b + 3 * n * g));
+  CHECK(close(predict_allreduce(m, AllreduceAlgorithm::rhd, 4096),
+              4 * a + 1.5 * n * b + 0.75 * n * g + 2 * (4e-6 + n * b) + n * g));
   // Segments of 1 MiB: a ring step of 4 MiB at N = 2 is 4 messages.
   m = model_of(2);
   const double big = 8 << 20;
@@ -98,6 +105,25 @@ TEST_CASE("dist tuner: choices follow the model: latency-bound small, bandwidth-
   CHECK(describe(m).find("auto allreduce: ") != std::string::npos);
 }
 
+TEST_CASE(
+    "dist tuner: an algorithm's measured curve, where there is one, decides over the formulas",
+    "[dist]") {
+  AllreduceModel m = model_of(4);
+  m.native_allreduce = CostCurve::line(100e-6, 10e-9);
+  CHECK(choose_allreduce(m, 1 << 20) != AllreduceAlgorithm::native);
+  // Measured: native 1 us + 0.1 ns/B, rhd 2 us flat; the ring and the tree not measured.
+  m.measured_allreduce[AllreduceAlgorithm::native] = CostCurve::line(1e-6, 0.1e-9);
+  m.measured_allreduce[AllreduceAlgorithm::rhd] = CostCurve{{{8, 2e-6}, {1 << 30, 2e-6}}};
+  CHECK(predict_allreduce(m, AllreduceAlgorithm::native, 1000) == Approx(1.1e-6));
+  CHECK(predict_allreduce(m, AllreduceAlgorithm::ring, 1000) ==
+        textbook_allreduce(m, AllreduceAlgorithm::ring, 1000));
+  CHECK(choose_allreduce(m, 1000) == AllreduceAlgorithm::native);
+  CHECK(choose_allreduce(m, 1 << 20) == AllreduceAlgorithm::rhd);  // native: 1 + 105 us
+  // A measured curve for the reduce-scatter is its own.
+  m.measured_reduce_scatter[AllreduceAlgorithm::ring] = CostCurve::line(0.5e-6, 0);
+  CHECK(choose_reduce_scatter(m, 1 << 20) == AllreduceAlgorithm::ring);
+}
+
 TEST_CASE("dist tuner: cost curves are linear between their points, extended past them", "[dist]") {
   const CostCurve c{{{8, 2e-6}, {1024, 4e-6}, {4096, 10e-6}}};
   CHECK(c.at(8) == Approx(2e-6));
@@ -147,17 +173,24 @@ TEST_CASE("dist tuner: calibration gives every rank the same model, cached witho
       const AllreduceModel& b = models[0];
       CHECK(a.ranks == ranks);
       CHECK(a.exchange.points == b.exchange.points);
+      CHECK(a.oneway.points == b.oneway.points);
       CHECK(a.reduce.points == b.reduce.points);
       CHECK(a.native_allreduce.points == b.native_allreduce.points);
       CHECK(a.native_reduce_scatter.points == b.native_reduce_scatter.points);
       CHECK(a.native_allgather.points == b.native_allgather.points);
+      for (AllreduceAlgorithm k : {AllreduceAlgorithm::native, AllreduceAlgorithm::ring,
+                                   AllreduceAlgorithm::tree, AllreduceAlgorithm::rhd}) {
+        REQUIRE(a.measured_allreduce.count(k) == 1);
+        CHECK(a.measured_allreduce.at(k).points == b.measured_allreduce.at(k).points);
+      }
+      CHECK(a.measured_reduce_scatter.empty());  // not asked for
     }
     // Sizes 8 B, 4 KiB and 64 KiB (the large size), each cost at least the one before.
     const AllreduceModel& m = models[0];
     REQUIRE(m.exchange.points.size() == 3);
     CHECK(m.exchange.points[0].first == 8);
     CHECK(m.exchange.points[2].first == 64 << 10);
-    for (const CostCurve* c : {&m.exchange, &m.reduce, &m.native_allreduce})
+    for (const CostCurve* c : {&m.exchange, &m.oneway, &m.reduce, &m.native_allreduce})
       for (size_t i = 1; i < c->points.size(); ++i)
         CHECK(c->points[i].second >= c->points[i - 1].second);
     CHECK(m.reduce.points.back().second > 0);

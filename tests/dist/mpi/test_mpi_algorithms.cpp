@@ -175,8 +175,12 @@ TEST_CASE("mpi: the tuner calibrates once, the same model on every rank, and aut
   CHECK(allreduce_model(c) == m);
   // Every rank's figures against rank 0's: broadcast rank 0's, compare bit for bit.
   std::vector<double> mine;
-  for (const CostCurve* c : {&m->exchange, &m->reduce, &m->native_allreduce,
-                             &m->native_reduce_scatter, &m->native_allgather})
+  std::vector<const CostCurve*> curves = {
+      &m->exchange,        &m->oneway, &m->reduce, &m->native_allreduce, &m->native_reduce_scatter,
+      &m->native_allgather};
+  for (const auto& [a, c] : m->measured_allreduce) curves.push_back(&c);
+  CHECK(m->measured_allreduce.size() == 4);
+  for (const CostCurve* c : curves)
     for (const auto& [bytes, seconds] : c->points) {
       mine.push_back(bytes);
       mine.push_back(seconds);
