@@ -1,8 +1,10 @@
 # stoke-bench-allreduce (bench/allreduce.cpp, the NCCL engine in allreduce_nccl.cpp, the model in
-# allreduce_model.cpp): the engine's allreduce vs stoke's ring, run under mpirun (MPI, cpu tensors)
+# allreduce_model.cpp, the tuner's report in allreduce_tuner.cpp): the engine's allreduce vs
+# stoke's ring, tree, halving-doubling and the tuner's choice, run under mpirun (MPI, cpu tensors)
 # or with --engine nccl (cuda tensors) where NCCL was found. Included from bench/CMakeLists.txt.
 set(_allreduce_src ${CMAKE_CURRENT_SOURCE_DIR}/allreduce.cpp
-                   ${CMAKE_CURRENT_SOURCE_DIR}/allreduce_model.cpp)
+                   ${CMAKE_CURRENT_SOURCE_DIR}/allreduce_model.cpp
+                   ${CMAKE_CURRENT_SOURCE_DIR}/allreduce_tuner.cpp)
 if(STOKE_MPI OR TARGET stoke_dist_nccl)
   add_executable(stoke-bench-allreduce ${_allreduce_src})
   target_link_libraries(stoke-bench-allreduce PRIVATE stoke::stoke stoke_flags)

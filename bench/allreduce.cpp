@@ -1,10 +1,14 @@
 // stoke-bench-allreduce: MPI's own allreduce (MpiCommunicator::allreduce, "native") against stoke's
-// ring (dist::ring_allreduce over the same communicator), size by size in the same run, in
-// nccl-tests' table; then an alpha-beta model fitted to the ring and projected to 8 ... 1024 ranks.
+// algorithms over the same communicator (dist/ring.h, tree.h, rhd.h: the pipelined ring, the ring
+// without pipelining, the binomial tree, recursive halving-doubling) and the tuner's choice
+// ("auto", dist/tuner.h), size by size in the same run, in nccl-tests' table; then auto against
+// the best and against native, the measured crossovers against the calibrated model's, and an
+// alpha-beta model fitted to the ring and projected to 8 ... 1024 ranks.
 //
 //   mpirun --allow-run-as-root --oversubscribe -np 4 build/bench/stoke-bench-allreduce
 //       [--min-bytes 8] [--max-bytes 256M] [--step-factor 4] [--dtype f32|f64|f16|bf16]
 //       [--iters N] [--warmup N] [--budget-s S] [--segment-bytes 1M] [--no-arg-check] [--quick]
+//       [--algos native,ring,ring_blocking,tree,rhd,auto]
 //
 // (with more ranks than cores, set OMPI_MCA_mpi_yield_when_idle=1: a rank waiting in MPI otherwise
 // spins on the core the rank it waits for needs). Sizes are max-bytes / step-factor^k down to
@@ -17,7 +21,11 @@
 // one allreduce of known values is checked against its closed form: #wrong counts the elements
 // (over all ranks) that differ. The program exits 1 when any #wrong is non-zero.
 //
-// Only rank 0 prints: the table, the ring/native ratio per size, the model, and one JSON line.
+// msgs: the point-to-point messages one allreduce sends on a rank (the most over the ranks; native
+// has none of stoke's). The tuner's calibration runs before the table and is printed first.
+//
+// Only rank 0 prints: the calibration, the table, the tuner's report, the ring/native ratio per
+// size, the model, and one JSON line.
 #include <algorithm>
 #include <cinttypes>
 #include <cmath>
@@ -40,7 +48,10 @@
 #include "dist/mpi.h"
 #endif
 #include "dist/reduce_dtype.h"
+#include "dist/rhd.h"
 #include "dist/ring.h"
+#include "dist/tree.h"
+#include "dist/tuner.h"
 #include "ops/creation.h"
 
 namespace {
@@ -52,20 +63,9 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 constexpr const char* kProg = "stoke-bench-allreduce";
 
 using Args = bench::AllreduceArgs;
+using Row = bench::AllreduceRow;
 
-enum class Algo { native, ring };
-
-const char* algo_name(Algo a) {
-  return a == Algo::native ? "native" : "ring";
-}
-
-struct Row {
-  Algo algo = Algo::native;
-  int64_t bytes = 0, count = 0;
-  double seconds = 0;  // median over iterations of the slowest rank
-  int iters = 0;
-  int64_t wrong = 0;  // summed over ranks
-};
+constexpr const char* kAlgoNames[] = {"native", "ring", "ring_blocking", "tree", "rhd", "auto"};
 
 // "8", "64K", "256M", "1G" (binary multiples) -> bytes; -1 when malformed.
 int64_t parse_bytes(const std::string& s) {
@@ -100,6 +100,8 @@ void usage(std::ostream& os) {
         "  --budget-s S       seconds of timed iterations per point without --iters (default 2)\n"
         "  --segment-bytes B  the ring's pipelining segment (default 1M)\n"
         "  --no-arg-check     native without MpiOptions::check_args (its extra small allreduce)\n"
+        "  --algos LIST       comma-separated, of native, ring, ring_blocking (the ring without\n"
+        "                     pipelining), tree, rhd, auto (default: all)\n"
         "  --engine E         mpi (default: cpu tensors over MpiCommunicator) or nccl (cuda\n"
         "                     tensors over NcclCommunicator: one rank per GPU, under mpirun\n"
         "                     one process per GPU, else one thread per GPU of this process)\n"
@@ -182,6 +184,21 @@ int parse_args(int argc, char** argv, Args& a) {
       }
     } else if (s == "--gpus") {
       a.gpus = int_value("--gpus", 1);
+    } else if (s == "--algos") {
+      const std::string v = value("--algos");
+      a.algos.clear();
+      size_t start = 0;
+      while (start <= v.size()) {
+        const size_t comma = std::min(v.find(',', start), v.size());
+        const std::string name = v.substr(start, comma - start);
+        if (std::find(std::begin(kAlgoNames), std::end(kAlgoNames), name) == std::end(kAlgoNames)) {
+          std::cerr << kProg << ": --algos: unknown algorithm '" << name
+                    << "' (native, ring, ring_blocking, tree, rhd, auto)\n";
+          return 2;
+        }
+        a.algos.push_back(name);
+        start = comma + 1;
+      }
     } else if (s == "--no-arg-check") {
       a.check_args = false;
     } else if (s == "--quick") {
@@ -303,15 +320,14 @@ void max_over_ranks(dist::Communicator& comm, Device device, std::vector<double>
   v = t.to(Device::cpu()).to(DType::f64).to_vector<double>();
 }
 
-Row measure(const bench::AllreduceJob& job, Algo algo, Tensor& t, const Args& a) {
+Row measure(const bench::AllreduceJob& job, const std::string& algo, Tensor& t, const Args& a) {
   dist::Communicator& comm = *job.comm;
-  const dist::RingOptions ring_options{.segment_bytes = a.segment_bytes};
-  auto run = [&] {
-    if (algo == Algo::native)
-      comm.allreduce(t, dist::ReduceOp::sum);
-    else
-      dist::ring_allreduce(comm, t, dist::ReduceOp::sum, ring_options);
-  };
+  const dist::CollectiveOptions options{.segment_bytes = a.segment_bytes,
+                                        .pipelined = algo != "ring_blocking"};
+  const dist::AllreduceAlgorithm which = algo == "ring_blocking"
+                                             ? dist::AllreduceAlgorithm::ring
+                                             : dist::parse_allreduce_algorithm(algo, "--algos");
+  auto run = [&] { dist::allreduce(comm, t, dist::ReduceOp::sum, which, options); };
   // One allreduce after a barrier, seconds on this rank.
   auto timed = [&] {
     comm.barrier();
@@ -342,8 +358,15 @@ Row measure(const bench::AllreduceJob& job, Algo algo, Tensor& t, const Args& a)
   Tensor check = empty(t.shape(), {.dtype = t.dtype()});
   fill_check_input(check, comm.rank(), comm.size());
   t.copy_(check);
+  const int64_t sent_before = comm.p2p_sent().messages;
   run();
+  std::vector<double> sent = {static_cast<double>(comm.p2p_sent().messages - sent_before)};
   check.copy_(t);
+  max_over_ranks(comm, job.device, sent);
+  row.messages = static_cast<int64_t>(sent[0]);
+  if (which == dist::AllreduceAlgorithm::automatic)
+    row.chosen = dist::allreduce_algorithm_name(
+        dist::choose_allreduce(*dist::allreduce_model(comm, job.device), row.bytes));
   const double mine = static_cast<double>(count_wrong(check, comm.size()));
   Tensor w =
       from_vector<double>({mine}, {1}, {.dtype = job.device.is_cpu() ? DType::f64 : DType::f32})
@@ -362,11 +385,13 @@ double busbw_gbs(const Row& r, int n) {
 }
 
 std::string row_line(const Row& r, int n, DType dtype) {
-  char buf[256];
+  char buf[320];
+  const std::string algo = r.chosen.empty() ? r.algo : r.algo + ":" + r.chosen;
   std::snprintf(buf, sizeof buf,
-                "%12" PRId64 "  %12" PRId64 "  %5s  %6s  %11s  %11s  %11s  %6" PRId64, r.bytes,
-                r.count, dtype_name(dtype), algo_name(r.algo), fmt(r.seconds * 1e6, 1).c_str(),
-                fmt(algbw_gbs(r), 3).c_str(), fmt(busbw_gbs(r, n), 3).c_str(), r.wrong);
+                "%12" PRId64 "  %12" PRId64 "  %5s  %13s  %11s  %11s  %11s  %6" PRId64
+                "  %6" PRId64,
+                r.bytes, r.count, dtype_name(dtype), algo.c_str(), fmt(r.seconds * 1e6, 1).c_str(),
+                fmt(algbw_gbs(r), 3).c_str(), fmt(busbw_gbs(r, n), 3).c_str(), r.wrong, r.messages);
   return buf;
 }
 
@@ -378,9 +403,9 @@ void print_ratios(const std::vector<Row>& rows, int n, double alpha_s, bool nccl
   const Row* smallest_ring = nullptr;
   const Row* smallest_native = nullptr;
   for (const Row& ring : rows) {
-    if (ring.algo != Algo::ring) continue;
+    if (ring.algo != "ring") continue;
     for (const Row& native : rows) {
-      if (native.algo != Algo::native || native.bytes != ring.bytes) continue;
+      if (native.algo != "native" || native.bytes != ring.bytes) continue;
       const double ratio = native.seconds / ring.seconds;
       table.push_back({human_bytes(ring.bytes), fmt(busbw_gbs(ring, n), 3),
                        fmt(busbw_gbs(native, n), 3), fmt(ratio, 2)});
@@ -467,33 +492,42 @@ int stoke::bench::run_allreduce_bench(const AllreduceJob& job, const AllreduceAr
       std::cout << "  note: native reduces f32 copies of " << dtype_name(a.dtype)
                 << " (MPI has no half types), moving twice the bytes; the ring moves them at their "
                    "size\n";
-    std::cout << "\n"
-              << "        size         count   type    algo     time(us)  algbw(GB/s)  "
-                 "busbw(GB/s)  #wrong\n"
-              << std::flush;
   }
+  // The tuner's calibration (a collective, cached on the communicator), before any timing.
+  // Its largest size: 16 MiB, or the largest size measured if smaller (a --quick run stays quick).
+  const std::shared_ptr<const dist::AllreduceModel> tuned =
+      dist::allreduce_model(comm, job.device,
+                            {.large_bytes = std::clamp<int64_t>(a.max_bytes, 64 << 10, 16 << 20),
+                             .segment_bytes = a.segment_bytes});
+  if (root)
+    std::cout << "\nMEASURED calibration (dist/tuner.h), " << dist::describe(*tuned) << "\n"
+              << "        size         count   type           algo     time(us)  algbw(GB/s)  "
+                 "busbw(GB/s)  #wrong    msgs\n"
+              << std::flush;
 
   std::vector<Row> rows;
   for (int64_t bytes : sizes) {
     Tensor t = empty({bytes / static_cast<int64_t>(dtype_size(a.dtype))},
                      {.dtype = a.dtype, .device = job.device});
-    for (Algo algo : {Algo::native, Algo::ring}) {
+    for (const std::string& algo : a.algos) {
       rows.push_back(measure(job, algo, t, a));
       if (root) std::cout << row_line(rows.back(), n, a.dtype) << std::endl;
     }
   }
   if (root)
     std::cout << "(MEASURED: time = median over iterations of the slowest rank; algbw = size / "
-                 "time; busbw = algbw * 2(n-1)/n; GB = 1e9 B; #wrong summed over ranks)\n";
+                 "time; busbw = algbw * 2(n-1)/n; GB = 1e9 B; #wrong summed over ranks; msgs = "
+                 "messages one allreduce sends, most over the ranks; auto:X = the tuner chose X)\n";
 
   std::vector<bench::AllreducePoint> ring_points;
   for (const Row& r : rows)
-    if (r.algo == Algo::ring) ring_points.push_back({r.bytes, r.seconds});
+    if (r.algo == "ring") ring_points.push_back({r.bytes, r.seconds});
   const bench::RingFit fit = bench::fit_ring(ring_points, n);
 
   int64_t wrong_total = 0;
   for (const Row& r : rows) wrong_total += r.wrong;
   if (root) {
+    const std::string tuner = bench::print_tuner_report(std::cout, rows, *tuned, n);
     print_ratios(rows, n, fit.ok ? fit.alpha_s : 0.0, a.engine == "nccl");
     const std::string model = bench::print_model(
         std::cout, fit, n,
@@ -502,18 +536,21 @@ int stoke::bench::run_allreduce_bench(const AllreduceJob& job, const AllreduceAr
     if (wrong_total > 0)
       std::cout << "\n" << kProg << ": " << wrong_total << " wrong elements (see #wrong)\n";
     std::vector<std::string> json_rows;
-    for (const Row& r : rows)
-      json_rows.push_back(bench::JsonObject()
-                              .add("algo", algo_name(r.algo))
-                              .add("ranks", n)
-                              .raw("bytes", int_json(r.bytes))
-                              .raw("count", int_json(r.count))
-                              .add("time_us", r.seconds * 1e6)
-                              .add("algbw_gbs", algbw_gbs(r))
-                              .add("busbw_gbs", busbw_gbs(r, n))
-                              .raw("wrong", int_json(r.wrong))
-                              .add("iters", r.iters)
-                              .str());
+    for (const Row& r : rows) {
+      bench::JsonObject row;
+      row.add("algo", r.algo)
+          .add("ranks", n)
+          .raw("bytes", int_json(r.bytes))
+          .raw("count", int_json(r.count))
+          .add("time_us", r.seconds * 1e6)
+          .add("algbw_gbs", algbw_gbs(r))
+          .add("busbw_gbs", busbw_gbs(r, n))
+          .raw("wrong", int_json(r.wrong))
+          .add("iters", r.iters)
+          .raw("messages", int_json(r.messages));
+      if (!r.chosen.empty()) row.add("chosen", r.chosen);
+      json_rows.push_back(row.str());
+    }
     std::cout << "\n"
               << bench::JsonObject()
                      .add("bench", "allreduce")
@@ -522,6 +559,7 @@ int stoke::bench::run_allreduce_bench(const AllreduceJob& job, const AllreduceAr
                      .add("dtype", dtype_name(a.dtype))
                      .raw("rows", bench::json_array(json_rows))
                      .raw("model", model)
+                     .raw("tuner", tuner)
                      .add("quick", a.quick)
                      .raw("segment_bytes", int_json(a.segment_bytes))
                      .add("native_arg_check", a.check_args)

@@ -12,6 +12,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "dist/communicator.h"
+#include "dist/tuner.h"
 
 namespace stoke::bench {
 
@@ -26,12 +27,34 @@ struct AllreduceArgs {
   // Without --iters, a point's timed iterations stop near this many seconds (at least 5 of
   // them): 20 iterations of 256 MiB at 4 ranks on 2 cores would take minutes.
   double budget_s = 2.0;
-  int64_t segment_bytes = int64_t{1} << 20;  // the ring's pipelining unit
+  int64_t segment_bytes = int64_t{1} << 20;  // the algorithms' pipelining unit
   bool check_args = true;                    // MpiOptions::check_args for the native collectives
   bool quick = false;
   std::string engine = "mpi";  // mpi | nccl
   int gpus = 0;                // nccl outside mpirun: GPUs (threads) to use; 0 = all
+  // The algorithms measured, in this order: native, ring, ring_blocking (the ring without
+  // pipelining), tree, rhd, auto.
+  std::vector<std::string> algos = {"native", "ring", "ring_blocking", "tree", "rhd", "auto"};
 };
+
+// One row of the table: an algorithm at one size.
+struct AllreduceRow {
+  std::string algo;  // native, ring, ring_blocking, tree, rhd, auto
+  int64_t bytes = 0, count = 0;
+  double seconds = 0;  // median over iterations of the slowest rank
+  int iters = 0;
+  int64_t wrong = 0;     // summed over ranks
+  int64_t messages = 0;  // point-to-point messages one allreduce sends, most over the ranks
+  std::string chosen;    // auto: the algorithm the tuner picked
+};
+
+// The tuner's report (bench/allreduce_tuner.cpp): auto against the best and against native per
+// size and the goal's verdict, the pipelined ring against the blocking one, and the measured
+// crossovers of each pair of algorithms against the model's; returns its JSON object.
+std::string print_tuner_report(std::ostream& os, const std::vector<AllreduceRow>& rows,
+                               const dist::AllreduceModel& model, int ranks);
+// The calibrated model as a JSON object.
+std::string model_json(const dist::AllreduceModel& model);
 
 // One rank's view of the job: its communicator, where its tensors live, the engine's name for the
 // header, and what makes a timed collective finished on this rank (a device's calls return once

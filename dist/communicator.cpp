@@ -99,6 +99,7 @@ void Communicator::send(const Tensor& t, int dst, int tag) {
     check_tensor(t, label_, "the sent tensor");
     check_peer(*this, dst, "destination");
     do_send(t, dst, tag);
+    count_sent(t);
   });
 }
 
@@ -119,7 +120,100 @@ void Communicator::sendrecv(const Tensor& out, int dst, Tensor& in, int src, int
     check_peer(*this, dst, "destination");
     check_peer(*this, src, "source");
     do_sendrecv(out, dst, in, src, tag);
+    count_sent(out);
   });
+}
+
+void Communicator::count_sent(const Tensor& t) {
+  sent_messages_.fetch_add(1, std::memory_order_relaxed);
+  sent_bytes_.fetch_add(t.numel() * static_cast<int64_t>(t.element_size()),
+                        std::memory_order_relaxed);
+}
+
+P2pCounters Communicator::p2p_sent() const {
+  return {sent_messages_.load(std::memory_order_relaxed),
+          sent_bytes_.load(std::memory_order_relaxed)};
+}
+
+Request Communicator::isend(const Tensor& t, int dst, int tag) {
+  int64_t id = -1;
+  run_in_order([&] {
+    P2pLabel label(*this, "isend");
+    check_tensor(t, label_, "the sent tensor");
+    check_peer(*this, dst, "destination");
+    id = do_isend(t, dst, tag);
+    count_sent(t);
+  });
+  return Request(id);
+}
+
+Request Communicator::irecv(Tensor& t, int src, int tag) {
+  int64_t id = -1;
+  run_in_order([&] {
+    P2pLabel label(*this, "irecv");
+    check_tensor(t, label_, "the receiving tensor");
+    check_peer(*this, src, "source");
+    id = do_irecv(t, src, tag);
+  });
+  return Request(id);
+}
+
+void Communicator::wait(Request& request) {
+  if (!request.pending()) return;
+  const int64_t id = request.id_;
+  request.id_ = -1;  // waited for, even if the wait throws: a second wait must not repeat it
+  run_in_order([&] {
+    P2pLabel label(*this, "wait");
+    do_wait(id);
+  });
+}
+
+int64_t Communicator::do_isend(const Tensor& t, int dst, int tag) {
+  deferred_.push_back({next_deferred_id_, true, t, dst, tag});
+  return next_deferred_id_++;
+}
+
+int64_t Communicator::do_irecv(const Tensor& t, int src, int tag) {
+  deferred_.push_back({next_deferred_id_, false, t, src, tag});
+  return next_deferred_id_++;
+}
+
+void Communicator::do_wait(int64_t id) {
+  // Everything posted up to `id` runs now, in post order, a send next to a receive of the same tag
+  // as one sendrecv (pairs formed from the oldest pending operation on, so that the pair holding
+  // `id` runs whole).
+  auto pairs = [&](size_t i) {
+    return i + 1 < deferred_.size() && deferred_[i].send != deferred_[i + 1].send &&
+           deferred_[i].tag == deferred_[i + 1].tag;
+  };
+  size_t end = 0;
+  while (end < deferred_.size() && deferred_[end].id <= id) end += pairs(end) ? 2 : 1;
+  std::vector<DeferredP2p> run(std::make_move_iterator(deferred_.begin()),
+                               std::make_move_iterator(deferred_.begin() + end));
+  deferred_.erase(deferred_.begin(), deferred_.begin() + end);
+  for (size_t i = 0; i < run.size(); ++i) {
+    DeferredP2p& a = run[i];
+    if (i + 1 < run.size() && run[i + 1].send != a.send && run[i + 1].tag == a.tag) {
+      DeferredP2p& b = run[++i];
+      DeferredP2p& s = a.send ? a : b;
+      DeferredP2p& r = a.send ? b : a;
+      do_sendrecv(s.t, s.peer, r.t, r.peer, s.tag);
+    } else if (a.send) {
+      do_send(a.t, a.peer, a.tag);
+    } else {
+      do_recv(a.t, a.peer, a.tag);
+    }
+  }
+}
+
+std::shared_ptr<const AllreduceModel> Communicator::cached_allreduce_model() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return model_;
+}
+
+void Communicator::cache_allreduce_model(std::shared_ptr<const AllreduceModel> model) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  model_ = std::move(model);
 }
 
 void Communicator::do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) {

@@ -3,6 +3,7 @@
 // stoke's own ring (dist/ring.h) is built on send/recv of any of them.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -21,6 +22,28 @@ namespace stoke::dist {
 
 enum class ReduceOp { sum, avg, max };
 const char* reduce_op_name(ReduceOp op);
+
+struct AllreduceModel;  // dist/tuner.h: the calibrated cost model, cached per communicator
+
+// A pending non-blocking send or receive (Communicator::isend/irecv). Communicator::wait completes
+// it; a request that was never posted, or was already waited for, is not pending.
+class Request {
+ public:
+  Request() = default;
+  bool pending() const { return id_ >= 0; }
+
+ private:
+  friend class Communicator;
+  explicit Request(int64_t id) : id_(id) {}
+  int64_t id_ = -1;
+};
+
+// Point-to-point traffic a communicator sent (send, sendrecv, isend), counted per message: what
+// the algorithms built on send/recv cost in messages, for tests and the benchmark.
+struct P2pCounters {
+  int64_t messages = 0;
+  int64_t bytes = 0;
+};
 
 // A handle on non-blocking work. wait() blocks until the work is done and rethrows its error;
 // waiting twice is allowed (the second returns or throws at once).
@@ -84,6 +107,19 @@ class Communicator {
   // calls it at once, whether or not the engine buffers sends.
   void sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag = 0);
 
+  // Non-blocking point to point, MPI's semantics: the tensor must stay alive and untouched (a send
+  // buffer unmodified, a receive buffer unread) until wait() returns. Receives from one rank with
+  // one tag match its messages in the order the receives were posted, whatever the order of the
+  // waits. Every request must be waited for. How far an engine gets before the wait is its own:
+  // in-process sends are copied at once, MPI posts MPI_Isend/MPI_Irecv, NCCL issues the pending
+  // sends and receives as one group once both a send and a receive are pending (or at a wait), and
+  // an engine without non-blocking calls runs them at the wait (the default below).
+  Request isend(const Tensor& t, int dst, int tag = 0);
+  Request irecv(Tensor& t, int src, int tag = 0);
+  void wait(Request& request);  // afterwards request is not pending; a non-pending one returns
+  // Messages and bytes this rank has sent so far (thread-safe to read).
+  P2pCounters p2p_sent() const;
+
   // Collectives, the engine's own ("native") algorithms.
   void allreduce(Tensor& t, ReduceOp op = ReduceOp::sum);
   // input has size() * output.numel() elements; rank r gets the reduction of block r.
@@ -125,6 +161,10 @@ class Communicator {
   // "allreduce #12" inside a collective, else the point-to-point call's name ("recv").
   const std::string& op_label() const { return label_; }
 
+  // The tuner's calibration for this communicator (dist/tuner.h), null until one ran.
+  std::shared_ptr<const AllreduceModel> cached_allreduce_model() const;
+  void cache_allreduce_model(std::shared_ptr<const AllreduceModel> model);
+
  protected:
   // The engine. Each is called with the arguments checked (contiguous, cpu or the engine's
   // device, sizes consistent on this rank) and op_label() set.
@@ -133,6 +173,14 @@ class Communicator {
   // Default: even ranks send first, odd ranks receive first, so a ring of blocking sends always
   // has a rank that receives and never deadlocks. Buffering engines override it (send, then recv).
   virtual void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag);
+  // Non-blocking point to point: each returns an id that do_wait gets back, or -1 when the
+  // operation is already complete (do_wait is then never called for it). The tensors are checked
+  // and kept alive by the engine until the wait. Default: nothing moves before a wait, which runs
+  // every pending operation posted up to the waited one, in order, a send next to a receive as one
+  // do_sendrecv (so a ring of isend/irecv pairs completes on engines whose sends block).
+  virtual int64_t do_isend(const Tensor& t, int dst, int tag);
+  virtual int64_t do_irecv(const Tensor& t, int src, int tag);
+  virtual void do_wait(int64_t id);
   virtual void do_allreduce(Tensor& t, ReduceOp op) = 0;
   virtual void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) = 0;
   virtual void do_allgather(const Tensor& input, Tensor& output) = 0;
@@ -150,11 +198,24 @@ class Communicator {
   void worker_loop();
 
   class P2pLabel;
+  void count_sent(const Tensor& t);
   std::string label_;
   int scope_depth_ = 0;
   int64_t next_seq_ = 0;
+  std::atomic<int64_t> sent_messages_{0}, sent_bytes_{0};
 
-  std::mutex mutex_;
+  // The default do_isend/do_irecv: operations waiting for a do_wait.
+  struct DeferredP2p {
+    int64_t id;
+    bool send;
+    Tensor t;
+    int peer, tag;
+  };
+  std::vector<DeferredP2p> deferred_;
+  int64_t next_deferred_id_ = 0;
+  std::shared_ptr<const AllreduceModel> model_;  // under mutex_
+
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
   struct Job {
     std::function<void()> fn;
@@ -184,6 +245,9 @@ std::vector<std::string> allgather_strings(Communicator& comm, const std::string
   void do_send(const Tensor& t, int dst, int tag) override;                            \
   void do_recv(Tensor& t, int src, int tag) override;                                  \
   void do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) override; \
+  int64_t do_isend(const Tensor& t, int dst, int tag) override;                        \
+  int64_t do_irecv(const Tensor& t, int src, int tag) override;                        \
+  void do_wait(int64_t id) override;                                                   \
   void do_allreduce(Tensor& t, ReduceOp op) override;                                  \
   void do_reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) override;   \
   void do_allgather(const Tensor& input, Tensor& output) override;                     \

@@ -13,16 +13,6 @@
 
 namespace stoke::dist {
 
-const char* allreduce_algorithm_name(AllreduceAlgorithm algorithm) {
-  return algorithm == AllreduceAlgorithm::ring ? "ring" : "native";
-}
-
-AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name, const std::string& what) {
-  if (name == "native") return AllreduceAlgorithm::native;
-  if (name == "ring") return AllreduceAlgorithm::ring;
-  throw Error(::stoke::detail::str_cat(what, ": expected 'ring' or 'native', got '", name, "'"));
-}
-
 namespace {
 
 constexpr const char* kDdpOp = "stoke::DistributedDataParallel";
@@ -249,10 +239,7 @@ struct DistributedDataParallel::State {
     Tensor flat = buckets[b].flat;
     buckets[b].work = comm->run_async([s, b, flat]() mutable {
       s->record(DdpEvent::allreduce_started, static_cast<int64_t>(b));
-      if (s->options.algorithm == AllreduceAlgorithm::ring)
-        ring_allreduce(*s->comm, flat, ReduceOp::avg, s->options.ring);
-      else
-        s->comm->allreduce(flat, ReduceOp::avg);
+      allreduce(*s->comm, flat, ReduceOp::avg, s->options.algorithm, s->options.ring);
       s->record(DdpEvent::allreduce_finished, static_cast<int64_t>(b));
     });
   }
@@ -324,6 +311,16 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
   std::vector<int64_t> order(s.params.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(order.size() - 1 - i);
   s.build_buckets(order);
+  // The tuner's calibration now, a collective like the checks above, rather than inside the first
+  // backward (where it would stall the first bucket); up to the largest bucket (16 MiB at most).
+  if (options.algorithm == AllreduceAlgorithm::automatic) {
+    int64_t largest = 0;
+    for (const GradBucket& b : s.buckets)
+      largest = std::max(largest, b.flat.numel() * static_cast<int64_t>(b.flat.element_size()));
+    allreduce_model(comm, named.empty() ? Device::cpu() : named.front().second.device(),
+                    {.large_bytes = std::clamp<int64_t>(largest, 64 << 10, 16 << 20),
+                     .segment_bytes = options.ring.segment_bytes});
+  }
   s.start_iteration();
   const std::weak_ptr<State> weak = state_;
   for (size_t i = 0; i < s.params.size(); ++i) {

@@ -25,15 +25,10 @@
 
 #include "dist/communicator.h"
 #include "dist/ring.h"
+#include "dist/tuner.h"
 #include "nn/module.h"
 
 namespace stoke::dist {
-
-// Which allreduce averages the buckets: the engine's own collective or stoke's ring (dist/ring.h).
-enum class AllreduceAlgorithm { native, ring };
-const char* allreduce_algorithm_name(AllreduceAlgorithm algorithm);
-// "native" or "ring"; anything else is an error naming `what` (e.g. "--allreduce").
-AllreduceAlgorithm parse_allreduce_algorithm(const std::string& name, const std::string& what);
 
 struct DdpOptions {
   double bucket_cap_mb = 25.0;       // MiB per bucket
@@ -44,8 +39,11 @@ struct DdpOptions {
   // Rank 0's buffers (batch-norm statistics) are broadcast before each forward in training mode,
   // as PyTorch does, so that every replica normalizes alike.
   bool broadcast_buffers = true;
+  // Which allreduce averages the buckets (dist/tuner.h): the engine's own, stoke's ring, tree or
+  // halving-doubling, or automatic: chosen per bucket size by the tuner's model, which the
+  // constructor calibrates (a collective) unless the communicator has one.
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::native;
-  RingOptions ring = {};       // with algorithm = ring
+  RingOptions ring = {};       // stoke's algorithms' segments and traces
   bool record_events = false;  // keep the order of gradient and bucket events (events())
 };
 

@@ -40,6 +40,31 @@ void HostStagedCommunicator::do_sendrecv(const Tensor& out, int dst, Tensor& in,
   write_back(in, h);
 }
 
+int64_t HostStagedCommunicator::do_isend(const Tensor& t, int dst, int tag) {
+  Tensor h = on_host(t, true);
+  Request r = host_.isend(h, dst, tag);
+  staged_.push_back({next_id_, r, t, h, false});
+  return next_id_++;
+}
+
+int64_t HostStagedCommunicator::do_irecv(const Tensor& t, int src, int tag) {
+  Tensor h = on_host(t, false);
+  Request r = host_.irecv(h, src, tag);
+  staged_.push_back({next_id_, r, t, h, true});
+  return next_id_++;
+}
+
+void HostStagedCommunicator::do_wait(int64_t id) {
+  for (size_t i = 0; i < staged_.size(); ++i) {
+    if (staged_[i].id != id) continue;
+    Staged s = std::move(staged_[i]);
+    staged_.erase(staged_.begin() + static_cast<std::ptrdiff_t>(i));
+    host_.wait(s.host_request);
+    if (s.recv) write_back(s.t, s.host);
+    return;
+  }
+}
+
 void HostStagedCommunicator::do_allreduce(Tensor& t, ReduceOp op) {
   Tensor h = on_host(t, true);
   host_.allreduce(h, op);

@@ -13,6 +13,8 @@
 // does), so this costs a synchronization per call and two copies of the data.
 #pragma once
 
+#include <vector>
+
 #include "dist/communicator.h"
 
 namespace stoke::dist {
@@ -33,6 +35,14 @@ class HostStagedCommunicator final : public Communicator {
 
  private:
   Communicator& host_;
+  struct Staged {
+    int64_t id;
+    Request host_request;
+    Tensor t, host;  // the caller's tensor and its host copy (the same tensor on the host)
+    bool recv;
+  };
+  std::vector<Staged> staged_;
+  int64_t next_id_ = 0;
 };
 
 }  // namespace stoke::dist

@@ -201,7 +201,7 @@ void InProcessCommunicator::do_send(const Tensor& t, int dst, int tag) {
   group_.post(rank_, dst, tag, message(t, -1));
 }
 
-void InProcessCommunicator::do_recv(Tensor& t, int src, int tag) {
+void InProcessCommunicator::receive_into(const Tensor& t, int src, int tag) {
   STOKE_CHECK(t.device().is_cpu(), op_label().c_str(),
               "the in-process communicator takes cpu tensors, got one on ", t.device().str());
   Message m = group_.take(src, rank_, tag, op_label());
@@ -214,9 +214,49 @@ void InProcessCommunicator::do_recv(Tensor& t, int src, int tag) {
   if (!m.bytes.empty()) std::memcpy(t.data_ptr(), m.bytes.data(), m.bytes.size());
 }
 
+void InProcessCommunicator::complete_posted(int src, int tag, int64_t last) {
+  // The mailbox of (src, tag) is first in, first out: taking in post order matches MPI's rule.
+  size_t kept = 0;
+  bool done = false;
+  for (size_t i = 0; i < posted_.size(); ++i) {
+    PostedRecv& p = posted_[i];
+    if (!done && p.src == src && p.tag == tag) {
+      done = p.id == last;
+      receive_into(p.t, src, tag);
+      continue;
+    }
+    if (kept != i) posted_[kept] = std::move(p);
+    ++kept;
+  }
+  posted_.resize(kept);
+}
+
+void InProcessCommunicator::do_recv(Tensor& t, int src, int tag) {
+  complete_posted(src, tag, -1);  // receives posted earlier match first
+  receive_into(t, src, tag);
+}
+
 void InProcessCommunicator::do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) {
   do_send(out, dst, tag);  // buffered: never waits, so sending first cannot deadlock
   do_recv(in, src, tag);
+}
+
+int64_t InProcessCommunicator::do_isend(const Tensor& t, int dst, int tag) {
+  do_send(t, dst, tag);  // buffered: the copy is in the mailbox, nothing left to wait for
+  return -1;
+}
+
+int64_t InProcessCommunicator::do_irecv(const Tensor& t, int src, int tag) {
+  STOKE_CHECK(t.device().is_cpu(), op_label().c_str(),
+              "the in-process communicator takes cpu tensors, got one on ", t.device().str());
+  posted_.push_back({next_recv_id_, t, src, tag});
+  return next_recv_id_++;
+}
+
+void InProcessCommunicator::do_wait(int64_t id) {
+  for (const PostedRecv& p : posted_)
+    if (p.id == id) return complete_posted(p.src, p.tag, id);
+  // Not posted (any more): completed by an earlier wait or blocking recv of the same rank and tag.
 }
 
 std::vector<InProcessGroup::Message> InProcessCommunicator::gather_to_root(const Tensor& t,

@@ -99,9 +99,21 @@ class InProcessCommunicator final : public Communicator {
   // (true there); any other rank receives `result` from rank 0 instead (false).
   bool reduce_on_root(const Tensor& mine, Tensor& result, ReduceOp op, std::vector<double>& acc);
   [[noreturn]] void fail(const std::string& message);
+  // Takes the next message from src with tag into t, checking its count and dtype.
+  void receive_into(const Tensor& t, int src, int tag);
+  // Completes the posted receives from src with tag, in post order, up to and including the one
+  // with id `last` (every one when last < 0).
+  void complete_posted(int src, int tag, int64_t last);
 
   InProcessGroup& group_;
   const int rank_;
+  struct PostedRecv {
+    int64_t id;
+    Tensor t;
+    int src, tag;
+  };
+  std::vector<PostedRecv> posted_;  // irecvs not yet matched, in post order
+  int64_t next_recv_id_ = 0;
 };
 
 struct RunRanksOptions {

@@ -482,6 +482,122 @@ void MpiCommunicator::do_sendrecv(const Tensor& out, int dst, Tensor& in, int sr
   if (!ok) fail_recv(want, got, src);
 }
 
+// --- non-blocking point to point -----------------------------------------------------------------
+//
+// The same messages as send/recv (a header, then the payload pieces), posted with MPI_Isend and
+// MPI_Irecv. A receive posts its payload pieces for the count it expects; at the wait, a header
+// that differs cancels them (or, when one already matched, lets it fail) and drains the payload
+// the header announced, as do_recv does, before throwing.
+
+struct MpiCommunicator::Pending {
+  int64_t id = -1;
+  bool recv = false;
+  Tensor t;
+  int peer = 0, mtag = 0;
+  Header header;                      // a send's own; the header a receive got
+  std::vector<MPI_Request> requests;  // [0]: the header, then the payload pieces
+};
+
+int64_t MpiCommunicator::do_isend(const Tensor& t, int dst, int tag) {
+  Call call(*this, {&t});
+  std::unique_ptr<Pending> p;
+  if (!spare_.empty()) {
+    p = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    p = std::make_unique<Pending>();
+  }
+  p->id = next_request_id_++;
+  p->recv = false;
+  p->t = t;
+  p->peer = dst;
+  p->mtag = mpi_tag(tag);
+  p->header = {t.numel(), static_cast<int64_t>(t.dtype())};
+  p->requests.clear();
+  check(MPI_Isend(&p->header, 2, MPI_INT64_T, dst, p->mtag, comm_, &p->requests.emplace_back()),
+        "MPI_Isend");
+  const auto* data = static_cast<const std::byte*>(t.data_ptr());
+  for_pieces(t.numel(), options_.max_count, [&](int64_t off, int64_t len) {
+    check(MPI_Isend(data + off * t.element_size(), static_cast<int>(len), storage_type(t.dtype()),
+                    dst, p->mtag, comm_, &p->requests.emplace_back()),
+          "MPI_Isend");
+  });
+  pending_.push_back(std::move(p));
+  return pending_.back()->id;
+}
+
+int64_t MpiCommunicator::do_irecv(const Tensor& t, int src, int tag) {
+  Call call(*this, {&t});
+  std::unique_ptr<Pending> p;
+  if (!spare_.empty()) {
+    p = std::move(spare_.back());
+    spare_.pop_back();
+  } else {
+    p = std::make_unique<Pending>();
+  }
+  p->id = next_request_id_++;
+  p->recv = true;
+  p->t = t;
+  p->peer = src;
+  p->mtag = mpi_tag(tag);
+  p->requests.clear();
+  check(MPI_Irecv(&p->header, 2, MPI_INT64_T, src, p->mtag, comm_, &p->requests.emplace_back()),
+        "MPI_Irecv");
+  auto* data = static_cast<std::byte*>(t.data_ptr());
+  for_pieces(t.numel(), options_.max_count, [&](int64_t off, int64_t len) {
+    check(MPI_Irecv(data + off * t.element_size(), static_cast<int>(len), storage_type(t.dtype()),
+                    src, p->mtag, comm_, &p->requests.emplace_back()),
+          "MPI_Irecv");
+  });
+  pending_.push_back(std::move(p));
+  return pending_.back()->id;
+}
+
+void MpiCommunicator::do_wait(int64_t id) {
+  size_t i = 0;
+  while (i < pending_.size() && pending_[i]->id != id) ++i;
+  STOKE_CHECK(i < pending_.size(), op_label().c_str(), "rank ", rank_,
+              ": no pending request with id ", id);
+  std::unique_ptr<Pending> p = std::move(pending_[i]);
+  pending_.erase(pending_.begin() + static_cast<std::ptrdiff_t>(i));
+  Call call(*this, {&p->t});
+  std::vector<MPI_Request>& rq = p->requests;
+  if (!p->recv) {
+    check(MPI_Waitall(static_cast<int>(rq.size()), rq.data(), MPI_STATUSES_IGNORE), "MPI_Waitall");
+  } else {
+    check(MPI_Wait(&rq[0], MPI_STATUS_IGNORE), "MPI_Wait");
+    const Header want{p->t.numel(), static_cast<int64_t>(p->t.dtype())};
+    if (p->header == want) {
+      if (rq.size() > 1)
+        check(MPI_Waitall(static_cast<int>(rq.size() - 1), rq.data() + 1, MPI_STATUSES_IGNORE),
+              "MPI_Waitall");
+    } else {
+      // The payload was posted for the count this rank expected: take those receives back, then
+      // drain what the sender announced (unless a receive already matched part of it).
+      bool all_cancelled = true;
+      for (size_t k = 1; k < rq.size(); ++k) {
+        MPI_Cancel(&rq[k]);
+        MPI_Status status;
+        MPI_Wait(&rq[k], &status);
+        int cancelled = 0;
+        MPI_Test_cancelled(&status, &cancelled);
+        all_cancelled = all_cancelled && cancelled;
+      }
+      if (all_cancelled) {
+        Tensor drain = drain_buffer(p->header, p->peer);
+        recv_payload(drain.data_ptr(), p->header, p->peer, p->mtag);
+      }
+      const Header got = p->header;
+      const int src = p->peer;
+      p->t = Tensor();
+      spare_.push_back(std::move(p));
+      fail_recv(want, got, src);
+    }
+  }
+  p->t = Tensor();  // the tensor is the caller's again
+  spare_.push_back(std::move(p));
+}
+
 // --- collectives ---------------------------------------------------------------------------------
 
 void MpiCommunicator::agree(Kind kind, int64_t numel, DType dtype, int64_t op) {

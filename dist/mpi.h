@@ -74,6 +74,7 @@ class MpiCommunicator final : public Communicator {
   class Watchdog;
   class Call;
   struct Header;
+  struct Pending;
   enum class Kind : int64_t;
 
   // Throws on every rank, naming the first rank that disagrees with rank 0, unless every rank
@@ -96,6 +97,10 @@ class MpiCommunicator final : public Communicator {
   int64_t tag_ub_ = 32767;
   int64_t seq_ = -1;  // the collective in progress (on_collective_start)
   std::unique_ptr<Watchdog> watchdog_;
+  // Posted isend/irecv, and finished ones kept for reuse (their MPI_Request vectors stay
+  // allocated); each is at a fixed address, which MPI holds for the header.
+  std::vector<std::unique_ptr<Pending>> pending_, spare_;
+  int64_t next_request_id_ = 0;
 };
 
 }  // namespace stoke::dist

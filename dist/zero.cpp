@@ -96,17 +96,11 @@ int64_t structure_hash(const std::vector<Tensor>& params) {
 }  // namespace
 
 void ZeroOptimizer::State::reduce_scatter(const Tensor& in, Tensor& out) {
-  if (options.algorithm == AllreduceAlgorithm::ring)
-    comm->run_in_order([&] { ring_reduce_scatter(*comm, in, out, ReduceOp::avg, options.ring); });
-  else
-    comm->reduce_scatter(in, out, ReduceOp::avg);
+  dist::reduce_scatter(*comm, in, out, ReduceOp::avg, options.algorithm, options.ring);
 }
 
 void ZeroOptimizer::State::allgather(const Tensor& in, Tensor& out) {
-  if (options.algorithm == AllreduceAlgorithm::ring)
-    comm->run_in_order([&] { ring_allgather(*comm, in, out, options.ring); });
-  else
-    comm->allgather(in, out);
+  dist::allgather(*comm, in, out, options.algorithm, options.ring);
 }
 
 Tensor ZeroOptimizer::State::shard_grad(const Bucket& b) const {
@@ -328,10 +322,7 @@ void ZeroOptimizer::State::launch(size_t bi) {
   Tensor in = buf.in.narrow(0, 0, b.chunk * size), out = buf.out.narrow(0, 0, b.chunk);
   State* s = this;  // retire() or the destructor waits before the state goes
   b.work = comm->run_async([s, in, out]() mutable {
-    if (s->options.algorithm == AllreduceAlgorithm::ring)
-      ring_reduce_scatter(*s->comm, in, out, ReduceOp::avg, s->options.ring);
-    else
-      s->comm->reduce_scatter(in, out, ReduceOp::avg);
+    dist::reduce_scatter(*s->comm, in, out, ReduceOp::avg, s->options.algorithm, s->options.ring);
   });
 }
 
@@ -396,6 +387,9 @@ ZeroOptimizer::ZeroOptimizer(std::vector<nn::optim::ParamGroup> groups, Communic
               options.bucket_cap_mb);
   STOKE_CHECK(options.comm_buffers >= 1, kZeroOp, "expected comm_buffers >= 1, got ",
               options.comm_buffers);
+  STOKE_CHECK(options.algorithm != AllreduceAlgorithm::tree, kZeroOp,
+              "ZeRO's collectives are a reduce-scatter and an allgather, which a tree has no form "
+              "of: use native, ring, rhd or automatic");
   State& s = *state_;
   s.comm = &comm;
   s.options = options;
@@ -404,6 +398,18 @@ ZeroOptimizer::ZeroOptimizer(std::vector<nn::optim::ParamGroup> groups, Communic
   NoGradGuard no_grad;
   s.build(params_);
   s.check_and_broadcast();
+  // The tuner's calibration now (a collective), not inside the first backward; up to the largest
+  // reduce-scatter's input (16 MiB at most).
+  if (options.algorithm == AllreduceAlgorithm::automatic && !s.params.empty()) {
+    int64_t largest = 0;
+    for (const Flat& f : s.flats)
+      largest =
+          std::max(largest, f.largest_chunk * s.size * static_cast<int64_t>(dtype_size(f.dtype)));
+    allreduce_model(comm, s.params.front().device(),
+                    {.large_bytes = std::clamp<int64_t>(largest, 64 << 10, 16 << 20),
+                     .segment_bytes = options.ring.segment_bytes,
+                     .scatter_gather = true});
+  }
   if (options.stage == 2)
     for (Flat& flat : s.flats)
       for (int k = 0; k < options.comm_buffers; ++k)

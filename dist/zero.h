@@ -51,8 +51,10 @@ struct ZeroOptions {
   // Stage 2: bucket buffers in the pool; a bucket whose gradients arrive while every buffer is
   // still being filled gets a new one (the pool grows; memory_report() counts it).
   int comm_buffers = 2;
-  AllreduceAlgorithm algorithm = AllreduceAlgorithm::native;  // reduce-scatter and all-gather
-  RingOptions ring = {};                                      // with algorithm = ring
+  // The reduce-scatter's and all-gather's algorithm (dist/tuner.h): native, ring, rhd, or
+  // automatic (per bucket size, calibrated by the constructor); a tree has no such form.
+  AllreduceAlgorithm algorithm = AllreduceAlgorithm::native;
+  RingOptions ring = {};             // stoke's algorithms' segments and traces
   bool broadcast_parameters = true;  // start every rank from rank 0's parameters, as DDP does
 };
 

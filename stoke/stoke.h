@@ -33,7 +33,10 @@
 #include "dist/communicator.h"
 #include "dist/ddp.h"
 #include "dist/in_process.h"
+#include "dist/rhd.h"
 #include "dist/ring.h"
+#include "dist/tree.h"
+#include "dist/tuner.h"
 #include "dist/zero.h"
 #if defined(STOKE_HAS_MPI)
 #include "dist/mpi.h"  // in builds with MPI (CMake's STOKE_MPI)

@@ -216,7 +216,10 @@ Output paths (--metrics, --profile, DIR's files) must be regular files or not ex
 file of its own: a FIFO, a directory or one path given twice is refused before anything runs.
 Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard).
 These flags mean nothing in one process, and are refused there (exit 2):
-  --allreduce native|ring the gradient allreduce: the engine's own, or stoke's ring (default native)
+  --allreduce native|ring|tree|rhd|auto  the gradient allreduce: the engine's own (default),
+                          stoke's ring, binomial tree or halving-doubling, or auto: chosen per
+                          bucket size by a cost model calibrated at start (docs/allreduce.md);
+                          with --zero: native, ring, rhd or auto
   --dist-backend auto|nccl|mpi  with --device cuda: NCCL (GPU memory to GPU memory), or MPI
                           with the tensors staged through host memory; auto (default) is NCCL
                           when this build has it. --device cuda means cuda:<local rank>
@@ -427,7 +430,7 @@ Flags parse_flags(int argc, char** argv) {
               "stoke-train", "--mean has ", f.mean.size(), " values and --std ", f.std.size(),
               ": give one per channel for both, or one for all");
   check_known("schedule", f.schedule, {"none", "step", "multistep", "cosine", "onecycle"});
-  check_known("allreduce", f.allreduce, {"native", "ring"});
+  check_known("allreduce", f.allreduce, {"native", "ring", "tree", "rhd", "auto"});
   check_known("dist backend", f.dist_backend, {"auto", "nccl", "mpi"});
   cuda_index(f.device);
   STOKE_CHECK(f.recipe.empty() || f.recipe == "fast", "stoke-train", "unknown recipe '", f.recipe,

@@ -61,7 +61,7 @@ struct Flags {
   bool progress = true;
   // Under mpirun (distributed.h): the allreduce that averages gradients, and how long a rank waits
   // for the others in one collective before the job is aborted.
-  std::string allreduce = "native";   // native | ring
+  std::string allreduce = "native";   // native | ring | tree | rhd | auto
   std::string dist_backend = "auto";  // for cuda tensors: auto | nccl | mpi (host-staged)
   double dist_timeout = 300;          // seconds
   // --zero 1|2: the optimizer sharded over the ranks (dist/zero.h) instead of DDP; 0: off.

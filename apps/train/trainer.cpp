@@ -137,6 +137,10 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
     opt_ = std::move(zero);
     sched_ = make_scheduler(f_, *opt_, (data_.train->num_batches() + f_.accum - 1) / f_.accum);
   }
+  // --allreduce auto: what DDP's or ZeRO's constructor calibrated, and what it will pick by size.
+  if (dist_.active() && f_.allreduce == "auto")
+    if (const auto m = dist_.gradient_comm().cached_allreduce_model())
+      std::printf("dist: allreduce auto: %s", dist::describe(*m).c_str());
   if (amp_) {
     std::printf("amp: %s autocast (convs and matmuls in %s, losses and normalization in f32), ",
                 f_.amp.c_str(), dtype_name(*amp_));

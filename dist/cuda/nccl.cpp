@@ -100,6 +100,13 @@ NcclCommunicator::~NcclCommunicator() {
   for (const Pending& p : pending_)
     if (p.done) cudaEventDestroy(p.done);
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  // Requests never waited for: their groups' events (each once).
+  for (P2pOp& op : p2p_)
+    if (op.group && op.group->unwaited > 0) {
+      op.group->unwaited = 0;
+      cudaEventDestroy(op.group->done);
+    }
+  for (cudaEvent_t e : p2p_events_) cudaEventDestroy(e);
   cudaEventDestroy(ready_);
   cudaStreamDestroy(stream_);
 }
@@ -112,8 +119,10 @@ void NcclCommunicator::check_alive() const {
 }
 
 template <class F>
-void NcclCommunicator::run(const std::vector<const Tensor*>& tensors, F&& enqueue) {
+void NcclCommunicator::run(const std::vector<const Tensor*>& tensors, F&& enqueue,
+                           cudaEvent_t completion) {
   check_alive();
+  if (!flushing_ && (p2p_unissued_sends_ || p2p_unissued_recvs_)) flush_p2p();
   for (const Tensor* t : tensors)
     STOKE_CHECK(t->device() == Device::cuda(device_), op_label().c_str(),
                 "expected tensors on this rank's GPU cuda:", device_, ", got one on ", t->device());
@@ -161,7 +170,10 @@ void NcclCommunicator::run(const std::vector<const Tensor*>& tensors, F&& enqueu
   }
   if (!done) STOKE_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
   STOKE_CUDA_CHECK(cudaEventRecord(done, stream_));
-  STOKE_CUDA_CHECK(cudaStreamWaitEvent(compute_, done, 0));
+  if (completion)
+    STOKE_CUDA_CHECK(cudaEventRecord(completion, stream_));
+  else
+    STOKE_CUDA_CHECK(cudaStreamWaitEvent(compute_, done, 0));
   std::lock_guard<std::mutex> lock(mutex_);
   for (Pending& p : pending_)
     if (p.id == id) p.done = done;
@@ -244,6 +256,80 @@ void NcclCommunicator::do_sendrecv(const Tensor& out, int dst, Tensor& in, int s
     const ncclResult_t end = ncclGroupEnd();
     return rc != ncclSuccess ? rc : end;
   });
+}
+
+int64_t NcclCommunicator::do_isend(const Tensor& t, int dst, int) {
+  check_alive();
+  nccl_dtype(t.dtype(), op_label());  // refused now rather than at the group
+  p2p_.push_back({next_p2p_id_, true, t, dst, nullptr});
+  p2p_unissued_sends_ = true;
+  if (p2p_unissued_recvs_) flush_p2p();
+  return next_p2p_id_++;
+}
+
+int64_t NcclCommunicator::do_irecv(const Tensor& t, int src, int) {
+  check_alive();
+  nccl_dtype(t.dtype(), op_label());
+  p2p_.push_back({next_p2p_id_, false, t, src, nullptr});
+  p2p_unissued_recvs_ = true;
+  if (p2p_unissued_sends_) flush_p2p();
+  return next_p2p_id_++;
+}
+
+void NcclCommunicator::flush_p2p() {
+  std::vector<const Tensor*> tensors;
+  std::vector<P2pOp*> ops;
+  for (P2pOp& op : p2p_)
+    if (!op.group) {
+      tensors.push_back(&op.t);
+      ops.push_back(&op);
+    }
+  p2p_unissued_sends_ = p2p_unissued_recvs_ = false;
+  if (ops.empty()) return;
+  auto group = std::make_shared<P2pGroup>();
+  if (!p2p_events_.empty()) {
+    group->done = p2p_events_.back();
+    p2p_events_.pop_back();
+  } else {
+    STOKE_CUDA_CHECK(cudaEventCreateWithFlags(&group->done, cudaEventDisableTiming));
+  }
+  group->unwaited = static_cast<int>(ops.size());
+  for (P2pOp* op : ops) op->group = group;
+  flushing_ = true;
+  try {
+    run(
+        tensors,
+        [&] {
+          ncclResult_t rc = ncclGroupStart();
+          for (const P2pOp* op : ops) {
+            if (rc != ncclSuccess) break;
+            const size_t n = static_cast<size_t>(op->t.numel());
+            const ncclDataType_t type = nccl_dtype(op->t.dtype(), op_label());
+            rc = op->send ? ncclSend(op->t.data_ptr(), n, type, op->peer, comm_, stream_)
+                          : ncclRecv(op->t.data_ptr(), n, type, op->peer, comm_, stream_);
+          }
+          const ncclResult_t end = ncclGroupEnd();
+          return rc != ncclSuccess ? rc : end;
+        },
+        group->done);
+  } catch (...) {
+    flushing_ = false;
+    throw;
+  }
+  flushing_ = false;
+}
+
+void NcclCommunicator::do_wait(int64_t id) {
+  size_t i = 0;
+  while (i < p2p_.size() && p2p_[i].id != id) ++i;
+  STOKE_CHECK(i < p2p_.size(), op_label().c_str(), "rank ", rank_, ": no pending request with id ",
+              id);
+  if (!p2p_[i].group) flush_p2p();
+  std::shared_ptr<P2pGroup> group = std::move(p2p_[i].group);
+  p2p_.erase(p2p_.begin() + static_cast<std::ptrdiff_t>(i));
+  STOKE_CUDA_CHECK(cudaSetDevice(device_));
+  STOKE_CUDA_CHECK(cudaStreamWaitEvent(compute_, group->done, 0));
+  if (--group->unwaited == 0) p2p_events_.push_back(group->done);
 }
 
 void NcclCommunicator::do_allreduce(Tensor& t, ReduceOp op) {

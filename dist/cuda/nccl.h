@@ -70,8 +70,12 @@ class NcclCommunicator final : public Communicator {
  private:
   // Queues enqueue() (NCCL calls on stream_) between the two events, after checking that every
   // tensor lives on this communicator's device, and hands the completion to the watchdog.
+  // With `completion` set, records it on the NCCL stream after the operation instead of making the
+  // compute stream wait (the non-blocking calls' groups, joined at their wait).
   template <class F>
-  void run(const std::vector<const Tensor*>& tensors, F&& enqueue);
+  void run(const std::vector<const Tensor*>& tensors, F&& enqueue,
+           cudaEvent_t completion = nullptr);
+  void flush_p2p();  // issues the pending isend/irecv as one group
   void check_alive() const;
   void watchdog_loop();
 
@@ -96,6 +100,25 @@ class NcclCommunicator final : public Communicator {
   std::vector<cudaEvent_t> free_events_;
   std::atomic<bool> aborted_{false}, stop_{false};
   std::string abort_reason_;  // under mutex_
+
+  // Non-blocking point to point (the user's thread only, like every call).
+  struct P2pGroup {
+    cudaEvent_t done = nullptr;
+    int unwaited = 0;
+  };
+  struct P2pOp {
+    int64_t id;
+    bool send;
+    Tensor t;
+    int peer;
+    std::shared_ptr<P2pGroup> group;  // null until issued
+  };
+  std::vector<P2pOp> p2p_;  // posted and not yet waited for
+  bool p2p_unissued_sends_ = false, p2p_unissued_recvs_ = false;
+  std::vector<cudaEvent_t> p2p_events_;  // for groups, reused
+  int64_t next_p2p_id_ = 0;
+  bool flushing_ = false;
+
   std::thread watchdog_;
 };
 

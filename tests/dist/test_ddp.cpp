@@ -212,26 +212,30 @@ TEST_CASE("dist: DDP with no_sync accumulation allreduces once per bucket per st
   CHECK(runs[0].allreduces == 6 * runs[0].buckets);
 }
 
-TEST_CASE("dist: DDP over stoke's ring and over 3 ranks matches too", "[ddp]") {
+TEST_CASE("dist: DDP over stoke's ring, tree, rhd and auto, over 3 ranks, matches too", "[ddp]") {
   const Data d = make_data(126, 9);  // 3 x 42
   const SingleRun ref = reference_run(d, 4);
-  std::vector<RankRun> runs(3);
-  run_ranks(3, [&](Communicator& c) {
-    RankRun& run = runs[static_cast<size_t>(c.rank())];
-    auto model = lenet(1);
-    DistributedDataParallel ddp(model, c, {.algorithm = AllreduceAlgorithm::ring});
-    nn::optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
-    for (int s = 0; s < 4; ++s) {
-      const Tensor x = d.x.narrow(0, 42 * c.rank(), 42), y = d.y.narrow(0, 42 * c.rank(), 42);
-      Tensor loss = cross_entropy(ddp(x), y);
-      run.losses.push_back(loss.item<float>());
-      loss.backward();
-      opt.step();
-      opt.zero_grad();
-      run.params.push_back(snapshot(*model));
-    }
-  });
-  check_equivalent(runs, ref);
+  for (AllreduceAlgorithm algorithm : {AllreduceAlgorithm::ring, AllreduceAlgorithm::tree,
+                                       AllreduceAlgorithm::rhd, AllreduceAlgorithm::automatic}) {
+    INFO(allreduce_algorithm_name(algorithm));
+    std::vector<RankRun> runs(3);
+    run_ranks(3, [&](Communicator& c) {
+      RankRun& run = runs[static_cast<size_t>(c.rank())];
+      auto model = lenet(1);
+      DistributedDataParallel ddp(model, c, {.algorithm = algorithm});
+      nn::optim::SGD opt(model->parameters(), {.lr = 0.05, .momentum = 0.9});
+      for (int s = 0; s < 4; ++s) {
+        const Tensor x = d.x.narrow(0, 42 * c.rank(), 42), y = d.y.narrow(0, 42 * c.rank(), 42);
+        Tensor loss = cross_entropy(ddp(x), y);
+        run.losses.push_back(loss.item<float>());
+        loss.backward();
+        opt.step();
+        opt.zero_grad();
+        run.params.push_back(snapshot(*model));
+      }
+    });
+    check_equivalent(runs, ref);
+  }
 }
 
 TEST_CASE("dist: DDP buckets: reverse registration order, caps, rebuilt in ready order", "[ddp]") {
@@ -357,7 +361,8 @@ TEST_CASE("dist: DDP refuses ranks whose models differ, naming the first differe
                     Catch::Contains("the module differs across ranks") &&
                         Catch::Contains("'fc3.weight' f32 [10, 84] on rank 0") &&
                         Catch::Contains("'fc3.weight' f32 [9, 84] on rank 1"));
-  CHECK_THROWS_WITH(parse_allreduce_algorithm("tree", "--allreduce"),
-                    Catch::Contains("--allreduce: expected 'ring' or 'native', got 'tree'"));
+  CHECK_THROWS_WITH(parse_allreduce_algorithm("trees", "--allreduce"),
+                    Catch::Contains("--allreduce: expected 'native', 'ring', 'tree', 'rhd' or "
+                                    "'auto', got 'trees'"));
   CHECK(parse_allreduce_algorithm("ring", "x") == AllreduceAlgorithm::ring);
 }

@@ -201,19 +201,24 @@ TEST_CASE(
     }
 }
 
-TEST_CASE("dist: zero: over stoke's ring, with clipping and with accumulation, ZeRO equals DDP",
-          "[zero]") {
+TEST_CASE(
+    "dist: zero: over stoke's ring, rhd and auto, with clipping and with accumulation, ZeRO "
+    "equals DDP",
+    "[zero]") {
   for (int stage : {1, 2}) {
     INFO("stage " << stage);
-    const RunOptions ring{
-        .ranks = 3, .opt = Opt::adamw, .steps = 20, .algorithm = AllreduceAlgorithm::ring};
-    RunOptions z = ring;
-    z.stage = stage;
-    CHECK(relative_diff(run(z).params, run(ring).params) <= kFewUlps);
+    for (AllreduceAlgorithm a :
+         {AllreduceAlgorithm::ring, AllreduceAlgorithm::rhd, AllreduceAlgorithm::automatic}) {
+      INFO(allreduce_algorithm_name(a));
+      const RunOptions ours{.ranks = 3, .opt = Opt::adamw, .steps = 20, .algorithm = a};
+      RunOptions z = ours;
+      z.stage = stage;
+      CHECK(relative_diff(run(z).params, run(ours).params) <= kFewUlps);
+    }
 
     // A norm of 0.5 clips every step of this model (its gradient norms are above 1).
     const RunOptions clip{.ranks = 2, .opt = Opt::sgd, .steps = 20, .clip = 0.5};
-    z = clip;
+    RunOptions z = clip;
     z.stage = stage;
     CHECK(relative_diff(run(z).params, run(clip).params) <= kFewUlps);
 
@@ -222,6 +227,10 @@ TEST_CASE("dist: zero: over stoke's ring, with clipping and with accumulation, Z
     z.stage = stage;
     CHECK(relative_diff(run(z).params, run(accum).params) <= kFewUlps);
   }
+  // A tree has no reduce-scatter: refused when the optimizer is built, on every rank.
+  CHECK_THROWS_WITH(
+      run({.ranks = 2, .stage = 1, .steps = 1, .algorithm = AllreduceAlgorithm::tree}),
+      Catch::Contains("which a tree has no form of"));
 }
 
 TEST_CASE("dist: zero: a checkpoint of N = 2 resumes at N = 4, at N = 1 and without ZeRO",
