@@ -94,8 +94,9 @@ void usage(std::ostream& os) {
         "  --step-factor F    sizes are max-bytes / F^k down to min-bytes, and min-bytes (default "
         "4)\n"
         "  --dtype T          f32 (default), f64, f16 or bf16\n"
-        "  --iters N          exactly N timed iterations per point (default: up to 20, about\n"
-        "                     --budget-s seconds per point, at least 5)\n"
+        "  --iters N          exactly N timed iterations per point (default: up to 200, about\n"
+        "                     --budget-s seconds per point, at least 5; the algorithms of one\n"
+        "                     size take turns, iteration by iteration)\n"
         "  --warmup N         untimed iterations first (default 3)\n"
         "  --budget-s S       seconds of timed iterations per point without --iters (default 2)\n"
         "  --segment-bytes B  the ring's pipelining segment (default 1M)\n"
@@ -320,60 +321,83 @@ void max_over_ranks(dist::Communicator& comm, Device device, std::vector<double>
   v = t.to(Device::cpu()).to(DType::f64).to_vector<double>();
 }
 
-Row measure(const bench::AllreduceJob& job, const std::string& algo, Tensor& t, const Args& a) {
+// Every algorithm of `algos` at one size, their timed iterations interleaved (iteration i of each
+// in turn, the order rotating), so that a slow phase of the machine (another process, a frequency
+// change) falls on all of them alike instead of on whichever was being timed then: the rows of one
+// size compare.
+std::vector<Row> measure_size(const bench::AllreduceJob& job, const std::vector<std::string>& algos,
+                              Tensor& t, const Args& a) {
   dist::Communicator& comm = *job.comm;
-  const dist::CollectiveOptions options{.segment_bytes = a.segment_bytes,
-                                        .pipelined = algo != "ring_blocking"};
-  const dist::AllreduceAlgorithm which = algo == "ring_blocking"
-                                             ? dist::AllreduceAlgorithm::ring
-                                             : dist::parse_allreduce_algorithm(algo, "--algos");
-  auto run = [&] { dist::allreduce(comm, t, dist::ReduceOp::sum, which, options); };
+  const size_t k = algos.size();
+  std::vector<dist::CollectiveOptions> options(k);
+  std::vector<dist::AllreduceAlgorithm> which(k);
+  for (size_t j = 0; j < k; ++j) {
+    options[j] = {.segment_bytes = a.segment_bytes, .pipelined = algos[j] != "ring_blocking"};
+    which[j] = algos[j] == "ring_blocking" ? dist::AllreduceAlgorithm::ring
+                                           : dist::parse_allreduce_algorithm(algos[j], "--algos");
+  }
+  auto run = [&](size_t j) { dist::allreduce(comm, t, dist::ReduceOp::sum, which[j], options[j]); };
   // One allreduce after a barrier, seconds on this rank.
-  auto timed = [&] {
+  auto timed = [&](size_t j) {
     comm.barrier();
     const double t0 = bench::now_ms();
-    run();
+    run(j);
     if (job.sync) job.sync();  // a device's collectives return once queued
     return (bench::now_ms() - t0) * 1e-3;
   };
   fill_zero(t);
-  for (int i = 0; i < a.warmup; ++i) timed();
+  for (int i = 0; i < a.warmup; ++i)
+    for (size_t j = 0; j < k; ++j) timed(j);
   int iters = a.iters;
   if (!a.iters_given) {
-    // Every rank must run the same count: size it from the slowest rank's time of one more run.
-    std::vector<double> probe = {timed()};
+    // Every rank must run the same count: size it from the slowest rank's time of one more run of
+    // the slowest algorithm, so that each algorithm gets about budget_s.
+    std::vector<double> probe(k);
+    for (size_t j = 0; j < k; ++j) probe[j] = timed(j);
     max_over_ranks(comm, job.device, probe);
-    iters = std::clamp(static_cast<int>(a.budget_s / std::max(probe[0], 1e-9)), 5, a.iters);
+    const double slowest = *std::max_element(probe.begin(), probe.end());
+    iters = std::clamp(static_cast<int>(a.budget_s / std::max(slowest, 1e-9)), 5, a.iters);
   }
-  std::vector<double> times(static_cast<size_t>(iters));
-  for (double& s : times) s = timed();
-  max_over_ranks(comm, job.device, times);  // an iteration is done when its slowest rank is
+  std::vector<std::vector<double>> times(k, std::vector<double>(static_cast<size_t>(iters)));
+  // The order rotates each iteration, so that each algorithm follows each other one equally
+  // often: what a collective leaves behind (messages still being completed, buffers) otherwise
+  // slows its fixed successor by up to 13% at 1 MiB here.
+  for (int i = 0; i < iters; ++i)
+    for (size_t jj = 0; jj < k; ++jj) {
+      const size_t j = (static_cast<size_t>(i) + jj) % k;
+      times[j][static_cast<size_t>(i)] = timed(j);
+    }
 
-  Row row;
-  row.algo = algo;
-  row.bytes = t.numel() * static_cast<int64_t>(t.element_size());
-  row.count = t.numel();
-  row.seconds = bench::median(times);
-  row.iters = iters;
-  Tensor check = empty(t.shape(), {.dtype = t.dtype()});
-  fill_check_input(check, comm.rank(), comm.size());
-  t.copy_(check);
-  const int64_t sent_before = comm.p2p_sent().messages;
-  run();
-  std::vector<double> sent = {static_cast<double>(comm.p2p_sent().messages - sent_before)};
-  check.copy_(t);
-  max_over_ranks(comm, job.device, sent);
-  row.messages = static_cast<int64_t>(sent[0]);
-  if (which == dist::AllreduceAlgorithm::automatic)
-    row.chosen = dist::allreduce_algorithm_name(
-        dist::choose_allreduce(*dist::allreduce_model(comm, job.device), row.bytes));
-  const double mine = static_cast<double>(count_wrong(check, comm.size()));
-  Tensor w =
-      from_vector<double>({mine}, {1}, {.dtype = job.device.is_cpu() ? DType::f64 : DType::f32})
-          .to(job.device);
-  comm.allreduce(w, dist::ReduceOp::sum);
-  row.wrong = static_cast<int64_t>(w.to(Device::cpu()).to(DType::f64).to_vector<double>()[0]);
-  return row;
+  std::vector<Row> rows(k);
+  for (size_t j = 0; j < k; ++j) {
+    max_over_ranks(comm, job.device, times[j]);  // an iteration is done when its slowest rank is
+    Row& row = rows[j];
+    row.algo = algos[j];
+    row.bytes = t.numel() * static_cast<int64_t>(t.element_size());
+    row.count = t.numel();
+    row.seconds = bench::median(times[j]);
+    row.iters = iters;
+    Tensor check = empty(t.shape(), {.dtype = t.dtype()});
+    fill_check_input(check, comm.rank(), comm.size());
+    t.copy_(check);
+    const int64_t sent_before = comm.p2p_sent().messages;
+    run(j);
+    std::vector<double> sent = {static_cast<double>(comm.p2p_sent().messages - sent_before)};
+    check.copy_(t);
+    max_over_ranks(comm, job.device, sent);
+    row.messages = static_cast<int64_t>(sent[0]);
+    if (which[j] == dist::AllreduceAlgorithm::automatic)
+      row.chosen = dist::allreduce_algorithm_name(
+          dist::choose_allreduce(*dist::allreduce_model(comm, job.device), row.bytes));
+    const double mine = static_cast<double>(count_wrong(check, comm.size()));
+    Tensor w =
+        from_vector<double>({mine}, {1}, {.dtype = job.device.is_cpu() ? DType::f64 : DType::f32})
+            .to(job.device);
+    comm.allreduce(w, dist::ReduceOp::sum);
+    row.wrong = static_cast<int64_t>(w.to(Device::cpu()).to(DType::f64).to_vector<double>()[0]);
+  }
+  fill_zero(t);
+  return rows;
 }
 
 double algbw_gbs(const Row& r) {
@@ -494,10 +518,12 @@ int stoke::bench::run_allreduce_bench(const AllreduceJob& job, const AllreduceAr
                    "size\n";
   }
   // The tuner's calibration (a collective, cached on the communicator), before any timing.
-  // Its largest size: 16 MiB, or the largest size measured if smaller (a --quick run stays quick).
+  // Its largest size: 64 MiB, or the largest size measured if smaller (a --quick run stays quick).
+  // Past 16 MiB the engine's own allreduce leaves the caches and slows 2x here: a model that
+  // stopped at 16 MiB extended native's faster slope and picked it at 64 and 256 MiB.
   const std::shared_ptr<const dist::AllreduceModel> tuned =
       dist::allreduce_model(comm, job.device,
-                            {.large_bytes = std::clamp<int64_t>(a.max_bytes, 64 << 10, 16 << 20),
+                            {.large_bytes = std::clamp<int64_t>(a.max_bytes, 64 << 10, 64 << 20),
                              .segment_bytes = a.segment_bytes});
   if (root)
     std::cout << "\nMEASURED calibration (dist/tuner.h), " << dist::describe(*tuned) << "\n"
@@ -509,8 +535,8 @@ int stoke::bench::run_allreduce_bench(const AllreduceJob& job, const AllreduceAr
   for (int64_t bytes : sizes) {
     Tensor t = empty({bytes / static_cast<int64_t>(dtype_size(a.dtype))},
                      {.dtype = a.dtype, .device = job.device});
-    for (const std::string& algo : a.algos) {
-      rows.push_back(measure(job, algo, t, a));
+    for (const Row& r : measure_size(job, a.algos, t, a)) {
+      rows.push_back(r);
       if (root) std::cout << row_line(rows.back(), n, a.dtype) << std::endl;
     }
   }

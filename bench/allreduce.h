@@ -21,7 +21,7 @@ struct AllreduceArgs {
   int64_t max_bytes = int64_t{256} << 20;
   int step_factor = 4;
   DType dtype = DType::f32;
-  int iters = 20;  // the most timed iterations per point; exactly this many with --iters
+  int iters = 200;  // the most timed iterations per point; exactly this many with --iters
   bool iters_given = false;
   int warmup = 3;
   // Without --iters, a point's timed iterations stop near this many seconds (at least 5 of

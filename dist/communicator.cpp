@@ -214,6 +214,7 @@ std::shared_ptr<const AllreduceModel> Communicator::cached_allreduce_model() con
 void Communicator::cache_allreduce_model(std::shared_ptr<const AllreduceModel> model) {
   std::lock_guard<std::mutex> lock(mutex_);
   model_ = std::move(model);
+  model_in_order_.store(model_.get(), std::memory_order_release);
 }
 
 void Communicator::do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, int tag) {

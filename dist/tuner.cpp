@@ -70,6 +70,9 @@ double CostCurve::beta_s() const {
 
 namespace {
 
+// The sizes AllreduceModel::allreduce_table covers (and describe() prints).
+constexpr int64_t kAllreduceTableBytes = int64_t{1} << 30;
+
 struct Shape {
   int p = 1, p2 = 1, rem = 0, levels = 0, halvings = 0;
 };
@@ -246,6 +249,12 @@ double textbook_allgather(const AllreduceModel& m, AllreduceAlgorithm a, int64_t
 }  // namespace
 
 AllreduceAlgorithm choose_allreduce(const AllreduceModel& m, int64_t bytes) {
+  const auto& table = m.allreduce_table;
+  if (!table.empty() && bytes >= table.front().first && bytes <= kAllreduceTableBytes) {
+    size_t i = 0;
+    while (i + 1 < table.size() && table[i + 1].first <= bytes) ++i;
+    return table[i].second;
+  }
   return cheapest(kAllreduceCandidates,
                   [&](AllreduceAlgorithm a) { return predict_allreduce(m, a, bytes); });
 }
@@ -351,7 +360,7 @@ std::string describe(const AllreduceModel& m) {
     << gbs(m.reduce.beta_s()) << " (largest range); native allreduce "
     << us(m.native_allreduce.alpha_s()) << " + n / " << gbs(m.native_allreduce.beta_s())
     << "\n  auto allreduce:";
-  const auto choices = allreduce_choices(m, int64_t{1} << 30);
+  const auto choices = allreduce_choices(m, kAllreduceTableBytes);
   for (size_t i = 0; i < choices.size(); ++i) {
     o << (i ? ", " : " ") << allreduce_algorithm_name(choices[i].second) << " from "
       << bytes_text(choices[i].first);
@@ -438,25 +447,27 @@ void measure_candidates(Communicator& comm, Device device, const CalibrationOpti
       const int64_t n = b / 4, block = std::max<int64_t>(1, n / p);
       Tensor t = zeros({kind == kAllreduce ? n : block * p}, on), part = zeros({block}, on);
       std::vector<AllreduceAlgorithm> timed_now;
-      std::vector<double> v;
-      for (AllreduceAlgorithm a : candidates) {
-        if (slow[a] >= 2) continue;
-        timed_now.push_back(a);
-        std::vector<double> s;
-        for (int i = 0; i < 2 + options.reps; ++i) {
+      for (AllreduceAlgorithm a : candidates)
+        if (slow[a] < 2) timed_now.push_back(a);
+      // The candidates take turns, repetition by repetition, so that a slow phase of the machine
+      // falls on all of them alike rather than on whichever was being timed then.
+      std::vector<std::vector<double>> s(timed_now.size());
+      for (int i = 0; i < 2 + options.reps; ++i) {
+        for (size_t j = 0; j < timed_now.size(); ++j) {
           comm.barrier();
           const int64_t t0 = internal::now_ns();
           if (kind == kAllreduce)
-            allreduce(comm, t, ReduceOp::sum, a, algo_options);
+            allreduce(comm, t, ReduceOp::sum, timed_now[j], algo_options);
           else if (kind == kReduceScatter)
-            reduce_scatter(comm, t, part, ReduceOp::sum, a, algo_options);
+            reduce_scatter(comm, t, part, ReduceOp::sum, timed_now[j], algo_options);
           else
-            allgather(comm, part, t, a, algo_options);
+            allgather(comm, part, t, timed_now[j], algo_options);
           sync(t);
-          if (i >= 2) s.push_back(seconds_since(t0));
+          if (i >= 2) s[j].push_back(seconds_since(t0));
         }
-        v.push_back(median(std::move(s)));
       }
+      std::vector<double> v;
+      for (auto& sj : s) v.push_back(median(std::move(sj)));
       Tensor all = from_vector<double>(v, {static_cast<int64_t>(v.size())},
                                        {.dtype = device.is_cpu() ? DType::f64 : DType::f32})
                        .to(device);
@@ -490,8 +501,11 @@ AllreduceModel calibrate_allreduce_model(Communicator& comm, Device device,
     m.on_cpu = device.is_cpu();
     m.segment_bytes = options.segment_bytes;
     std::vector<int64_t> sizes;  // bytes, whole f32 elements
-    for (int64_t b :
-         {int64_t{8}, int64_t{4} << 10, int64_t{64} << 10, int64_t{1} << 20, int64_t{16} << 20})
+    // Every factor 4 to 16 from 4 KiB: between 64 KiB and 16 MiB the caches and MPI's eager and
+    // rendezvous protocols bend each curve (a 4 MiB point interpolated from 1 and 16 MiB was
+    // predicted 1.6x slow and picked the wrong algorithm).
+    for (int64_t b : {int64_t{8}, int64_t{4} << 10, int64_t{64} << 10, int64_t{256} << 10,
+                      int64_t{1} << 20, int64_t{4} << 20, int64_t{16} << 20, int64_t{64} << 20})
       if (b < options.large_bytes) sizes.push_back(b);
     sizes.push_back(options.large_bytes / 4 * 4);
     const TensorOptions on{.dtype = DType::f32, .device = device};
@@ -564,6 +578,7 @@ AllreduceModel calibrate_allreduce_model(Communicator& comm, Device device,
     m.native_reduce_scatter = curve_of(rs_x, col[4]);
     m.native_allgather = curve_of(rs_x, col[5]);
     measure_candidates(comm, device, options, sizes, m);
+    m.allreduce_table = allreduce_choices(m, kAllreduceTableBytes);
     m.calibration_s = std::max(w.back(), seconds_since(start));
   });
   return m;
@@ -597,8 +612,14 @@ void allreduce(Communicator& comm, Tensor& t, ReduceOp op, AllreduceAlgorithm al
                const CollectiveOptions& options) {
   comm.run_in_order([&] {
     AllreduceAlgorithm a = algorithm;
-    if (a == AllreduceAlgorithm::automatic)
-      a = choose_allreduce(*allreduce_model(comm, t.device()), bytes_of(t));
+    if (a == AllreduceAlgorithm::automatic) {
+      // Inside run_in_order: the cached model without a lock (allreduce_model calibrates first).
+      const AllreduceModel* m = comm.cached_allreduce_model_in_order();
+      if (m && m->on_cpu == t.device().is_cpu())
+        a = choose_allreduce(*m, bytes_of(t));
+      else
+        a = choose_allreduce(*allreduce_model(comm, t.device()), bytes_of(t));
+    }
     switch (a) {
       case AllreduceAlgorithm::ring:
         return ring_allreduce(comm, t, op, options);
