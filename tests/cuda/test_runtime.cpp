@@ -25,9 +25,19 @@ namespace {
 constexpr size_t kMiB = size_t{1} << 20;
 
 // Restores emu's device memory limit when a test ends, whatever happens.
+// The emulated devices get `bytes` more than the device memory live now: earlier tests of the same
+// process (their tensors, the process-wide caching allocator's segments) keep some, and a fixed
+// limit made this file's results depend on which tests ran before it.
+size_t live_device_bytes() {
+  size_t free_bytes = 0, total = 0;
+  REQUIRE(cudaMemGetInfo(&free_bytes, &total) == cudaSuccess);
+  return total - free_bytes;
+}
+
 struct MemoryLimit {
   size_t previous;
-  explicit MemoryLimit(size_t bytes) : previous(emu::set_device_memory_limit(bytes)) {}
+  explicit MemoryLimit(size_t bytes)
+      : previous(emu::set_device_memory_limit(live_device_bytes() + bytes)) {}
   ~MemoryLimit() { emu::set_device_memory_limit(previous); }
 };
 

@@ -105,6 +105,37 @@ TEST_CASE("dist tuner: choices follow the model: latency-bound small, bandwidth-
   CHECK(describe(m).find("auto allreduce: ") != std::string::npos);
 }
 
+TEST_CASE("dist tuner: the calibration's choice table gives the model's cheapest at every size",
+          "[dist]") {
+  // The reference: the smallest of the four predictions (ties to the earlier of native, ring,
+  // tree, rhd), taken here directly, not through choose_allreduce.
+  const auto cheapest = [](const AllreduceModel& m, int64_t b) {
+    AllreduceAlgorithm best = AllreduceAlgorithm::native;
+    for (AllreduceAlgorithm a : {AllreduceAlgorithm::native, AllreduceAlgorithm::ring,
+                                 AllreduceAlgorithm::tree, AllreduceAlgorithm::rhd})
+      if (predict_allreduce(m, a, b) < predict_allreduce(m, best, b)) best = a;
+    return best;
+  };
+  for (int ranks : {2, 3, 6}) {
+    INFO("ranks " << ranks);
+    AllreduceModel m = model_of(ranks);
+    m.native_allreduce = CostCurve::line(3e-6, 0.4e-9);  // cheapest at small sizes only
+    m.allreduce_table = allreduce_choices(m, int64_t{1} << 30);
+    REQUIRE(!m.allreduce_table.empty());
+    std::vector<int64_t> sizes;
+    for (int64_t b = 1; b <= (int64_t{1} << 30); b *= 2) sizes.insert(sizes.end(), {b, 3 * b / 2});
+    for (const auto& [first, a] : m.allreduce_table)
+      sizes.insert(sizes.end(), {first - 1, first, first + 1});
+    for (int64_t b : sizes) {
+      if (b < 1) continue;
+      INFO("bytes " << b);
+      CHECK(choose_allreduce(m, b) == cheapest(m, b));
+    }
+    // Past the table (1 GiB): predicted, as without one.
+    CHECK(choose_allreduce(m, int64_t{4} << 30) == cheapest(m, int64_t{4} << 30));
+  }
+}
+
 TEST_CASE(
     "dist tuner: an algorithm's measured curve, where there is one, decides over the formulas",
     "[dist]") {
