@@ -185,7 +185,7 @@ TEST_CASE("dist tuner: calibration gives every rank the same model, cached witho
   for (int ranks = 1; ranks <= 4; ++ranks) {
     std::vector<AllreduceModel> models(ranks);
     std::vector<int64_t> second_call_messages(ranks, -1);
-    std::vector<bool> same_object(ranks);
+    std::vector<char> same_object(ranks);  // not vector<bool>: its bits share words across ranks
     run_ranks(ranks, [&](Communicator& c) {
       const CalibrationOptions o{.large_bytes = 64 << 10, .reps = 3};  // 8 B, 4 KiB, 64 KiB
       const auto m = allreduce_model(c, Device::cpu(), o);
@@ -242,9 +242,15 @@ TEST_CASE("dist tuner: allreduce, reduce_scatter and allgather by algorithm, aut
         in.push_back(make_input(r, n * ranks, DType::f32).to_vector<double>());
       for (size_t k = 0; k < all.size(); ++k)
         for (int r = 0; r < ranks; ++r) t[k].push_back(make_input(r, n * ranks, DType::f32));
-      std::vector<std::vector<Tensor>> scattered(all.size()), gathered(all.size());
+      // Sized here: the rank threads only write their own elements.
+      std::vector<std::vector<Tensor>> scattered(all.size(), std::vector<Tensor>(ranks)),
+          gathered(all.size(), std::vector<Tensor>(ranks));
       run_ranks(ranks, [&](Communicator& c) {
         const int r = c.rank();
+        // A small calibration first (8 B to 64 KiB), which auto then finds cached: the default one
+        // times every candidate up to 16 MiB, minutes under TSan.
+        allreduce_model(c, Device::cpu(),
+                        {.large_bytes = 64 << 10, .reps = 3, .scatter_gather = true});
         for (size_t k = 0; k < all.size(); ++k) {
           allreduce(c, t[k][r], ReduceOp::avg, all[k]);
           if (all[k] == AllreduceAlgorithm::tree) continue;
@@ -252,8 +258,6 @@ TEST_CASE("dist tuner: allreduce, reduce_scatter and allgather by algorithm, aut
           reduce_scatter(c, make_input(r, n * ranks, DType::f32), out, ReduceOp::sum, all[k]);
           Tensor g = empty({n * ranks});
           allgather(c, make_input(r, n, DType::f32), g, all[k]);
-          scattered[k].resize(ranks);
-          gathered[k].resize(ranks);
           scattered[k][r] = out;
           gathered[k][r] = g;
         }
