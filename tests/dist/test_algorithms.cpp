@@ -93,6 +93,8 @@ std::string allreduce_case(Algo a, int ranks, int64_t n, DType dtype, ReduceOp o
     const std::string bad = check_close(got, ref);
     if (!bad.empty()) return "rank " + std::to_string(r) + ": " + bad;
     for (size_t i = 0; i < got.size(); ++i)
+      // ref.tol bounds any summation order (dist_util.h), stoke's and native's alike: each is
+      // within tol of the exact value, so they differ by at most 2 tol (triangle inequality).
       if (!(std::fabs(got[i] - nat[i]) <= 2 * ref.tol[i]))
         return "rank " + std::to_string(r) + ": element " + std::to_string(i) + " is " +
                std::to_string(got[i]) + ", native's " + std::to_string(nat[i]);

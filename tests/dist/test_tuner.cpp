@@ -13,6 +13,8 @@ using namespace stoke::dist::test;
 namespace {
 
 // alpha 10 us per step, beta 1 ns per byte (1 GB/s), gamma 0.5 ns per byte; native 20 us + 2 ns/B.
+// A made-up machine: these are the model's inputs, not tolerances; the tests derive each
+// expected choice from them in closed form.
 AllreduceModel model_of(int ranks) {
   AllreduceModel m;
   m.ranks = ranks;
