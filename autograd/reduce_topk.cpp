@@ -51,7 +51,8 @@ ValuesIndices topk(const Tensor& x, int64_t k, const TopkOptions& options) {
   Shape pos_shape(static_cast<size_t>(x.dim()), 1);
   pos_shape[static_cast<size_t>(dim)] = n;
   const Tensor position =
-      arange(0, static_cast<double>(n), 1, {.dtype = DType::i64}).reshape(pos_shape).to(x.device());
+      arange(0, static_cast<double>(n), 1, {.dtype = DType::i64, .device = x.device()})
+          .reshape(pos_shape);  // made on the device: an upload would wait for it
   // All-false and all-true masks of the position's shape, broadcast by where.
   const Tensor no = ops::ne(position, position), yes = ops::eq(position, position);
   Tensor remaining = ops::where(is_nan, yes, yes);  // of x's shape

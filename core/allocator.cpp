@@ -206,4 +206,12 @@ void register_allocator(Device::Type type, DeviceAllocator* allocator) {
   registry()[static_cast<size_t>(type)] = allocator;
 }
 
+size_t device_system_allocs() {
+  size_t n = 0;
+  const auto& r = registry();
+  for (size_t i = 0; i < r.size(); ++i)
+    if (i != static_cast<size_t>(Device::Type::cpu) && r[i]) n += r[i]->stats().system_allocs;
+  return n;
+}
+
 }  // namespace stoke

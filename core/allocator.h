@@ -42,6 +42,10 @@ void register_allocator(Device::Type type, DeviceAllocator* allocator);
 
 DeviceAllocator& cpu_allocator();
 
+// System allocations (cudaMalloc calls) of every registered device allocator but the CPU's, so
+// far: what the profiler counts per step.
+size_t device_system_allocs();
+
 // Debug mode: every block an allocator hands out (the CPU's, and the CUDA caching allocator's,
 // emulated or real) is first filled with 0xFF bytes: NaN in every float dtype (f32, f64, f16,
 // bf16), -1 in the signed integers, 255 in u8, true in bool. A kernel that reads memory it did not

@@ -14,9 +14,11 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "core/allocator.h"
 #include "core/enum_name.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/sync_debug.h"
 
 namespace stoke::profiler {
 
@@ -56,6 +58,8 @@ struct Registry {
   // start()'s time on the steady clock, in ns: atomic, as a range opened before a start() may
   // close (and read it) while start() sets it.
   std::atomic<int64_t> epoch_ns{0};
+  DeviceActivity step_activity;  // under mutex: summed over the step ranges closed since start()
+  int64_t step_device_allocs = 0;
 };
 Registry& registry() {
   static Registry* r = new Registry;  // lives until exit: threads may record during shutdown
@@ -65,6 +69,8 @@ Registry& registry() {
 thread_local std::shared_ptr<ThreadBuffer> t_buffer;
 thread_local std::string t_name;
 thread_local double t_next_flops = 0;
+// Per open step range of this thread: the device activity and allocations when it opened.
+thread_local std::vector<std::pair<DeviceActivity, size_t>> t_step_marks;
 
 ThreadBuffer& buffer() {
   if (!t_buffer) {
@@ -142,6 +148,8 @@ void detail::begin(const char* name, Category category) {
   const double flops = t_next_flops;
   t_next_flops = 0;
   const int64_t t = clock_ns();
+  if (category == Category::step)
+    t_step_marks.emplace_back(device_activity(), device_system_allocs());
   std::lock_guard<std::mutex> lock(b.mutex);
   b.open.push_back(b.events.size());
   b.events.push_back({name, category, t, -1, flops, static_cast<int>(b.open.size()) - 1, b.tid});
@@ -185,10 +193,23 @@ void set_device_timer(DeviceTimer* timer) {
 void detail::end() {
   const int64_t t = clock_ns();
   ThreadBuffer& b = buffer();
-  std::lock_guard<std::mutex> lock(b.mutex);
+  std::unique_lock<std::mutex> lock(b.mutex);
   if (b.open.empty()) return;  // opened before a start() that cleared it
-  b.events[b.open.back()].end_ns = t;
+  Event& e = b.events[b.open.back()];
+  e.end_ns = t;
   b.open.pop_back();
+  if (e.category != Category::step || t_step_marks.empty()) return;
+  lock.unlock();
+  const auto [a0, m0] = t_step_marks.back();
+  t_step_marks.pop_back();
+  const DeviceActivity d = device_activity() - a0;
+  const size_t m = device_system_allocs();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> rlock(r.mutex);
+  r.step_activity.syncs += d.syncs;
+  r.step_activity.expected_syncs += d.expected_syncs;
+  r.step_activity.launches += d.launches;
+  r.step_device_allocs += static_cast<int64_t>(m - m0);
 }
 
 void detail::set_next_flops(double flops) {
@@ -218,6 +239,8 @@ void start(StartOptions options) {
       b->open.clear();
     }
     r.epoch_ns.store(steady_ns());
+    r.step_activity = {};
+    r.step_device_allocs = 0;
   }
   detail::g_enabled.store(true);
 }
@@ -405,6 +428,12 @@ StepBreakdown step_breakdown() {
   double in_phases = 0;
   for (const auto& p : out.phases) in_phases += p.second;
   out.other_ms = std::max(0.0, out.step_ms - in_phases);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  out.syncs = r.step_activity.syncs;
+  out.expected_syncs = r.step_activity.expected_syncs;
+  out.launches = r.step_activity.launches;
+  out.device_allocs = r.step_device_allocs;
   return out;
 }
 
@@ -433,6 +462,13 @@ std::string summary(int top, double peak_gflops) {
     };
     for (const auto& [name, ms] : steps.phases) row(name, ms);
     row("(other)", steps.other_ms);
+    std::snprintf(line, sizeof line,
+                  "  per step: %.1f kernel launches, %.2f host waits on the device (%.2f more "
+                  "expected: metric reads, checkpoints), %.2f device allocations\n",
+                  static_cast<double>(steps.launches) / n, static_cast<double>(steps.syncs) / n,
+                  static_cast<double>(steps.expected_syncs) / n,
+                  static_cast<double>(steps.device_allocs) / n);
+    out += line;
   } else {
     std::snprintf(line, sizeof line, "profile: %.1f ms, no steps recorded\n", wall_ms);
     out += line;

@@ -152,6 +152,10 @@ struct StepBreakdown {
   double step_ms = 0;                                  // summed over the steps
   std::vector<std::pair<std::string, double>> phases;  // name, ms summed over the steps
   double other_ms = 0;                                 // step time in no phase
+  // What the steps cost the host and the device, summed over the steps (of every thread's step
+  // ranges): host waits on the device outside and inside ExpectedSync scopes, kernel launches
+  // (STOKE_LAUNCH), and device allocations that reached cudaMalloc (core/sync_debug.h).
+  int64_t syncs = 0, expected_syncs = 0, launches = 0, device_allocs = 0;
 };
 StepBreakdown step_breakdown();
 

@@ -7,6 +7,7 @@
 #include "core/grad_mode.h"
 #include "core/profiler.h"
 #include "core/strided.h"
+#include "core/sync_debug.h"
 
 namespace stoke {
 
@@ -380,6 +381,7 @@ Tensor Tensor::to(Device d, bool non_blocking) const {
   const Device from = device();
   if (d == from) return *this;
   const Device backend = from.is_cpu() ? d : from;
+  const SyncSite site(d.is_cpu() ? "Tensor::to(cpu)" : "Tensor::to(cuda)");
   DeviceCopier* copier = device_copier(backend.type);
   STOKE_CHECK(copier != nullptr, "to", "copy from ", from, " to ", d,
               " is not available: ", backend,
@@ -460,6 +462,7 @@ void copy_strided(const Tensor& dst, const Tensor& src) {
 }
 
 double Tensor::item() const {
+  const SyncSite site("Tensor::item");
   STOKE_CHECK(numel() == 1, "item", "expected a tensor with one element, got shape ", shape());
   Tensor c = to(Device::cpu());
   return dispatch_all(c.dtype(), "item", [&](auto tag) -> double {

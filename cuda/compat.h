@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/sync_debug.h"
 
 #if defined(STOKE_CUDA_EMU)
 #include "cuda/emu/emu.h"
@@ -31,7 +32,8 @@
 #endif
 
 // STOKE_LAUNCH(kernel, grid, block, smem_bytes, stream)(args...): kernel<<<grid, block,
-// smem_bytes, stream>>>(args...) under nvcc; in emu the whole grid runs before it returns. Errors
+// smem_bytes, stream>>>(args...) under nvcc; in emu the whole grid runs before it returns. Each
+// launch is counted (stoke::device_activity().launches, core/sync_debug.h). Errors
 // surface through cudaGetLastError() either way. For a template kernel take a pointer first:
 // `auto* k = &my_kernel<float, 4>; STOKE_LAUNCH(k, grid, block, 0, stream)(args...);`.
 //
@@ -41,14 +43,15 @@
 // STOKE_NVTX_RANGE("stoke::cuda::NAME"): an NVTX range for the rest of the scope (no-op in emu).
 #if defined(STOKE_CUDA_EMU)
 #define STOKE_LAUNCH(kernel, grid, block, smem_bytes, stream) \
-  ::stoke::emu::make_launch(kernel, grid, block, smem_bytes, stream)
+  (::stoke::note_kernel_launch(),                             \
+   ::stoke::emu::make_launch(kernel, grid, block, smem_bytes, stream))
 #define STOKE_DYNAMIC_SHARED(T, name) \
   T* name = reinterpret_cast<T*>(::stoke::emu::dynamic_shared_memory())
 #define STOKE_NVTX_RANGE(name) static_cast<void>(name)
 #else
 #if defined(__CUDACC__)
 #define STOKE_LAUNCH(kernel, grid, block, smem_bytes, stream) \
-  kernel<<<grid, block, smem_bytes, stream>>>
+  (::stoke::detail::counted_launch(kernel))<<<grid, block, smem_bytes, stream>>>
 #define STOKE_DYNAMIC_SHARED(T, name)                                    \
   extern __shared__ __align__(16) unsigned char stoke_dynamic_shared_[]; \
   T* name = reinterpret_cast<T*>(stoke_dynamic_shared_)
@@ -60,6 +63,15 @@
     name                                                                     \
   }
 #endif
+
+namespace stoke::detail {
+// STOKE_LAUNCH's count of a launch (core/sync_debug.h), passing the kernel through.
+template <class Kernel>
+inline Kernel counted_launch(Kernel kernel) noexcept {
+  ::stoke::note_kernel_launch();
+  return kernel;
+}
+}  // namespace stoke::detail
 
 namespace stoke::cuda::detail {
 

@@ -22,7 +22,9 @@ Tensor finish(Tensor t, const TensorOptions& options) {
 Tensor on_device(Tensor t, Device d, const char* op) {
   if (d.is_cpu()) return t;
   ops::backend_for(op, d);
-  return t.to(d);
+  // Non-blocking: the backend stages a small pageable source through pinned memory, so creating
+  // a tensor on a device does not wait for the device.
+  return t.to(d, /*non_blocking=*/true);
 }
 
 }  // namespace

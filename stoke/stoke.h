@@ -21,6 +21,7 @@
 #include "core/grad_mode.h"
 #include "core/parallel.h"
 #include "core/random.h"
+#include "core/sync_debug.h"
 #include "core/tensor.h"
 #include "data/batcher.h"
 #include "data/cifar.h"

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <vector>
 
+#include "device_values.h"
+
 #include "stoke/stoke.h"
 #if STOKE_HAS_CUDA || STOKE_CUDA_EMU
 #include "cuda/runtime/pinned.h"
@@ -43,23 +45,16 @@ DeviceBatch to_device(const data::Batch& batch, Device device, const BatchFinish
           labels};
 }
 
-int64_t count_correct(const Tensor& logits, const Tensor& labels) {
-  const auto pred = argmax(logits, 1).to(Device::cpu()).to_vector<int64_t>();
-  const auto want = labels.to_vector<int64_t>();
-  int64_t correct = 0;
-  for (size_t i = 0; i < pred.size(); ++i) correct += pred[i] == want[i];
-  return correct;
+Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
+  NoGradGuard no_grad;
+  return sum(eq(argmax(logits.detach(), 1), labels));
 }
 
-// Labels among the logits' 5 largest (stoke::topk on the device, the indices read back).
-int64_t count_top5(const Tensor& logits, const Tensor& labels) {
-  const auto top = topk(logits, 5, {.dim = 1}).indices.to(Device::cpu()).to_vector<int64_t>();
-  const auto want = labels.to_vector<int64_t>();
-  int64_t correct = 0;
-  for (size_t i = 0; i < want.size(); ++i)
-    correct += std::count(top.begin() + static_cast<std::ptrdiff_t>(5 * i),
-                          top.begin() + static_cast<std::ptrdiff_t>(5 * i + 5), want[i]);
-  return correct;
+// A row of topk's indices holds distinct classes, so the label matches at most one of them.
+Tensor top5_predictions(const Tensor& logits, const Tensor& labels) {
+  NoGradGuard no_grad;
+  const Tensor top = topk(logits.detach(), 5, {.dim = 1}).indices;
+  return sum(eq(top, labels.reshape({labels.numel(), 1}).expand(top.shape())));
 }
 
 EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
@@ -72,15 +67,29 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
   test.set_epoch(0);
   BatchFinish finish;  // f32, no augmentation
   finish.normalize = normalize;
+  // Each batch's loss sum and counts stay on the device, read back 64 batches at a time.
+  DeviceValues batch_sums(device, 64, 2);
+  const auto settle = [&] {
+    const DeviceValues::Values v = batch_sums.take("the evaluation's sums");
+    for (size_t i = 0; i < v.value.size(); ++i) {
+      loss_sum += v.value[i];
+      correct += v.count[i][0];
+      correct5 += v.count[i][1];
+    }
+  };
   while (auto batch = test.next()) {
     const DeviceBatch b = to_device(*batch, device, finish);
     const Tensor logits = model(b.images);
-    // Under no-grad stoke's cross_entropy records nothing: the same kernel as ops::cross_entropy.
-    loss_sum += cross_entropy(logits, b.labels, {.reduction = Reduction::sum}).item();
-    correct += count_correct(logits, batch->labels);
+    const Tensor labels = b.labels.dtype() == DType::i64 ? b.labels : b.labels.to(DType::i64);
     top5 = logits.size(1) > 5;
-    if (top5) correct5 += count_top5(logits, batch->labels);
+    // Under no-grad stoke's cross_entropy records nothing: the same kernel as ops::cross_entropy.
+    batch_sums.push(cross_entropy(logits, labels, {.reduction = Reduction::sum}),
+                    {correct_predictions(logits, labels),
+                     top5 ? top5_predictions(logits, labels)
+                          : zeros({1}, {.dtype = DType::i64, .device = device})});
+    if (batch_sums.full()) settle();
   }
+  settle();
   model.train();
   std::vector<double> sums{loss_sum, static_cast<double>(correct), static_cast<double>(test.size()),
                            static_cast<double>(correct5)};

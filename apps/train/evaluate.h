@@ -27,8 +27,11 @@ struct BatchFinish {
 };
 DeviceBatch to_device(const data::Batch& batch, Device device, const BatchFinish& finish = {});
 
-// How many rows of `logits` have their largest value at the row's label (`labels` on the CPU).
-int64_t count_correct(const Tensor& logits, const Tensor& labels);
+// How many rows of `logits` have their largest value at the row's label: an i64 scalar on the
+// logits' device (`labels`: i64, same device), not read back.
+Tensor correct_predictions(const Tensor& logits, const Tensor& labels);
+// How many rows hold their label among the 5 largest logits, the same way.
+Tensor top5_predictions(const Tensor& logits, const Tensor& labels);
 
 struct EvalResult {
   double loss = 0, acc = 0;  // the mean cross-entropy and the accuracy in percent

@@ -92,9 +92,15 @@ int run(Flags f, Distributed& dist) {
         f.allreduce.c_str(), f.dist_timeout, num_threads(), static_cast<long long>(f.batch),
         static_cast<long long>(f.batch * dist.size));
 
-  Trainer trainer(f, *device, metrics, dist);
-  trainer.resume();
-  const RunTotals totals = trainer.fit();
+  // Setting up (the model's upload, a resumed checkpoint) waits for the device on purpose: only
+  // the training steps are held to STOKE_SYNC_DEBUG.
+  std::optional<Trainer> trainer;
+  {
+    const ExpectedSync setting_up("setting up the run");
+    trainer.emplace(f, *device, metrics, dist);
+    trainer->resume();
+  }
+  const RunTotals totals = trainer->fit();
   metrics.close();
   std::vector<double> images{static_cast<double>(totals.images)};
   dist.sum(images);

@@ -16,10 +16,15 @@ ProgressBar::ProgressBar(std::string label, int64_t total, bool enabled)
       start_(std::chrono::steady_clock::now()),
       last_draw_(start_) {}
 
+bool ProgressBar::due(int64_t done) const {
+  if (!enabled_ || !tty_) return false;
+  return done >= total_ ||
+         std::chrono::steady_clock::now() - last_draw_ >= std::chrono::milliseconds(200);
+}
+
 void ProgressBar::update(int64_t done, double images_per_s, const std::string& extra) {
-  if (!enabled_ || !tty_) return;
+  if (!due(done)) return;
   const auto now = std::chrono::steady_clock::now();
-  if (done < total_ && now - last_draw_ < std::chrono::milliseconds(200)) return;
   last_draw_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double eta =

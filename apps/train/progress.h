@@ -20,6 +20,9 @@ class ProgressBar {
   ProgressBar(std::string label, int64_t total, bool enabled);
   // `done` items of `total`; `images_per_s` and `extra` ("loss 0.51 acc 81.2%") go on the line.
   void update(int64_t done, double images_per_s, const std::string& extra);
+  // Whether update(done, ...) would draw now: what to compute the line's text for (a trainer
+  // reads its metrics back from the device only then).
+  bool due(int64_t done) const;
   void finish();
 
  private:

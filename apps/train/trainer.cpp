@@ -124,7 +124,9 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
       uniform_loss_(
           std::log(static_cast<double>(std::max<int64_t>(data_.train_set->num_classes(), 2)))),
       lowest_loss_(std::numeric_limits<double>::infinity()),
-      sample_log_fd_(open_sample_log(dist_.rank)) {
+      sample_log_fd_(open_sample_log(dist_.rank)),
+      step_values_(device_, kPendingSteps, 1),
+      last_loss_(std::numeric_limits<double>::quiet_NaN()) {
   print_model_line(f_, *model_, device_);
   if (dist_.active() && f_.zero > 0) {
     // Before any state exists: the plain optimizer gives its kind, options and groups.
@@ -257,9 +259,13 @@ Trainer::EpochStats Trainer::train_epoch() {
       train_batch(*batch, nb, e);
     }
     profiler_.after_batch(pos_.global_step);
-    const double seconds = seconds_since(e.start);
-    bar.update(batch_ + 1, per_second(static_cast<double>(e.images), seconds), progress_text(e));
+    if (bar.due(batch_ + 1)) {
+      settle_steps("the progress bar");
+      const double seconds = seconds_since(e.start);
+      bar.update(batch_ + 1, per_second(static_cast<double>(e.images), seconds), progress_text(e));
+    }
   }
+  settle_steps("the end of the epoch");
   bar.finish();
   e.seconds = seconds_since(e.start);
   return e;
@@ -278,33 +284,57 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
   std::optional<profiler::Range> phase(std::in_place, "forward", profiler::Category::phase);
   Tensor logits;
   Tensor loss = forward_loss(b, sync, logits);
-  const double loss_value = loss.item();  // waits for the device: the forward's time is real
+  const int64_t n = batch.labels.numel();
+  {
+    // The loss and the count of correct predictions stay on the device (settle_steps).
+    NoGradGuard no_grad;
+    const Tensor labels = b.labels.dtype() == DType::i64 ? b.labels : b.labels.to(DType::i64);
+    step_values_.push(loss, {correct_predictions(logits, labels)});
+    pending_.push_back({batch_, pos_.global_step, n});
+  }
+  // On the CPU a read costs nothing: every loss is checked before its backward. On a device the
+  // host reads them when it needs them, or when the buffer is full.
+  if (device_.is_cpu() || step_values_.full()) settle_steps("every kPendingSteps steps");
   phase.reset();
-  check_finite_loss(loss_value);
-  last_finite_loss_ = loss_value;
-  lowest_loss_ = std::min(lowest_loss_, loss_value);
   // The weights of a scheduled checkpoint have just given a finite loss: written if it is good.
-  if (scheduled_) write_scheduled_save(loss_value);
+  if (scheduled_) write_scheduled_save(settle_steps("a scheduled checkpoint"));
   // Each micro-batch's mean loss is scaled so that k micro-batches of b give the gradient of
   // one batch of k*b (when the micro-batches have equal size).
   if (group_size > 1) loss = loss * (1.0 / static_cast<double>(group_size));
   phase.emplace("backward", profiler::Category::phase);
   (scaler_ ? scaler_->scale(loss) : loss).backward();
-  phase.emplace("metrics", profiler::Category::phase);
-  {
-    NoGradGuard no_grad;
-    // B predictions come back to the host (the loss value already synchronized the step).
-    pos_.epoch_correct += count_correct(logits, batch.labels);
-  }
-  const int64_t n = batch.labels.numel();
-  pos_.epoch_loss_sum += loss_value * static_cast<double>(n);
   pos_.epoch_seen += n;
   e.images += n;
   phase.reset();
-  if (sync) optimizer_step(loss_value, batch.wait_seconds);
+  if (sync) optimizer_step(batch.wait_seconds);
 }
 
-void Trainer::optimizer_step(double loss_value, double data_wait_s) {
+void Trainer::clip_gradients() {
+  // On a device the norm and the coefficient stay there (no host read in the step); on the CPU
+  // the norm is read (free) and computed in f64.
+  if (device_.is_cpu())
+    nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
+  else
+    nn::optim::clip_grad_norm_no_sync_(opt_->params(), f_.clip_grad);
+}
+
+double Trainer::settle_steps(const char* why) {
+  if (pending_.empty()) return last_loss_;
+  const DeviceValues::Values v = step_values_.take(why);
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    const double loss = v.value[i];
+    check_finite_loss(loss, pending_[i].batch, pending_[i].step);
+    last_finite_loss_ = loss;
+    lowest_loss_ = std::min(lowest_loss_, loss);
+    pos_.epoch_loss_sum += loss * static_cast<double>(pending_[i].images);
+    pos_.epoch_correct += v.count[i][0];
+  }
+  pending_.clear();
+  last_loss_ = v.value.back();
+  return last_loss_;
+}
+
+void Trainer::optimizer_step(double data_wait_s) {
   {
     const profiler::Range phase("optimizer", profiler::Category::phase);
     if (scaler_) {
@@ -312,7 +342,7 @@ void Trainer::optimizer_step(double loss_value, double data_wait_s) {
       // (--amp fp16 and --zero are refused together: flags.cpp.)
       if (f_.clip_grad > 0) {
         scaler_->unscale_(*opt_);
-        nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
+        clip_gradients();
       }
       scaler_->step(*opt_);  // skipped when a gradient is inf/NaN (on any rank)
       scaler_->update();
@@ -321,7 +351,7 @@ void Trainer::optimizer_step(double loss_value, double data_wait_s) {
         if (zero_)
           zero_->clip_grad_norm_(f_.clip_grad);  // the parameters' gradients are in its buffers
         else
-          nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
+          clip_gradients();
       }
       opt_->step();
     }
@@ -330,11 +360,12 @@ void Trainer::optimizer_step(double loss_value, double data_wait_s) {
   }
   const int64_t step = ++pos_.global_step;
   if (f_.log_every > 0 && step % f_.log_every == 0)
-    log_step(metrics_, pos_.epoch + 1, step, loss_value, opt_->lr(), data_wait_s,
+    log_step(metrics_, pos_.epoch + 1, step, settle_steps("the step log"), opt_->lr(), data_wait_s,
              scaler_ ? std::optional<AmpRecord>(
                            AmpRecord{scaler_->get_scale(), scaler_->skipped_steps()})
                      : std::nullopt);
   if (f_.checkpoint_every > 0 && step % f_.checkpoint_every == 0 && !last_path_.empty()) {
+    settle_steps("a checkpoint's epoch totals");
     Position next = pos_;  // a resume starts after this batch's samples
     next.sample = samples_after_batch();
     schedule_save(next);
@@ -439,8 +470,10 @@ bool Trainer::end_epoch(const EpochStats& e) {
 bool Trainer::update_best(const EvalResult& r) {
   if (r.acc > pos_.best_acc) {
     pos_.best_acc = r.acc;
-    if (!best_path_.empty() && dist_.root())
+    if (!best_path_.empty() && dist_.root()) {
+      const ExpectedSync writing("writing the best weights");
       save_best(best_path_, *model_, pos_.epoch + 1, r.acc, pos_, f_);
+    }
   }
   if (r.loss < pos_.best_loss) {
     pos_.best_loss = r.loss;
@@ -467,21 +500,21 @@ EvalResult Trainer::evaluate_finite() {
 
 // Divergence stops the run before the step that would put it into the weights: nothing
 // non-finite is trained on, logged or saved.
-void Trainer::check_finite_loss(double loss_value) const {
+void Trainer::check_finite_loss(double loss_value, int64_t batch, int64_t step) const {
   STOKE_CHECK(std::isfinite(loss_value), "stoke-train", "the training loss is ",
               non_finite_name(loss_value), " at epoch ", pos_.epoch + 1, ", sample ",
-              samples_after_batch(), " of ", data_.train_samples, " (step ", pos_.global_step + 1,
+              samples_after_batch(batch), " of ", data_.train_samples, " (step ", step + 1,
               "); the last finite loss was ", last_finite_loss_, "; the last good checkpoint is ",
               last_good_.empty() ? "none" : last_good_,
               " (one whose weights gave a finite loss, not exploding). Stopping: "
               "lower --lr, add --clip-grad, or check the data");
 }
 
-int64_t Trainer::samples_after_batch() const {
+int64_t Trainer::samples_after_batch(int64_t batch) const {
   // Every rank has trained batch_ + 1 batches of --batch samples of its shard, so the job has
   // trained that many times -np positions of the rest of the epoch's order (the last batch may
   // be short, and the shards padded: the epoch's end caps it).
-  return std::min(data_.train_samples, epoch_start_ + (batch_ + 1) * f_.batch * dist_.size);
+  return std::min(data_.train_samples, epoch_start_ + (batch + 1) * f_.batch * dist_.size);
 }
 
 void Trainer::schedule_save(const Position& p) {
@@ -538,6 +571,7 @@ void Trainer::log_samples(const data::Batch& batch) const {
 
 void Trainer::save_position(const Position& p, const GeneratorState& rng,
                             const nn::NamedTensors& model_state) {
+  const ExpectedSync writing("writing a checkpoint");  // the state comes to the host
   // Every rank reaches the same saves (they follow the step count), so the sum is collective.
   Position job = p;
   std::vector<double> totals{p.epoch_loss_sum, static_cast<double>(p.epoch_correct),

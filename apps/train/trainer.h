@@ -9,6 +9,7 @@
 #include <string>
 
 #include "checkpoints.h"
+#include "device_values.h"
 #include "dist/ddp.h"
 #include "dist/zero.h"
 #include "distributed.h"
@@ -60,15 +61,25 @@ class Trainer {
 
   EpochStats train_epoch();
   void train_batch(const data::Batch& batch, int64_t num_batches, EpochStats& e);
-  void optimizer_step(double loss_value, double data_wait_s);
+  void optimizer_step(double data_wait_s);
+  // --clip-grad on the model's gradients (not ZeRO's: it clips its own buffers).
+  void clip_gradients();
   std::string progress_text(const EpochStats& e) const;
   // Evaluates, logs and checkpoints at the end of an epoch; true when early stopping ends the run.
   bool end_epoch(const EpochStats& e);
   bool update_best(const EvalResult& r);
   EvalResult evaluate_finite();
-  void check_finite_loss(double loss_value) const;
+  // The step's loss is finite; `batch` and `step` say which step it was (batch_ and
+  // pos_.global_step when it was pushed).
+  void check_finite_loss(double loss_value, int64_t batch, int64_t step) const;
+  // Reads the losses and correct counts the steps since the last read left on the device, checks
+  // each loss and adds them to the epoch's totals (on the CPU every step; on a device at a
+  // progress refresh, a log interval, a checkpoint, an evaluation, the epoch's end, or every
+  // kPendingSteps steps). Returns the last step's loss.
+  double settle_steps(const char* why);
   // The samples of this epoch's order the job has trained on after this run's batch `batch_`.
-  int64_t samples_after_batch() const;
+  int64_t samples_after_batch() const { return samples_after_batch(batch_); }
+  int64_t samples_after_batch(int64_t batch) const;
   // A checkpoint due after an optimizer step is written only once it is known to be good: its
   // weights are finite and the training loss they give (the next forward) is finite and no worse
   // than both a uniform guess (ln C) and ten times the lowest training loss of the run. So the
@@ -126,6 +137,15 @@ class Trainer {
   const double uniform_loss_;  // ln(classes): cross entropy of a uniform guess
   double lowest_loss_;         // the lowest training loss of this run
   int sample_log_fd_ = -1;     // STOKE_TRAIN_TEST_SAMPLE_LOG's file, or -1
+  // Each step's loss and correct count, on the device until settle_steps reads them, and which
+  // batch and step each was.
+  static constexpr int64_t kPendingSteps = 64;
+  DeviceValues step_values_;
+  struct PendingStep {
+    int64_t batch, step, images;
+  };
+  std::vector<PendingStep> pending_;
+  double last_loss_;  // the last settled step's loss
 };
 
 }  // namespace stoke::train

@@ -7,6 +7,7 @@
 #include "core/enum_name.h"
 #include "core/error.h"
 #include "core/profiler.h"
+#include "core/sync_debug.h"
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/deferred_checks.h"
 #include "cuda/runtime/device.h"
@@ -55,6 +56,8 @@ void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind) {
   cudaStream_t stream = current_stream();
   STOKE_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, to_cuda_kind(kind), stream));
   STOKE_CUDA_CHECK(cudaStreamSynchronize(stream));
+  note_device_sync(kind == CopyKind::device_to_host ? "a blocking device-to-host copy"
+                                                    : "a blocking copy");
   // A synchronization point: the checks the device made since the last one are read now.
   check_deferred_errors();
 }
@@ -130,6 +133,8 @@ void copy_tensor(const Tensor& dst, const Tensor& src, bool non_blocking) {
     record_use(src, stream);
   } else {
     STOKE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    note_device_sync(d.is_cpu() ? "a blocking device-to-host tensor copy"
+                                : "a blocking tensor copy (non_blocking = false)");
   }
 }
 

@@ -24,6 +24,8 @@ class CudaEventTimer final : public profiler::DeviceTimer {
     std::lock_guard<std::mutex> lock(mutex_);
     Reference& ref = refs_[device];
     if (!ref.event) {
+      const ExpectedSync expected("the profiler's device clock reference");
+      note_device_sync("cudaEventSynchronize");
       ref.event = take_event();
       if (!ref.event || cudaEventRecord(ref.event, stream) != cudaSuccess ||
           cudaEventSynchronize(ref.event) != cudaSuccess)

@@ -51,6 +51,7 @@ Stream::~Stream() {
 
 void Stream::synchronize() const {
   STOKE_CUDA_CHECK(cudaStreamSynchronize(handle_));
+  note_device_sync("Stream::synchronize");
   check_deferred_errors();  // a synchronization point (cuda/runtime/deferred_checks.h)
 }
 
@@ -101,6 +102,7 @@ void Event::record() {
 
 void Event::synchronize() const {
   STOKE_CUDA_CHECK(cudaEventSynchronize(handle_));
+  note_device_sync("Event::synchronize");
 }
 
 bool Event::query() const {
@@ -110,6 +112,8 @@ bool Event::query() const {
 bool event_completed(cudaEvent_t event, bool wait) {
   if (wait) {
     STOKE_CUDA_CHECK(cudaEventSynchronize(event));
+    // An allocator draining its pending uses may call this where throwing is not allowed.
+    note_device_sync("cudaEventSynchronize (a pending use of freed memory)", false);
     return true;
   }
   const cudaError_t err = cudaEventQuery(event);

@@ -368,6 +368,7 @@ void NcclCommunicator::do_barrier() {
     return ncclAllReduce(one.data_ptr(), one.data_ptr(), 1, ncclFloat32, ncclSum, comm_, stream_);
   });
   STOKE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  note_device_sync("a barrier");
   check_alive();
 }
 

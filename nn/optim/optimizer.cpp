@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "core/grad_mode.h"
@@ -297,6 +298,30 @@ void Adam::load_state_dict(const NamedTensors& state) {
       max_exp_avg_sq_[i] = take(m, k + "max_exp_avg_sq", params_[i], "Adam::load_state_dict");
   }
   check_no_leftovers(m, "Adam::load_state_dict");
+}
+
+Tensor clip_grad_norm_no_sync_(const std::vector<Tensor>& params, double max_norm) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> grads;
+  std::optional<Device> device;
+  bool one_device = true;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(contiguous_grad(p));
+    p.set_grad(grads.back());  // scaled in place below
+    if (!device) device = grads.back().device();
+    one_device = one_device && grads.back().device() == *device;
+  }
+  if (!device || device->is_cpu() || !one_device) {
+    const double norm = clip_grad_norm_(params, max_norm);
+    return full({1}, norm, {.dtype = DType::f64});
+  }
+  // f32 on the device, the f32 sum of squares' own precision (ops::sum_of_squares).
+  const Tensor norm = ops::sqrt_(ops::sum_of_squares(grads).reshape({1}).to(DType::f32));
+  const Tensor coef = ops::clamp(ops::div(max_norm, ops::add(norm, 1e-6)), std::nullopt, 1.0);
+  // One multi-tensor pass that multiplies every gradient by coef; its inf flag is not used.
+  ops::non_finite_check_and_unscale_(grads, zeros({1}, {.device = *device}), coef);
+  return norm;
 }
 
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm) {

@@ -211,4 +211,11 @@ class Adagrad : public Optimizer {
 // clipping (torch.nn.utils.clip_grad_norm_).
 double clip_grad_norm_(const std::vector<Tensor>& params, double max_norm);
 
+// The same without a host read, for a training step on a GPU: the norm is computed, and the
+// coefficient min(1, max_norm / (norm + 1e-6)) applied, on the gradients' device, and the norm is
+// returned there (a one-element f32 tensor, as torch's clip_grad_norm_ returns a tensor). Every
+// gradient is multiplied (by 1 when the norm is within max_norm: unchanged). Gradients on the CPU
+// or on several devices take clip_grad_norm_ (its f64 norm, returned as a CPU tensor).
+Tensor clip_grad_norm_no_sync_(const std::vector<Tensor>& params, double max_norm);
+
 }  // namespace stoke::nn::optim

@@ -2,6 +2,8 @@
 // helpers every glue file shares. The copy and fill kernels are in ops/cuda/creation.cpp.
 #include "ops/cuda/backend.h"
 
+#include <cstring>
+
 #include "core/device_copy.h"
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/copy.h"
@@ -18,18 +20,29 @@ namespace {
 
 class CudaCopier final : public DeviceCopier {
  public:
+  static constexpr size_t kMaxStagedUpload = size_t{1} << 20;
   void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes,
             bool non_blocking) override {
     using cuda::CopyKind;
     const CopyKind kind = dst_device.is_cuda() ? (src_device.is_cuda() ? CopyKind::device_to_device
                                                                        : CopyKind::host_to_device)
                                                : CopyKind::device_to_host;
-    // A host source is copied asynchronously only from pinned memory, whose block the pinned
-    // allocator then keeps from reuse until the copy is done (record_stream). Pageable memory is
-    // copied synchronously (CUDA stages it synchronously anyway).
+    // A host source is copied asynchronously from pinned memory, whose block the pinned
+    // allocator then keeps from reuse until the copy is done (record_stream).
     void* block = kind == CopyKind::host_to_device && non_blocking
                       ? cuda::pinned_allocator().pinned_block_containing(src)
                       : nullptr;
+    if (kind == CopyKind::host_to_device && non_blocking && !block && nbytes <= kMaxStagedUpload) {
+      // A small pageable source (arange's values, a creation op's constants) is staged through a
+      // cached pinned block, so that the copy stays asynchronous (no host wait in a step) and
+      // `src` may be freed at once. Larger ones are copied synchronously, as CUDA would stage them.
+      void* staging = cuda::pinned_allocator().allocate(nbytes);
+      std::memcpy(staging, src, nbytes);
+      cuda::copy_bytes_async(dst, staging, nbytes, kind, cuda::current_stream());
+      cuda::pinned_allocator().record_stream(staging, cuda::current_stream());
+      cuda::pinned_allocator().free(staging);
+      return;
+    }
     const bool async = non_blocking && (kind != CopyKind::host_to_device || block != nullptr);
     if (block) cuda::pinned_allocator().record_stream(block, cuda::current_stream());
     if (async)

@@ -101,7 +101,7 @@ Tensor CudaBackend::gather_backward(const Tensor& grad_in, int64_t dim, const Te
 Tensor CudaBackend::one_hot(const Tensor& idx, int64_t num_classes) {
   // The indices compared with 0..C-1.
   const Tensor classes =
-      arange(0, static_cast<double>(num_classes), 1, {.dtype = DType::i64}).to(idx.device());
+      arange(0, static_cast<double>(num_classes), 1, {.dtype = DType::i64, .device = idx.device()});
   return ops::eq(idx.unsqueeze(-1), classes).to(DType::i64);
 }
 
