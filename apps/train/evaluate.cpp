@@ -45,16 +45,25 @@ DeviceBatch to_device(const data::Batch& batch, Device device, const BatchFinish
           labels};
 }
 
+namespace {
+
+// Labels as i64, what argmax and topk's indices compare with.
+Tensor i64_labels(const Tensor& labels) {
+  return labels.dtype() == DType::i64 ? labels : labels.to(DType::i64);
+}
+
+}  // namespace
+
 Tensor correct_predictions(const Tensor& logits, const Tensor& labels) {
   NoGradGuard no_grad;
-  return sum(eq(argmax(logits.detach(), 1), labels));
+  return sum(eq(argmax(logits.detach(), 1), i64_labels(labels)));
 }
 
 // A row of topk's indices holds distinct classes, so the label matches at most one of them.
 Tensor top5_predictions(const Tensor& logits, const Tensor& labels) {
   NoGradGuard no_grad;
   const Tensor top = topk(logits.detach(), 5, {.dim = 1}).indices;
-  return sum(eq(top, labels.reshape({labels.numel(), 1}).expand(top.shape())));
+  return sum(eq(top, i64_labels(labels).reshape({labels.numel(), 1}).expand(top.shape())));
 }
 
 EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
@@ -69,6 +78,7 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
   finish.normalize = normalize;
   // Each batch's loss sum and counts stay on the device, read back 64 batches at a time.
   DeviceValues batch_sums(device, 64, 2);
+  const Tensor no_top5 = zeros({1}, {.dtype = DType::i64, .device = device});  // 5 classes or fewer
   const auto settle = [&] {
     const DeviceValues::Values v = batch_sums.take("the evaluation's sums");
     for (size_t i = 0; i < v.value.size(); ++i) {
@@ -80,13 +90,11 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
   while (auto batch = test.next()) {
     const DeviceBatch b = to_device(*batch, device, finish);
     const Tensor logits = model(b.images);
-    const Tensor labels = b.labels.dtype() == DType::i64 ? b.labels : b.labels.to(DType::i64);
     top5 = logits.size(1) > 5;
     // Under no-grad stoke's cross_entropy records nothing: the same kernel as ops::cross_entropy.
-    batch_sums.push(cross_entropy(logits, labels, {.reduction = Reduction::sum}),
-                    {correct_predictions(logits, labels),
-                     top5 ? top5_predictions(logits, labels)
-                          : zeros({1}, {.dtype = DType::i64, .device = device})});
+    batch_sums.push(cross_entropy(logits, b.labels, {.reduction = Reduction::sum}),
+                    {correct_predictions(logits, b.labels),
+                     top5 ? top5_predictions(logits, b.labels) : no_top5});
     if (batch_sums.full()) settle();
   }
   settle();

@@ -28,7 +28,7 @@ struct BatchFinish {
 DeviceBatch to_device(const data::Batch& batch, Device device, const BatchFinish& finish = {});
 
 // How many rows of `logits` have their largest value at the row's label: an i64 scalar on the
-// logits' device (`labels`: i64, same device), not read back.
+// logits' device (`labels`: integers on the same device), not read back.
 Tensor correct_predictions(const Tensor& logits, const Tensor& labels);
 // How many rows hold their label among the 5 largest logits, the same way.
 Tensor top5_predictions(const Tensor& logits, const Tensor& labels);

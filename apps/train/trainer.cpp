@@ -285,16 +285,12 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
   Tensor logits;
   Tensor loss = forward_loss(b, sync, logits);
   const int64_t n = batch.labels.numel();
-  {
-    // The loss and the count of correct predictions stay on the device (settle_steps).
-    NoGradGuard no_grad;
-    const Tensor labels = b.labels.dtype() == DType::i64 ? b.labels : b.labels.to(DType::i64);
-    step_values_.push(loss, {correct_predictions(logits, labels)});
-    pending_.push_back({batch_, pos_.global_step, n});
-  }
+  // The loss and the count of correct predictions stay on the device (settle_steps).
+  step_values_.push(loss, {correct_predictions(logits, b.labels)});
+  pending_.push_back({batch_, pos_.global_step, n});
   // On the CPU a read costs nothing: every loss is checked before its backward. On a device the
   // host reads them when it needs them, or when the buffer is full.
-  if (device_.is_cpu() || step_values_.full()) settle_steps("every kPendingSteps steps");
+  if (device_.is_cpu() || step_values_.full()) settle_steps("a step's values");
   phase.reset();
   // The weights of a scheduled checkpoint have just given a finite loss: written if it is good.
   if (scheduled_) write_scheduled_save(settle_steps("a scheduled checkpoint"));

@@ -169,6 +169,7 @@ TEST_CASE("clip_grad_norm_no_sync_ on cuda: the norm and the gradients of an f64
     for (size_t i = 0; i < params.size(); ++i) {
       const std::vector<float> got = params[i].grad().to_vector<float>();
       for (size_t j = 0; j < got.size(); ++j)
+        // + 1e-30: an exact zero must come out exactly zero (1e-30 is below any element here).
         REQUIRE(std::abs(got[j] - coef * want[i][j]) <= tol * std::abs(coef * want[i][j]) + 1e-30);
     }
   }

@@ -53,6 +53,22 @@ std::vector<double> metric(const fs::path& file, const std::string& type, const 
   return out;
 }
 
+// Fashion-MNIST's folder, or an empty path (the test is then skipped, saying why).
+fs::path fashion_mnist() {
+  const fs::path data = "/usr/share/datasets/fashion-mnist";
+  if (fs::exists(data)) return data;
+  WARN("no Fashion-MNIST at " << data << " (scripts/install-deps.sh installs it): skipped");
+  return {};
+}
+
+// An empty scratch folder of this process, named after `name`.
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / (name + "-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
 }  // namespace
 
 TEST_CASE("stoke-train --device cuda trains LeNet-5 in emu to the CPU's losses",
@@ -63,14 +79,9 @@ TEST_CASE("stoke-train --device cuda trains LeNet-5 in emu to the CPU's losses",
   WARN("skipped under ThreadSanitizer");
   return;
 #endif
-  const fs::path data = "/usr/share/datasets/fashion-mnist";
-  if (!fs::exists(data)) {
-    WARN("no Fashion-MNIST at " << data << " (scripts/install-deps.sh installs it): skipped");
-    return;
-  }
-  const fs::path dir = fs::temp_directory_path() / ("stoke-train-emu-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path data = fashion_mnist();
+  if (data.empty()) return;
+  const fs::path dir = fresh_dir("stoke-train-emu");
   const std::string common =
       " --model lenet5 --epochs 1 --limit-train 24 --limit-test 8 --batch 8 --lr 0.05 "
       "--seed 7 --log-every 1 --no-progress --workers 2";
@@ -116,15 +127,9 @@ TEST_CASE("stoke-train --device cuda trains a 512-image LeNet-5 epoch in emu's f
   WARN("skipped under the sanitizers");
   return;
 #endif
-  const fs::path data = "/usr/share/datasets/fashion-mnist";
-  if (!fs::exists(data)) {
-    WARN("no Fashion-MNIST at " << data << " (scripts/install-deps.sh installs it): skipped");
-    return;
-  }
-  const fs::path dir =
-      fs::temp_directory_path() / ("stoke-train-emu-epoch-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path data = fashion_mnist();
+  if (data.empty()) return;
+  const fs::path dir = fresh_dir("stoke-train-emu-epoch");
   // 16 steps of batch 32 and a 256-image evaluation: issue 45's "an epoch in CI in under a
   // minute" (40 s with the CPU run, measured in ctest on the 2-core machine while other builds
   // ran; a step took about 80 s in the OS-thread mode).
@@ -170,15 +175,9 @@ TEST_CASE(
   WARN("skipped under the sanitizers (the 3-step run above covers the same code)");
   return;
 #endif
-  const fs::path data = "/usr/share/datasets/fashion-mnist";
-  if (!fs::exists(data)) {
-    WARN("no Fashion-MNIST at " << data << " (scripts/install-deps.sh installs it): skipped");
-    return;
-  }
-  const fs::path dir =
-      fs::temp_directory_path() / ("stoke-train-emu-sync-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  const fs::path data = fashion_mnist();
+  if (data.empty()) return;
+  const fs::path dir = fresh_dir("stoke-train-emu-sync");
   // 8 steps of 32 and a 64-image evaluation, with a checkpoint every 4 steps and at the end.
   const std::string common = std::string(STOKE_TRAIN_EMU_EXE) +
                              " --device cuda --model lenet5 --epochs 1 --limit-train 256 "
