@@ -237,5 +237,10 @@
   X(void, non_finite_check_and_unscale_,                                                          \
     (const std::vector<Tensor>& grads, const Tensor& found_inf, const Tensor& inv_scale),         \
     (grads, found_inf, inv_scale), optimizer)                                                     \
-  X(Tensor, sum_of_squares, (const std::vector<Tensor>& tensors), (tensors), optimizer)
+  X(Tensor, sum_of_squares, (const std::vector<Tensor>& tensors), (tensors), optimizer)          \
+  /* one-element f32 tensors on one device (ops::amp_update_scale_) */                           \
+  X(void, amp_update_scale_,                                                                      \
+    (const Tensor& scale, const Tensor& growth_tracker, const Tensor& skipped,                    \
+     const Tensor& collapsed, const Tensor& found_inf, const AmpUpdateScaleOptions& options),     \
+    (scale, growth_tracker, skipped, collapsed, found_inf, options), optimizer)
 // clang-format on

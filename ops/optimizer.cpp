@@ -3,6 +3,7 @@
 #include "ops/optimizer.h"
 
 #include <cmath>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -81,6 +82,57 @@ void check_distinct(const char* op, const Tensor& a, const char* an, const Tenso
               " are the same memory");
 }
 
+// A one-element f32 tensor on `device` (found_inf, the scaler's scalars).
+void check_device_scalar(const char* op, const Tensor& t, const char* name, Device device) {
+  STOKE_CHECK(
+      t.defined() && t.dtype() == DType::f32 && t.numel() == 1, op, "expected ", name,
+      " to be a one-element f32 tensor, got ",
+      t.defined() ? ::stoke::detail::str_cat(t.dtype(), " ", t.shape()) : std::string("none"));
+  STOKE_CHECK(t.device() == device, op, name, " is on ", t.device(), ", expected ", device);
+}
+
+// The device-side decision of a step (found_inf, step_counts): validated; true when it is used.
+bool check_device_decision(const char* op, const Tensor& found_inf,
+                           const std::vector<Tensor>& step_counts,
+                           const std::vector<Tensor>& params) {
+  if (!found_inf.defined() && step_counts.empty()) return false;
+  if (found_inf.defined()) check_device_scalar(op, found_inf, "found_inf", params[0].device());
+  if (!step_counts.empty()) {
+    check_lengths(op, params.size(), {{"step_counts", step_counts.size()}});
+    for (size_t i = 0; i < params.size(); ++i) {
+      check_device_scalar(op, step_counts[i], "a step count", params[i].device());
+      check_inplace_target(op, step_counts[i]);
+    }
+  }
+  return true;
+}
+
+// On the CPU the device-side decision is taken here, reading the flag (a host value): true when
+// the step is skipped.
+bool cpu_found_inf(const Tensor& found_inf) {
+  return found_inf.defined() && *found_inf.data<float>() != 0.f;
+}
+
+// On the CPU, advances the step counts and groups the parameters by their new count.
+std::map<float, std::vector<size_t>> advance_cpu_counts(const std::vector<Tensor>& counts) {
+  std::map<float, std::vector<size_t>> by_count;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    float& c = *counts[i].data<float>();
+    c += 1.f;
+    by_count[c].push_back(i);
+  }
+  return by_count;
+}
+
+template <class T>
+std::vector<T> pick(const std::vector<T>& v, const std::vector<size_t>& idx) {
+  std::vector<T> r;
+  if (v.empty()) return r;
+  r.reserve(idx.size());
+  for (size_t i : idx) r.push_back(v[i]);
+  return r;
+}
+
 }  // namespace
 
 void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
@@ -102,8 +154,22 @@ void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   const std::vector<Tensor> bufs = momentum ? momentum_buffers : std::vector<Tensor>();
   check_same(op, params, {&grads, &bufs});
   if (n == 0) return;
+  const bool device_decides = check_device_decision(op, o.found_inf, o.step_counts, params);
   // The backends read contiguous gradients (clip_grad_norm_ and accumulation keep them so).
   const std::vector<Tensor> g = contiguous_all(grads);
+  if (device_decides && params[0].device().is_cpu()) {
+    if (cpu_found_inf(o.found_inf)) return;
+    SgdStepOptions plain = o;
+    plain.found_inf = Tensor();
+    plain.step_counts.clear();
+    if (o.step_counts.empty()) return dispatch(op, {&params[0]}).fused_sgd_(params, g, bufs, plain);
+    for (const auto& [count, idx] : advance_cpu_counts(o.step_counts)) {
+      plain.first_step = count == 1.f;
+      dispatch(op, {&params[0]})
+          .fused_sgd_(pick(params, idx), pick(g, idx), pick(bufs, idx), plain);
+    }
+    return;
+  }
   return dispatch(op, {&params[0]}).fused_sgd_(params, g, bufs, o);
 }
 
@@ -142,9 +208,49 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   }
   check_same(op, params, {&grads, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs});
   if (n == 0) return;
+  const bool device_decides = check_device_decision(op, o.found_inf, o.step_counts, params);
   const std::vector<Tensor> g = contiguous_all(grads);
+  if (device_decides && params[0].device().is_cpu()) {
+    if (cpu_found_inf(o.found_inf)) return;
+    AdamStepOptions plain = o;
+    plain.found_inf = Tensor();
+    plain.step_counts.clear();
+    if (o.step_counts.empty())
+      return dispatch(op, {&params[0]})
+          .fused_adam_(params, g, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, plain);
+    for (const auto& [count, idx] : advance_cpu_counts(o.step_counts)) {
+      plain.step = static_cast<int64_t>(count);
+      dispatch(op, {&params[0]})
+          .fused_adam_(pick(params, idx), pick(g, idx), pick(exp_avgs, idx), pick(exp_avg_sqs, idx),
+                       pick(max_exp_avg_sqs, idx), plain);
+    }
+    return;
+  }
   return dispatch(op, {&params[0]})
       .fused_adam_(params, g, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, o);
+}
+
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& skipped,
+                       const Tensor& collapsed, const Tensor& found_inf,
+                       const AmpUpdateScaleOptions& o) {
+  const char* op = "amp_update_scale_";
+  STOKE_CHECK(scale.defined(), op, "expected a defined scale");
+  const Device d = scale.device();
+  const std::pair<const Tensor*, const char*> scalars[] = {{&scale, "scale"},
+                                                           {&growth_tracker, "growth_tracker"},
+                                                           {&skipped, "skipped"},
+                                                           {&collapsed, "collapsed"},
+                                                           {&found_inf, "found_inf"}};
+  for (const auto& [t, name] : scalars) {
+    check_device_scalar(op, *t, name, d);
+    if (t != &found_inf) check_inplace_target(op, *t);
+  }
+  STOKE_CHECK(o.growth_factor > 1 && o.backoff_factor > 0 && o.backoff_factor < 1 &&
+                  o.growth_interval >= 1 && o.min_scale >= 0 && o.max_scale > 0,
+              op, "expected growth_factor > 1, 0 < backoff_factor < 1, growth_interval >= 1, got ",
+              o.growth_factor, ", ", o.backoff_factor, ", ", o.growth_interval);
+  return dispatch(op, {&scale})
+      .amp_update_scale_(scale, growth_tracker, skipped, collapsed, found_inf, o);
 }
 
 void sgd_step_(const Tensor& param, const Tensor& grad, const Tensor& momentum_buffer,

@@ -33,6 +33,13 @@ struct SgdStepOptions {
   bool nesterov = false;  // needs momentum > 0 and dampening == 0
   // The buffer's first update: it becomes d (torch clones the first d), its old values unread.
   bool first_step = false;
+  // Decided on the device, without a host read (the GradScaler's skip): when found_inf (a
+  // one-element f32 tensor on the parameters' device) is defined and nonzero, the call changes
+  // nothing. step_counts, when given, holds one one-element f32 tensor per parameter (on its
+  // device) counting the steps applied to it: each is advanced by 1 unless found_inf is set, and
+  // a buffer's first update is where its count becomes 1 (first_step is not read).
+  Tensor found_inf = {};
+  std::vector<Tensor> step_counts = {};
 };
 
 // momentum_buffer is read and written when momentum != 0 (then it must be defined), else ignored
@@ -56,6 +63,10 @@ struct AdamStepOptions {
   bool decoupled = false;  // AdamW: decay the parameter, not the gradient
   bool amsgrad = false;    // then max_exp_avg_sq(s) is given, zeros before the first step
   int64_t step = 1;        // this update's number, counting from 1 (the bias corrections')
+  // As SgdStepOptions' (device-side skip): with step_counts each parameter's update number is its
+  // advanced count, and step is not read.
+  Tensor found_inf = {};
+  std::vector<Tensor> step_counts = {};
 };
 
 void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
@@ -64,6 +75,23 @@ void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
 void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
                 const Tensor& exp_avg_sq, const Tensor& max_exp_avg_sq,
                 const AdamStepOptions& options);
+
+// torch._amp_update_scale_, the GradScaler's update kept on the device: every tensor a
+// one-element f32 on one device. After a step with an inf/NaN gradient (found_inf != 0) scale
+// becomes scale * backoff_factor (below min_scale it stays and `collapsed` becomes 1, for the
+// caller to report at its next read), growth_tracker 0, and `skipped` counts the step; after a
+// finite one growth_tracker counts it, and at growth_interval the scale grows (capped at
+// max_scale) and growth_tracker returns to 0. The arithmetic is f32, as torch keeps the scale.
+struct AmpUpdateScaleOptions {
+  double growth_factor = 2.0;
+  double backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+  double min_scale = 0;
+  double max_scale = 18446744073709551616.0;
+};
+void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& skipped,
+                       const Tensor& collapsed, const Tensor& found_inf,
+                       const AmpUpdateScaleOptions& options);
 
 // The scalars of Adam's update for options.step, computed once in f64 as torch does: every
 // backend converts these (not lr and the betas' powers) to its compute dtype, so that the devices

@@ -337,6 +337,25 @@ void check_optimizer(Suite& s, bool quick) {
     s.expect("non_finite_check_and_unscale_ found_inf", l + " (one inf)", dn(dt),
              fd.to(Device::cpu()).item() == 1, "the inf was not flagged");
   }
+  // The GradScaler's update on the device: a sequence of finite and non-finite steps (growth
+  // every 2 finite ones, a backoff below min_scale that collapses) against the CPU, exactly.
+  {
+    const ops::AmpUpdateScaleOptions o{.growth_interval = 2, .min_scale = 0.25};
+    const std::vector<float> found = {0, 0, 1, 0, 1, 1, 1, 1, 1, 0, 0, 0};
+    std::vector<Tensor> c, d;
+    for (float init : {1.f, 0.f, 0.f, 0.f}) {
+      c.push_back(full({1}, init));
+      d.push_back(full({1}, init, {.device = dev()}));
+    }
+    for (float f : found) {
+      ops::amp_update_scale_(c[0], c[1], c[2], c[3], full({1}, f), o);
+      ops::amp_update_scale_(d[0], d[1], d[2], d[3], full({1}, f, {.device = dev()}), o);
+    }
+    const char* names[] = {"scale", "growth_tracker", "skipped", "collapsed"};
+    for (size_t i = 0; i < 4; ++i)
+      compare_on(s, std::string("amp_update_scale_ ") + names[i], "12 steps", DType::f32, d[i],
+                 c[i], 0);
+  }
 }
 
 }  // namespace stoke::selftest

@@ -340,7 +340,12 @@ void Trainer::optimizer_step(double data_wait_s) {
         scaler_->unscale_(*opt_);
         clip_gradients();
       }
-      scaler_->step(*opt_);  // skipped when a gradient is inf/NaN (on any rank)
+      // Skipped when a gradient is inf/NaN (on any rank): on a device decided there, without a
+      // read (the scale and skip count are read with the metrics).
+      if (device_.is_cpu())
+        scaler_->step(*opt_);
+      else
+        scaler_->step_on_device(*opt_);
       scaler_->update();
     } else {
       if (f_.clip_grad > 0) {
@@ -355,11 +360,13 @@ void Trainer::optimizer_step(double data_wait_s) {
     if (sched_) sched_->step();
   }
   const int64_t step = ++pos_.global_step;
-  if (f_.log_every > 0 && step % f_.log_every == 0)
+  if (f_.log_every > 0 && step % f_.log_every == 0) {
+    const ExpectedSync reading("the step log's loss scale");
     log_step(metrics_, pos_.epoch + 1, step, settle_steps("the step log"), opt_->lr(), data_wait_s,
              scaler_ ? std::optional<AmpRecord>(
                            AmpRecord{scaler_->get_scale(), scaler_->skipped_steps()})
                      : std::nullopt);
+  }
   if (f_.checkpoint_every > 0 && step % f_.checkpoint_every == 0 && !last_path_.empty()) {
     settle_steps("a checkpoint's epoch totals");
     Position next = pos_;  // a resume starts after this batch's samples
@@ -382,6 +389,7 @@ std::string Trainer::progress_text(const EpochStats& e) const {
                               pos_.epoch_loss_sum / seen,
                               100.0 * static_cast<double>(pos_.epoch_correct) / seen,
                               100.0 * per_second(e.data_wait, seconds_since(e.start)));
+  const ExpectedSync reading("the progress bar's loss scale");
   if (scaler_ && n > 0 && static_cast<size_t>(n) < sizeof text)
     std::snprintf(text + n, sizeof text - static_cast<size_t>(n), " scale %g skipped %lld",
                   scaler_->get_scale(), static_cast<long long>(scaler_->skipped_steps()));
@@ -444,6 +452,7 @@ bool Trainer::end_epoch(const EpochStats& e) {
         static_cast<long long>(m.owned_parameters), static_cast<long long>(m.parameters));
     std::fflush(stdout);
   }
+  const ExpectedSync reading("the epoch line's loss scale");
   if (scaler_)
     std::printf("amp: loss scale %g, %lld skipped steps so far\n", scaler_->get_scale(),
                 static_cast<long long>(scaler_->skipped_steps()));

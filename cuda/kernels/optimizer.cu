@@ -14,10 +14,10 @@ namespace stoke::cuda {
 namespace {
 
 constexpr int kOptimizerThreads = 256;
-constexpr int kMaxLists = 5;
+constexpr int kMaxLists = 6;
 
-// What one launch covers; 5 * 36 * 8 + 36 * 8 + 320 * 5 + 8 = 3,336 bytes, under the 4 KiB of
-// kernel parameters.
+// What one launch covers; 6 * 36 * 8 + 36 * 8 + 320 * 5 + 8 = 3,624 bytes, under the 4 KiB of
+// kernel parameters (with the scalars and two more arguments).
 struct TensorListMeta {
   void* addr[kMaxLists][kMaxTensorsPerLaunch];
   int64_t size[kMaxTensorsPerLaunch];
@@ -130,7 +130,19 @@ struct AdamScalars {
   float beta1, beta2, one_minus_beta1, one_minus_beta2, weight_decay, decay, step_size, bias2_sqrt,
       eps;
   bool decoupled, use_weight_decay, amsgrad;
+  double lr, beta1_d, beta2_d;  // for step_size and bias2_sqrt from a device step count
 };
+
+// Whether the step goes ahead: no found_inf, or a zero one (the GradScaler's device-side skip).
+__device__ __forceinline__ bool step_goes_ahead(const float* found_inf) {
+  return found_inf == nullptr || *found_inf == 0.f;
+}
+
+// Tensor t's count in the step list, or nullptr without one.
+__device__ __forceinline__ const float* step_count_of(const TensorListMeta& meta, int step_list,
+                                                      int tensor) {
+  return step_list < 0 ? nullptr : static_cast<const float*>(meta.addr[step_list][tensor]);
+}
 
 __host__ __device__ __forceinline__ void sgd_update(float& w, float g, float& buf,
                                                     const SgdScalars& s) {
@@ -164,11 +176,14 @@ __host__ __device__ __forceinline__ void adam_update(float& w, float g, float& m
   w = w - s.step_size * (m / denom);
 }
 
-// Lists: param, grad, momentum buffer (when s.use_momentum).
+// Lists: param, grad, momentum buffer (when s.use_momentum), then the step counts when step_list
+// >= 0 (the tensor's first step is where its count is 1).
 template <class T>
 __global__ void __launch_bounds__(kOptimizerThreads)
-    fused_sgd_kernel(TensorListMeta meta, SgdScalars s) {
+    fused_sgd_kernel(TensorListMeta meta, SgdScalars s, const float* found_inf, int step_list) {
+  if (!step_goes_ahead(found_inf)) return;
   const ChunkView c = chunk_of(meta);
+  if (const float* count = step_count_of(meta, step_list, c.tensor)) s.first_step = *count == 1.f;
   T* p = list<T>(meta, 0, c);
   const T* g = list<T>(meta, 1, c);
   T* buf = s.use_momentum ? list<T>(meta, 2, c) : nullptr;
@@ -186,11 +201,19 @@ __global__ void __launch_bounds__(kOptimizerThreads)
   }
 }
 
-// Lists: param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq (when s.amsgrad).
+// Lists: param, grad, exp_avg, exp_avg_sq, max_exp_avg_sq (when s.amsgrad), then the step counts
+// when step_list >= 0: the update number, whose bias corrections are computed here in f64 as
+// ops::adam_step_scalars computes them on the host.
 template <class T>
 __global__ void __launch_bounds__(kOptimizerThreads)
-    fused_adam_kernel(TensorListMeta meta, AdamScalars s) {
+    fused_adam_kernel(TensorListMeta meta, AdamScalars s, const float* found_inf, int step_list) {
+  if (!step_goes_ahead(found_inf)) return;
   const ChunkView c = chunk_of(meta);
+  if (const float* count = step_count_of(meta, step_list, c.tensor)) {
+    const double t = *count;
+    s.step_size = static_cast<float>(s.lr / (1 - ::pow(s.beta1_d, t)));
+    s.bias2_sqrt = static_cast<float>(::sqrt(1 - ::pow(s.beta2_d, t)));
+  }
   T* p = list<T>(meta, 0, c);
   const T* g = list<T>(meta, 1, c);
   T* m = list<T>(meta, 2, c);
@@ -255,6 +278,53 @@ __global__ void __launch_bounds__(kOptimizerThreads)
   if (threadIdx.x == 0) partials[meta.first_chunk + blockIdx.x] = acc;
 }
 
+// One block: counts addr[0][0, n) each advance by 1 unless *found_inf != 0 (a step's counts, before
+// its update reads them).
+__global__ void __launch_bounds__(kOptimizerThreads)
+    advance_step_counts_kernel(TensorListMeta meta, int n, const float* found_inf) {
+  if (!step_goes_ahead(found_inf)) return;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) *static_cast<float*>(meta.addr[0][i]) += 1.f;
+}
+
+// One thread: torch's _amp_update_scale_ (see AmpUpdateScaleArgs).
+__global__ void __launch_bounds__(32)
+    amp_update_scale_kernel(float* scale, float* growth_tracker, float* skipped, float* collapsed,
+                            const float* found_inf, AmpUpdateScaleArgs a) {
+  if (threadIdx.x != 0) return;
+  if (*found_inf != 0.f) {
+    const float next = *scale * static_cast<float>(a.backoff_factor);
+    if (next < static_cast<float>(a.min_scale))
+      *collapsed = 1.f;
+    else
+      *scale = next;
+    *growth_tracker = 0.f;
+    *skipped += 1.f;
+    return;
+  }
+  const float successful = *growth_tracker + 1.f;
+  if (successful == static_cast<float>(a.growth_interval)) {
+    const float grown = *scale * static_cast<float>(a.growth_factor);
+    const float cap = static_cast<float>(a.max_scale);
+    *scale = grown < cap ? grown : cap;
+    *growth_tracker = 0.f;
+  } else {
+    *growth_tracker = successful;
+  }
+}
+
+// Advances the counts (a launch per kMaxTensorsPerLaunch of them), unless *found_inf != 0.
+void advance_step_counts(const std::vector<float*>& counts, const float* found_inf,
+                         cudaStream_t stream) {
+  auto* k = &advance_step_counts_kernel;
+  for (size_t b = 0; b < counts.size(); b += kMaxTensorsPerLaunch) {
+    TensorListMeta meta{};
+    const int n = static_cast<int>(std::min<size_t>(kMaxTensorsPerLaunch, counts.size() - b));
+    for (int i = 0; i < n; ++i) meta.addr[0][i] = counts[b + static_cast<size_t>(i)];
+    STOKE_LAUNCH(k, 1, 64, 0, stream)(meta, n, found_inf);
+    STOKE_CUDA_CHECK(cudaGetLastError());
+  }
+}
+
 // One block: *out = the sum of partials[0, n) (n may be 0).
 __global__ void __launch_bounds__(kOptimizerThreads)
     sum_partials_kernel(const float* partials, int64_t n, float* out) {
@@ -290,11 +360,12 @@ int64_t multi_tensor_chunks(const std::vector<int64_t>& sizes) {
 
 void fused_sgd(DType dtype, const std::vector<void*>& params, const std::vector<const void*>& grads,
                const std::vector<void*>& momentum_buffers, const std::vector<int64_t>& sizes,
-               const SgdStepArgs& a, cudaStream_t stream) {
+               const SgdStepArgs& a, cudaStream_t stream, const std::vector<float*>& step_counts) {
   STOKE_NVTX_RANGE("stoke::cuda::fused_sgd");
   const char* op = "cuda::fused_sgd";
   const bool use_momentum = a.momentum != 0;
   check_lists(op, sizes, {params.size(), grads.size()});
+  if (!step_counts.empty()) check_lists(op, sizes, {step_counts.size()});
   if (use_momentum) {
     STOKE_CHECK(momentum_buffers.size() == sizes.size(), op,
                 "a momentum needs a momentum buffer per tensor (", sizes.size(), "), got ",
@@ -308,26 +379,34 @@ void fused_sgd(DType dtype, const std::vector<void*>& params, const std::vector<
                      .use_momentum = use_momentum,
                      .nesterov = a.nesterov,
                      .first_step = a.first_step};
-  const std::vector<void*> lists[kMaxLists] = {
+  const int depth = use_momentum ? 3 : 2;
+  const int step_list = step_counts.empty() ? -1 : depth;
+  std::vector<void*> lists[kMaxLists] = {
       params, as_void(grads), use_momentum ? momentum_buffers : std::vector<void*>(), {}};
+  if (step_list >= 0) {
+    lists[step_list] = as_void(step_counts);
+    advance_step_counts(step_counts, a.found_inf, stream);
+  }
   ew::dispatch_floating(dtype, op, [&](auto tag) {
     using T = decltype(tag);
     auto* k = &fused_sgd_kernel<T>;
-    multi_tensor_apply(use_momentum ? 3 : 2, lists, sizes,
-                       [&](const TensorListMeta& meta, int blocks) {
-                         STOKE_LAUNCH(k, blocks, kOptimizerThreads, 0, stream)(meta, s);
-                         STOKE_CUDA_CHECK(cudaGetLastError());
-                       });
+    multi_tensor_apply(
+        depth + (step_list >= 0), lists, sizes, [&](const TensorListMeta& meta, int blocks) {
+          STOKE_LAUNCH(k, blocks, kOptimizerThreads, 0, stream)(meta, s, a.found_inf, step_list);
+          STOKE_CUDA_CHECK(cudaGetLastError());
+        });
   });
 }
 
 void fused_adam(DType dtype, const std::vector<void*>& params,
                 const std::vector<const void*>& grads, const std::vector<void*>& exp_avgs,
                 const std::vector<void*>& exp_avg_sqs, const std::vector<void*>& max_exp_avg_sqs,
-                const std::vector<int64_t>& sizes, const AdamStepArgs& a, cudaStream_t stream) {
+                const std::vector<int64_t>& sizes, const AdamStepArgs& a, cudaStream_t stream,
+                const std::vector<float*>& step_counts) {
   STOKE_NVTX_RANGE("stoke::cuda::fused_adam");
   const char* op = "cuda::fused_adam";
   check_lists(op, sizes, {params.size(), grads.size(), exp_avgs.size(), exp_avg_sqs.size()});
+  if (!step_counts.empty()) check_lists(op, sizes, {step_counts.size()});
   if (a.amsgrad) check_lists(op, sizes, {max_exp_avg_sqs.size()});
   const AdamScalars s{.beta1 = static_cast<float>(a.beta1),
                       .beta2 = static_cast<float>(a.beta2),
@@ -340,17 +419,30 @@ void fused_adam(DType dtype, const std::vector<void*>& params,
                       .eps = static_cast<float>(a.eps),
                       .decoupled = a.decoupled,
                       .use_weight_decay = a.weight_decay != 0,
-                      .amsgrad = a.amsgrad};
-  const std::vector<void*> lists[kMaxLists] = {params, as_void(grads), exp_avgs, exp_avg_sqs,
-                                               a.amsgrad ? max_exp_avg_sqs : std::vector<void*>()};
+                      .amsgrad = a.amsgrad,
+                      .lr = a.lr,
+                      .beta1_d = a.beta1,
+                      .beta2_d = a.beta2};
+  const int depth = a.amsgrad ? 5 : 4;
+  const int step_list = step_counts.empty() ? -1 : depth;
+  std::vector<void*> lists[kMaxLists] = {params,
+                                         as_void(grads),
+                                         exp_avgs,
+                                         exp_avg_sqs,
+                                         a.amsgrad ? max_exp_avg_sqs : std::vector<void*>(),
+                                         {}};
+  if (step_list >= 0) {
+    lists[step_list] = as_void(step_counts);
+    advance_step_counts(step_counts, a.found_inf, stream);
+  }
   ew::dispatch_floating(dtype, op, [&](auto tag) {
     using T = decltype(tag);
     auto* k = &fused_adam_kernel<T>;
-    multi_tensor_apply(a.amsgrad ? 5 : 4, lists, sizes,
-                       [&](const TensorListMeta& meta, int blocks) {
-                         STOKE_LAUNCH(k, blocks, kOptimizerThreads, 0, stream)(meta, s);
-                         STOKE_CUDA_CHECK(cudaGetLastError());
-                       });
+    multi_tensor_apply(
+        depth + (step_list >= 0), lists, sizes, [&](const TensorListMeta& meta, int blocks) {
+          STOKE_LAUNCH(k, blocks, kOptimizerThreads, 0, stream)(meta, s, a.found_inf, step_list);
+          STOKE_CUDA_CHECK(cudaGetLastError());
+        });
   });
 }
 
@@ -370,6 +462,17 @@ void non_finite_check_and_unscale(DType dtype, const std::vector<void*>& grads,
       STOKE_CUDA_CHECK(cudaGetLastError());
     });
   });
+}
+
+void amp_update_scale(float* scale, float* growth_tracker, float* skipped, float* collapsed,
+                      const float* found_inf, const AmpUpdateScaleArgs& args, cudaStream_t stream) {
+  STOKE_NVTX_RANGE("stoke::cuda::amp_update_scale");
+  STOKE_CHECK(scale && growth_tracker && skipped && collapsed && found_inf,
+              "cuda::amp_update_scale",
+              "expected the scale, growth tracker, skip count, collapse flag and found_inf");
+  auto* k = &amp_update_scale_kernel;
+  STOKE_LAUNCH(k, 1, 32, 0, stream)(scale, growth_tracker, skipped, collapsed, found_inf, args);
+  STOKE_CUDA_CHECK(cudaGetLastError());
 }
 
 void sum_of_squares(DType dtype, const std::vector<const void*>& tensors,

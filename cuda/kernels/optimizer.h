@@ -36,13 +36,19 @@ struct SgdStepArgs {
   double weight_decay = 0;
   bool nesterov = false;
   bool first_step = false;
+  // Decided on the device (the GradScaler's skip without a host read): when found_inf is given
+  // and *found_inf != 0 the call changes nothing. When step_counts (one f32 count per tensor, in
+  // device memory) are given, each count is first advanced by 1 unless *found_inf != 0, and a
+  // tensor's first step is where its count is 1 (first_step is not read).
+  const float* found_inf = nullptr;
 };
 
 // One SGD step over every tensor of params (grads and, when momentum != 0, momentum_buffers of
 // the same length; momentum_buffers is ignored otherwise).
 void fused_sgd(DType dtype, const std::vector<void*>& params, const std::vector<const void*>& grads,
                const std::vector<void*>& momentum_buffers, const std::vector<int64_t>& sizes,
-               const SgdStepArgs& args, cudaStream_t stream);
+               const SgdStepArgs& args, cudaStream_t stream,
+               const std::vector<float*>& step_counts = {});
 
 // Adam's scalars: step_size = lr / (1 - beta1^t) and bias2_sqrt = sqrt(1 - beta2^t) computed in
 // f64 by the caller (ops::adam_step_scalars). decoupled (AdamW): p *= 1 - lr * weight_decay;
@@ -58,6 +64,9 @@ struct AdamStepArgs {
   bool amsgrad = false;
   double step_size = 0;
   double bias2_sqrt = 1;
+  // As SgdStepArgs': with step_counts, each tensor's update number is its advanced count, and
+  // step_size and bias2_sqrt are computed from it in f64 as ops::adam_step_scalars does.
+  const float* found_inf = nullptr;
 };
 
 // One Adam step over every tensor (param, exp_avg, exp_avg_sq and, with args.amsgrad,
@@ -65,7 +74,8 @@ struct AdamStepArgs {
 void fused_adam(DType dtype, const std::vector<void*>& params,
                 const std::vector<const void*>& grads, const std::vector<void*>& exp_avgs,
                 const std::vector<void*>& exp_avg_sqs, const std::vector<void*>& max_exp_avg_sqs,
-                const std::vector<int64_t>& sizes, const AdamStepArgs& args, cudaStream_t stream);
+                const std::vector<int64_t>& sizes, const AdamStepArgs& args, cudaStream_t stream,
+                const std::vector<float*>& step_counts = {});
 
 // torch._amp_foreach_non_finite_check_and_unscale_: every element g becomes g * *inv_scale, and
 // *found_inf is set to 1 when any g (before scaling) is inf or NaN (else left as it was). Both
@@ -73,6 +83,19 @@ void fused_adam(DType dtype, const std::vector<void*>& params,
 void non_finite_check_and_unscale(DType dtype, const std::vector<void*>& grads,
                                   const std::vector<int64_t>& sizes, float* found_inf,
                                   const float* inv_scale, cudaStream_t stream);
+
+// torch._amp_update_scale_ on device scalars (one thread): after a step whose gradients had an
+// inf/NaN (*found_inf != 0) the scale backs off (scale * backoff_factor; below min_scale it stays
+// and *collapsed becomes 1, for the host to report at its next read), the growth tracker resets
+// and *skipped counts the step; after a finite one the tracker counts it and, at growth_interval,
+// the scale grows (capped at max_scale) and the tracker resets. f32 scale and counts (exact up to
+// 2^24), as torch keeps its scale.
+struct AmpUpdateScaleArgs {
+  double growth_factor = 2, backoff_factor = 0.5, min_scale = 0, max_scale = 0;
+  int64_t growth_interval = 2000;
+};
+void amp_update_scale(float* scale, float* growth_tracker, float* skipped, float* collapsed,
+                      const float* found_inf, const AmpUpdateScaleArgs& args, cudaStream_t stream);
 
 // *out = the sum of the squares of every element of every tensor, in f32: one partial per chunk
 // (partials holds multi_tensor_chunks(sizes) floats), then one block adds the partials in order,

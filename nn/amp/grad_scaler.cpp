@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "autograd/elementwise.h"
+#include "autograd/index.h"
 #include "core/grad_mode.h"
 #include "ops/creation.h"
 #include "ops/optimizer.h"
@@ -48,7 +49,54 @@ Tensor GradScaler::scale(const Tensor& loss) const {
   if (!options_.enabled) return loss;
   STOKE_CHECK(loss.defined() && is_floating(loss.dtype()), "GradScaler::scale",
               "expected a floating loss tensor");
-  return stoke::mul(loss, scale_);  // differentiable: backward() goes through it
+  // Differentiable: backward() goes through it. On the device the scale is read there.
+  if (on_device_ && loss.device() == d_scale_.device())
+    return stoke::mul(loss, d_scale_.reshape({}));
+  return stoke::mul(loss, get_scale());
+}
+
+void GradScaler::state_to_device(Device device) {
+  if (on_device_) {
+    STOKE_CHECK(d_scale_.device() == device, "GradScaler::step_on_device", "the scale is on ",
+                d_scale_.device(), ", the parameters on ", device, ": one device per scaler");
+    return;
+  }
+  const TensorOptions o{.device = device};
+  d_scale_ = full({1}, scale_, o);
+  d_growth_tracker_ = full({1}, static_cast<double>(growth_tracker_), o);
+  d_skipped_ = full({1}, static_cast<double>(skipped_), o);
+  d_collapsed_ = zeros({1}, o);
+  on_device_ = true;
+}
+
+void GradScaler::read_device_state() const {
+  if (!on_device_) return;
+  const Tensor all =
+      stoke::cat({d_scale_, d_growth_tracker_, d_skipped_, d_collapsed_}, 0).to(Device::cpu());
+  const float* v = all.data<float>();
+  scale_ = v[0];
+  growth_tracker_ = static_cast<int64_t>(v[1]);
+  skipped_ = static_cast<int64_t>(v[2]);
+  STOKE_CHECK(v[3] == 0, "GradScaler", "the loss scale collapsed by step ", updates_,
+              ": backing off from ", scale_, " would go below min_scale ", options_.min_scale,
+              " after ", skipped_,
+              " skipped steps; the gradients keep being inf/NaN (the loss or the model has "
+              "diverged: lower the learning rate, or train in bf16/f32)");
+}
+
+double GradScaler::get_scale() const {
+  read_device_state();
+  return scale_;
+}
+
+int64_t GradScaler::growth_tracker() const {
+  read_device_state();
+  return growth_tracker_;
+}
+
+int64_t GradScaler::skipped_steps() const {
+  read_device_state();
+  return skipped_;
 }
 
 GradScaler::PerOptimizer& GradScaler::state_of(const optim::Optimizer& opt) {
@@ -79,12 +127,16 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
     if (it == by_device.end()) it = by_device.insert(by_device.end(), {g.device(), {}});
     it->second.push_back(g);
   }
-  // inv_scale as torch computes it: the f32 reciprocal of the f32 scale (powers of two, exact).
-  const double inv = 1.0 / static_cast<double>(static_cast<float>(scale_));
+  // inv_scale as torch computes it: the f32 reciprocal of the f32 scale (powers of two, exact);
+  // on the device from the device's scale.
   st.found_inf.clear();
   for (const auto& [device, grads] : by_device) {
     Tensor found = zeros({1}, {.device = device});
-    ops::non_finite_check_and_unscale_(grads, found, full({1}, inv, {.device = device}));
+    const Tensor inv = on_device_ && device == d_scale_.device()
+                           ? ops::div(1.0, d_scale_)
+                           : full({1}, 1.0 / static_cast<double>(static_cast<float>(get_scale())),
+                                  {.device = device});
+    ops::non_finite_check_and_unscale_(grads, found, inv);
     st.found_inf.push_back(found);
   }
   st.unscaled = true;
@@ -112,17 +164,64 @@ bool GradScaler::step(optim::Optimizer& opt) {
   return found;
 }
 
+void GradScaler::step_on_device(optim::Optimizer& opt) {
+  if (!options_.enabled) {
+    opt.step();
+    return;
+  }
+  const char* op = "GradScaler::step_on_device";
+  PerOptimizer& st = state_of(opt);
+  STOKE_CHECK(!st.stepped, op,
+              "step() has already been called on this optimizer since the last update() (step ",
+              updates_, ")");
+  STOKE_CHECK(!opt.params().empty(), op, "the optimizer has no parameters");
+  state_to_device(opt.params()[0].device());
+  if (!st.unscaled) unscale_(opt);
+  STOKE_CHECK(st.found_inf.size() <= 1, op, "the parameters are on ", st.found_inf.size(),
+              " devices: step_on_device needs one (step() reads each flag)");
+  Tensor found = st.found_inf.empty() ? zeros({1}, {.device = d_scale_.device()}) : st.found_inf[0];
+  if (found_inf_reducer) found_inf_reducer(found);
+  opt.step_if_finite(found);
+  st.found_inf = {found};
+  st.stepped = true;
+  st.on_device = true;
+}
+
 void GradScaler::update() {
   if (!options_.enabled) return;
   const char* op = "GradScaler::update";
-  bool any_step = false, found = false;
+  bool any_step = false, found = false, device_found = false;
   for (const auto& [opt, st] : per_optimizer_) {
     any_step = any_step || st.stepped;
     found = found || (st.stepped && st.found);
+    device_found = device_found || (st.stepped && st.on_device);
   }
   STOKE_CHECK(any_step, op,
               "no inf checks were recorded: call step(optimizer) before update() (step ", updates_,
               ")");
+  if (on_device_) {
+    NoGradGuard no_grad;
+    // The flags the device holds (step_on_device) and those the host read (step()), combined
+    // there; then one kernel updates the scale.
+    Tensor combined = zeros({1}, {.device = d_scale_.device()});
+    for (const auto& [opt, st] : per_optimizer_) {
+      if (!st.stepped) continue;
+      if (st.on_device)
+        combined = stoke::maximum(combined, st.found_inf[0]);
+      else if (st.found)
+        fill_(combined, 1.0);
+    }
+    (void)device_found;
+    per_optimizer_.clear();
+    ++updates_;
+    ops::amp_update_scale_(d_scale_, d_growth_tracker_, d_skipped_, d_collapsed_, combined,
+                           {.growth_factor = options_.growth_factor,
+                            .backoff_factor = options_.backoff_factor,
+                            .growth_interval = options_.growth_interval,
+                            .min_scale = options_.min_scale,
+                            .max_scale = options_.max_scale});
+    return;
+  }
   per_optimizer_.clear();
   ++updates_;
   if (found) {
@@ -144,6 +243,7 @@ void GradScaler::update() {
 }
 
 NamedTensors GradScaler::state_dict() const {
+  read_device_state();  // after step_on_device: the device's values (a read)
   return {{"scale", scalar_f64(scale_)},
           {"growth_factor", scalar_f64(options_.growth_factor)},
           {"backoff_factor", scalar_f64(options_.backoff_factor)},
@@ -181,6 +281,8 @@ void GradScaler::load_state_dict(const NamedTensors& state) {
   skipped_ = skipped.defined() ? static_cast<int64_t>(skipped.item()) : 0;
   updates_ = updates.defined() ? static_cast<int64_t>(updates.item()) : 0;
   per_optimizer_.clear();
+  on_device_ = false;  // made again from these values at the next step_on_device
+  d_scale_ = d_growth_tracker_ = d_skipped_ = d_collapsed_ = Tensor();
 }
 
 }  // namespace stoke::nn::amp

@@ -57,15 +57,23 @@ class GradScaler {
   // once per optimizer between update()s; gradients that are not contiguous are made so.
   void unscale_(optim::Optimizer& opt);
   // Unscales if unscale_ was not called, then calls opt.step() unless a gradient was inf/NaN
-  // (on any rank, with found_inf_reducer). Returns true when the step was skipped.
+  // (on any rank, with found_inf_reducer). Returns true when the step was skipped. It reads the
+  // flag back: one synchronization per step on a GPU.
   bool step(optim::Optimizer& opt);
+  // The same decided on the device, with no read (torch's fused optimizers with found_inf): the
+  // optimizer's step_if_finite. From its first call the scale, the growth tracker and the skip
+  // count live on the parameters' device and update() is one kernel (ops::amp_update_scale_);
+  // get_scale(), growth_tracker(), skipped_steps() and state_dict() then read them back (a
+  // synchronization: read where one is meant), and report a collapse below min_scale there.
+  // The parameters must be on one device.
+  void step_on_device(optim::Optimizer& opt);
   // Backs the scale off if any optimizer's step since the last update() was skipped, else counts
   // a finite step and grows the scale every growth_interval of them; then forgets the flags.
   void update();
 
-  double get_scale() const { return scale_; }
-  int64_t growth_tracker() const { return growth_tracker_; }
-  int64_t skipped_steps() const { return skipped_; }  // since construction (or load)
+  double get_scale() const;
+  int64_t growth_tracker() const;
+  int64_t skipped_steps() const;  // since construction (or load)
   bool is_enabled() const { return options_.enabled; }
   const GradScalerOptions& options() const { return options_; }
 
@@ -83,15 +91,24 @@ class GradScaler {
     bool unscaled = false, stepped = false;
     std::vector<Tensor> found_inf;  // one per device
     bool found = false;             // read in step()
+    bool on_device = false;         // stepped by step_on_device: found is not known here
   };
+  // Moves the scale, tracker and skip count to `device` (once; on_device_ from then on).
+  void state_to_device(Device device);
+  // The device state read back into the host values (one read), throwing on a collapse.
+  void read_device_state() const;
   PerOptimizer& state_of(const optim::Optimizer& opt);
 
   GradScalerOptions options_;
-  double scale_;
-  int64_t growth_tracker_ = 0;
-  int64_t skipped_ = 0;
+  // The host state; after step_on_device a copy of the device state as of the last read.
+  mutable double scale_;
+  mutable int64_t growth_tracker_ = 0;
+  mutable int64_t skipped_ = 0;
   int64_t updates_ = 0;  // update() calls: the step that messages name
   std::map<const optim::Optimizer*, PerOptimizer> per_optimizer_;
+  // step_on_device's state: one-element f32 tensors on the parameters' device.
+  bool on_device_ = false;
+  Tensor d_scale_, d_growth_tracker_, d_skipped_, d_collapsed_;
 };
 
 }  // namespace stoke::nn::amp

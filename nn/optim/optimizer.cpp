@@ -155,6 +155,7 @@ SGD::SGD(std::vector<ParamGroup> groups, SGDOptions o)
 
 void SGD::step() {
   NoGradGuard no_grad;
+  step_counts_.clear();  // the buffers say again which updates are first
   const double mom = options_.momentum;
   for (const Group& group : groups_) {
     // One fused pass per group and first-step-ness (a buffer's first update writes without
@@ -193,6 +194,51 @@ void SGD::step() {
   }
 }
 
+void Optimizer::step_if_finite(const Tensor& found_inf) {
+  STOKE_CHECK(found_inf.defined() && found_inf.numel() == 1, "Optimizer::step_if_finite",
+              "expected a one-element found_inf tensor");
+  if (found_inf.item() == 0) step();  // this optimizer has no device-side skip: one read
+}
+
+void SGD::step_if_finite(const Tensor& found_inf) {
+  NoGradGuard no_grad;
+  const double mom = options_.momentum;
+  if (mom != 0 && step_counts_.empty()) {
+    step_counts_.resize(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i)
+      step_counts_[i] =
+          full({1}, momentum_buffers_[i].defined() ? 1.0 : 0.0, {.device = params_[i].device()});
+  }
+  for (const Group& group : groups_) {
+    std::vector<size_t> idx;
+    std::vector<Tensor> ps, gs, bufs, counts;
+    for (size_t i = group.begin; i < group.end; ++i) {
+      const Tensor& p = params_[i];
+      if (!p.grad().defined()) continue;
+      idx.push_back(i);
+      ps.push_back(p);
+      gs.push_back(contiguous_grad(p));
+      if (mom != 0) {
+        // Zeros, not empty: a skipped first step leaves the buffer as made (its count says that
+        // its first update is still to come, so the kernel never reads it).
+        bufs.push_back(momentum_buffers_[i].defined() ? momentum_buffers_[i] : zeros_like_param(p));
+        counts.push_back(step_counts_[i]);
+      }
+    }
+    if (ps.empty()) continue;
+    ops::fused_sgd_(ps, gs, bufs,
+                    {.lr = group.lr,
+                     .momentum = mom,
+                     .dampening = options_.dampening,
+                     .weight_decay = group.weight_decay,
+                     .nesterov = options_.nesterov,
+                     .found_inf = found_inf,
+                     .step_counts = counts});
+    if (mom != 0)
+      for (size_t j = 0; j < idx.size(); ++j) momentum_buffers_[idx[j]] = bufs[j];
+  }
+}
+
 NamedTensors SGD::state_dict() const {
   NamedTensors out;
   for (size_t i = 0; i < params_.size(); ++i)
@@ -209,6 +255,7 @@ void SGD::load_state_dict(const NamedTensors& state) {
         m.count(key) ? take(m, key, params_[i], "SGD::load_state_dict") : Tensor();
   }
   check_no_leftovers(m, "SGD::load_state_dict");
+  step_counts_.clear();  // made again from the buffers
 }
 
 Adam::Adam(std::vector<Tensor> params, AdamOptions o, bool decoupled)
@@ -226,8 +273,58 @@ Adam::Adam(std::vector<ParamGroup> groups, AdamOptions o, bool decoupled)
               "invalid betas (", o.beta1, ", ", o.beta2, ") or eps ", o.eps);
 }
 
+void Adam::counts_to_host() {
+  if (step_counts_.empty()) return;
+  for (size_t i = 0; i < params_.size(); ++i)
+    steps_[i] = static_cast<int64_t>(step_counts_[i].item());
+  step_counts_.clear();
+}
+
+void Adam::step_if_finite(const Tensor& found_inf) {
+  NoGradGuard no_grad;
+  if (step_counts_.empty()) {
+    step_counts_.resize(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i)
+      step_counts_[i] = full({1}, static_cast<double>(steps_[i]), {.device = params_[i].device()});
+  }
+  for (const Group& group : groups_) {
+    // One pass per group: each parameter's update number is its own count on the device.
+    std::vector<size_t> idx;
+    std::vector<Tensor> ps, gs, ms, vs, xs, counts;
+    for (size_t i = group.begin; i < group.end; ++i) {
+      const Tensor& p = params_[i];
+      if (!p.grad().defined()) continue;
+      idx.push_back(i);
+      ps.push_back(p);
+      gs.push_back(contiguous_grad(p));
+      const bool first = !exp_avg_[i].defined();
+      ms.push_back(first ? zeros_like_param(p) : exp_avg_[i]);
+      vs.push_back(first ? zeros_like_param(p) : exp_avg_sq_[i]);
+      if (options_.amsgrad) xs.push_back(first ? zeros_like_param(p) : max_exp_avg_sq_[i]);
+      counts.push_back(step_counts_[i]);
+    }
+    if (ps.empty()) continue;
+    ops::fused_adam_(ps, gs, ms, vs, xs,
+                     {.lr = group.lr,
+                      .beta1 = options_.beta1,
+                      .beta2 = options_.beta2,
+                      .eps = options_.eps,
+                      .weight_decay = group.weight_decay,
+                      .decoupled = decoupled_,
+                      .amsgrad = options_.amsgrad,
+                      .found_inf = found_inf,
+                      .step_counts = counts});
+    for (size_t k = 0; k < idx.size(); ++k) {
+      exp_avg_[idx[k]] = ms[k];
+      exp_avg_sq_[idx[k]] = vs[k];
+      if (options_.amsgrad) max_exp_avg_sq_[idx[k]] = xs[k];
+    }
+  }
+}
+
 void Adam::step() {
   NoGradGuard no_grad;
+  counts_to_host();
   for (const Group& group : groups_) {
     // One fused pass per group and step count (the bias corrections'): all of a group's
     // parameters share one unless some had no gradient on earlier steps.
@@ -271,7 +368,9 @@ NamedTensors Adam::state_dict() const {
     if (!exp_avg_[i].defined()) continue;
     const std::string k = "state." + std::to_string(i) + ".";
     Tensor step = empty({}, {.dtype = DType::i64});
-    *step.data<int64_t>() = steps_[i];
+    // After step_if_finite the count lives on the device (a read).
+    *step.data<int64_t>() =
+        step_counts_.empty() ? steps_[i] : static_cast<int64_t>(step_counts_[i].item());
     out.emplace_back(k + "step", step);
     out.emplace_back(k + "exp_avg", exp_avg_[i]);
     out.emplace_back(k + "exp_avg_sq", exp_avg_sq_[i]);
@@ -281,6 +380,7 @@ NamedTensors Adam::state_dict() const {
 }
 
 void Adam::load_state_dict(const NamedTensors& state) {
+  step_counts_.clear();  // made again from the loaded steps
   auto m = by_name(state);
   const Tensor step_like = empty({}, {.dtype = DType::i64});
   for (size_t i = 0; i < params_.size(); ++i) {

@@ -41,6 +41,11 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Applies one update to every parameter that has a gradient (no autograd recording).
   virtual void step() = 0;
+  // The same, unless found_inf (a one-element f32 tensor on the parameters' device, set by the
+  // GradScaler's unscale when a gradient was inf/NaN) is nonzero. SGD, Adam and AdamW decide on
+  // the device, without a host read (their kernels take the flag, and each parameter's step count
+  // lives on the device from then on); other optimizers read the flag, then step() or not.
+  virtual void step_if_finite(const Tensor& found_inf);
   // Sets gradients to none (dist::ZeroOptimizer also zeroes the flat gradients it keeps).
   virtual void zero_grad();
 
@@ -87,6 +92,7 @@ class SGD : public Optimizer {
   SGD(std::vector<Tensor> params, SGDOptions options);
   SGD(std::vector<ParamGroup> groups, SGDOptions options);
   void step() override;
+  void step_if_finite(const Tensor& found_inf) override;
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   const SGDOptions& options() const { return options_; }
@@ -94,6 +100,10 @@ class SGD : public Optimizer {
  private:
   SGDOptions options_;
   std::vector<Tensor> momentum_buffers_;  // undefined until the first step with a gradient
+  // step_if_finite's count of the momentum updates applied to each parameter (one-element f32
+  // tensors on its device; the first is where it becomes 1), made from the buffers at its first
+  // call.
+  std::vector<Tensor> step_counts_;
 };
 
 // lr and weight_decay are defaults for groups, as in SGDOptions.
@@ -111,15 +121,22 @@ class Adam : public Optimizer {
   Adam(std::vector<Tensor> params, AdamOptions options, bool decoupled_weight_decay = false);
   Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled_weight_decay = false);
   void step() override;
+  void step_if_finite(const Tensor& found_inf) override;
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   const AdamOptions& options() const { return options_; }
 
  private:
+  // The host's step counts, brought back from the device after step_if_finite (a read).
+  void counts_to_host();
+
   AdamOptions options_;
   bool decoupled_;
   std::vector<Tensor> exp_avg_, exp_avg_sq_, max_exp_avg_sq_;  // the last with amsgrad only
   std::vector<int64_t> steps_;
+  // After step_if_finite: each parameter's step count on its device (one-element f32), which
+  // then holds the truth (steps_ is stale until counts_to_host).
+  std::vector<Tensor> step_counts_;
 };
 
 // AdamW's options: Adam's, with torch.optim.AdamW's default weight decay (1e-2). A struct of its

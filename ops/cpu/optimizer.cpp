@@ -194,6 +194,33 @@ void CpuBackend::non_finite_check_and_unscale_(const std::vector<Tensor>& grads,
     if (b) *found_inf.data<float>() = 1.f;
 }
 
+// cuda/kernels/optimizer.cu's amp_update_scale_kernel, operation for operation in f32.
+void CpuBackend::amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker,
+                                   const Tensor& skipped, const Tensor& collapsed,
+                                   const Tensor& found_inf, const AmpUpdateScaleOptions& o) {
+  float& s = *scale.data<float>();
+  float& tracker = *growth_tracker.data<float>();
+  if (*found_inf.data<float>() != 0.f) {
+    const float next = s * static_cast<float>(o.backoff_factor);
+    if (next < static_cast<float>(o.min_scale))
+      *collapsed.data<float>() = 1.f;
+    else
+      s = next;
+    tracker = 0.f;
+    *skipped.data<float>() += 1.f;
+    return;
+  }
+  const float successful = tracker + 1.f;
+  if (successful == static_cast<float>(o.growth_interval)) {
+    const float grown = s * static_cast<float>(o.growth_factor);
+    const float cap = static_cast<float>(o.max_scale);
+    s = grown < cap ? grown : cap;
+    tracker = 0.f;
+  } else {
+    tracker = successful;
+  }
+}
+
 Tensor CpuBackend::sum_of_squares(const std::vector<Tensor>& tensors) {
   const std::vector<Chunk> chunks = chunks_of(tensors);
   std::vector<double> partial(chunks.size(), 0.0);

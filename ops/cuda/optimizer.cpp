@@ -39,6 +39,14 @@ std::vector<int64_t> sizes(const std::vector<Tensor>& ts) {
   return r;
 }
 
+// The step counts' addresses (one f32 each), or none.
+std::vector<float*> count_ptrs(const std::vector<Tensor>& counts) {
+  std::vector<float*> r;
+  r.reserve(counts.size());
+  for (const Tensor& t : counts) r.push_back(typed<float>(t));
+  return r;
+}
+
 // The tensors grouped by dtype, in a fixed (dtype) order.
 std::map<DType, std::vector<Tensor>> by_dtype(const char* op, const std::vector<Tensor>& ts) {
   std::map<DType, std::vector<Tensor>> r;
@@ -62,8 +70,9 @@ void CudaBackend::fused_sgd_(const std::vector<Tensor>& params, const std::vecto
                    .dampening = o.dampening,
                    .weight_decay = o.weight_decay,
                    .nesterov = o.nesterov,
-                   .first_step = o.first_step},
-                  launch_stream());
+                   .first_step = o.first_step,
+                   .found_inf = f32_or_null(o.found_inf)},
+                  launch_stream(), count_ptrs(o.step_counts));
 }
 
 void CudaBackend::fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& grads,
@@ -84,8 +93,9 @@ void CudaBackend::fused_adam_(const std::vector<Tensor>& params, const std::vect
                     .decoupled = o.decoupled,
                     .amsgrad = o.amsgrad,
                     .step_size = s.step_size,
-                    .bias2_sqrt = s.bias2_sqrt},
-                   launch_stream());
+                    .bias2_sqrt = s.bias2_sqrt,
+                    .found_inf = f32_or_null(o.found_inf)},
+                   launch_stream(), count_ptrs(o.step_counts));
 }
 
 void CudaBackend::non_finite_check_and_unscale_(const std::vector<Tensor>& grads,
@@ -94,6 +104,19 @@ void CudaBackend::non_finite_check_and_unscale_(const std::vector<Tensor>& grads
   for (const auto& [dtype, list] : by_dtype(op, grads))
     cuda::non_finite_check_and_unscale(dtype, ptrs(list), sizes(list), typed<float>(found_inf),
                                        typed<float>(inv_scale), launch_stream());
+}
+
+void CudaBackend::amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker,
+                                    const Tensor& skipped, const Tensor& collapsed,
+                                    const Tensor& found_inf, const AmpUpdateScaleOptions& o) {
+  cuda::amp_update_scale(typed<float>(scale), typed<float>(growth_tracker), typed<float>(skipped),
+                         typed<float>(collapsed), typed<float>(found_inf),
+                         {.growth_factor = o.growth_factor,
+                          .backoff_factor = o.backoff_factor,
+                          .min_scale = o.min_scale,
+                          .max_scale = o.max_scale,
+                          .growth_interval = o.growth_interval},
+                         launch_stream());
 }
 
 Tensor CudaBackend::sum_of_squares(const std::vector<Tensor>& tensors) {

@@ -16,6 +16,7 @@
 #include "test_kernels_util.h"
 
 using namespace stoke;
+using stoke::test::kCuda;
 namespace kt = stoke::kernels_test;
 
 namespace {
@@ -417,4 +418,117 @@ TEST_CASE("cuda ops: the optimizer ops refuse f64 on cuda and mixed devices",
                     Catch::Contains("stoke::adam_step_") && Catch::Contains("cpu"));
   CHECK_THROWS_WITH(ops::non_finite_check_and_unscale_({pd}, zeros({1}), full({1}, 1.0)),
                     Catch::Contains("grad 0 is on cuda") && Catch::Contains("found_inf on cpu"));
+}
+
+// The GradScaler's device-side skip: fused_sgd_kernel and fused_adam_kernel return at once when
+// *found_inf is set, and with step counts each tensor's first step (SGD) or update number (Adam)
+// is its own count, advanced by advance_step_counts_kernel unless found_inf is set. The CPU
+// entry point takes the same decision on the host (it reads the flag and the counts, and groups
+// the tensors by count): the reference. Counts start unequal (0 for some tensors, 2 for others)
+// so that a kernel reading one count for all would differ; step 2 is skipped.
+TEST_CASE(
+    "cuda kernels: fused_sgd_kernel and fused_adam_kernel skip on found_inf and read each "
+    "tensor's step count (advance_step_counts_kernel)",
+    "[cuda][kernels][optimizer]") {
+  NoGradGuard no_grad;
+  const std::vector<float> found = {0, 1, 0, 0};
+  auto counts_on = [](Device dev) {
+    std::vector<Tensor> c;
+    for (size_t i = 0; i < kSizes.size(); ++i)
+      c.push_back(full({1}, i % 2 ? 2.0 : 0.0, {.device = dev}));
+    return c;
+  };
+  auto on_cuda = [](const std::vector<Tensor>& ts) {
+    std::vector<Tensor> r;
+    for (const Tensor& t : ts) r.push_back(t.to(kCuda));
+    return r;
+  };
+  for (DType d : kt::kFloatDtypes) {
+    INFO(dtype_name(d));
+    const std::vector<Tensor> p0 = inputs(d, false, -2, 2, 3);
+    std::vector<Tensor> zero;
+    for (int64_t n : kSizes) zero.push_back(zeros({n}, {.dtype = d}));
+    // SGD with momentum and dampening (a first step differs from a later one).
+    std::vector<Tensor> pc = clones(p0), bc = clones(zero), cc = counts_on(Device::cpu());
+    std::vector<Tensor> pk = on_cuda(p0), bk = on_cuda(zero), ck = counts_on(kCuda);
+    // Adam.
+    std::vector<Tensor> qc = clones(p0), mc = clones(zero), vc = clones(zero),
+                        ac = counts_on(Device::cpu());
+    std::vector<Tensor> qk = on_cuda(p0), mk = on_cuda(zero), vk = on_cuda(zero),
+                        ak = counts_on(kCuda);
+    for (size_t step = 0; step < found.size(); ++step) {
+      const std::vector<Tensor> g = inputs(d, false, -1, 1, 40 + 7 * step);
+      const std::vector<Tensor> p_before = clones(pc), q_before = clones(qc);
+      const Tensor fc = full({1}, found[step]), fk = full({1}, found[step], {.device = kCuda});
+      ops::SgdStepOptions so{.lr = 0.1, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01};
+      so.found_inf = fc;
+      so.step_counts = cc;
+      ops::fused_sgd_(pc, g, bc, so);
+      so.found_inf = fk;
+      so.step_counts = ck;
+      ops::fused_sgd_(pk, on_cuda(g), bk, so);
+      ops::AdamStepOptions ao{
+          .lr = 0.01, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.03, .decoupled = true};
+      ao.found_inf = fc;
+      ao.step_counts = ac;
+      ops::fused_adam_(qc, g, mc, vc, ao);
+      ao.found_inf = fk;
+      ao.step_counts = ak;
+      ops::fused_adam_(qk, on_cuda(g), mk, vk, ao);
+      const std::string at = "step " + std::to_string(step);
+      require_all_close(pk, pc, tol_for(d), at + " sgd param");
+      require_all_close(bk, bc, tol_for(d), at + " sgd buffer");
+      require_all_close(qk, qc, tol_for(d), at + " adam param");
+      require_all_close(mk, mc, tol_for(d), at + " adam exp_avg");
+      require_all_close(vk, vc, tol_for(d), at + " adam exp_avg_sq");
+      if (found[step] != 0) {  // skipped: nothing moved
+        require_all_close(pc, p_before, {0, 0}, at + " sgd param, skipped");
+        require_all_close(qc, q_before, {0, 0}, at + " adam param, skipped");
+      }
+      for (size_t i = 0; i < kSizes.size(); ++i) {
+        // Advanced on the steps not skipped: 3 of the 4.
+        const double want = (i % 2 ? 2.0 : 0.0) + (step >= 1 ? static_cast<double>(step) : 1.0);
+        CHECK(ck[i].item() == want);
+        CHECK(ak[i].item() == want);
+        CHECK(cc[i].item() == want);
+      }
+    }
+  }
+}
+
+// amp_update_scale_kernel against the CPU's ops::amp_update_scale_ and against the rule written
+// out here: growth every 3 finite steps (capped at max_scale), backoff on a non-finite one, and a
+// backoff that would go below min_scale leaving the scale and raising the collapse flag.
+TEST_CASE("cuda kernels: amp_update_scale_kernel follows torch's _amp_update_scale_",
+          "[cuda][kernels][optimizer]") {
+  NoGradGuard no_grad;
+  const ops::AmpUpdateScaleOptions o{.growth_interval = 3, .min_scale = 0.5, .max_scale = 8};
+  const std::vector<float> found = {0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0};
+  std::vector<Tensor> c, k;
+  for (float init : {1.f, 0.f, 0.f, 0.f}) {
+    c.push_back(full({1}, init));
+    k.push_back(full({1}, init, {.device = kCuda}));
+  }
+  double scale = 1, tracker = 0, skipped = 0, collapsed = 0;
+  for (size_t step = 0; step < found.size(); ++step) {
+    ops::amp_update_scale_(c[0], c[1], c[2], c[3], full({1}, found[step]), o);
+    ops::amp_update_scale_(k[0], k[1], k[2], k[3], full({1}, found[step], {.device = kCuda}), o);
+    if (found[step] != 0) {
+      if (scale * 0.5 < 0.5)
+        collapsed = 1;
+      else
+        scale *= 0.5;
+      tracker = 0;
+      skipped += 1;
+    } else if (++tracker == 3) {
+      scale = std::min(scale * 2, 8.0);
+      tracker = 0;
+    }
+    INFO("step " << step);
+    const double want[] = {scale, tracker, skipped, collapsed};
+    for (size_t i = 0; i < 4; ++i) {
+      CHECK(c[i].item() == want[i]);
+      CHECK(k[i].item() == want[i]);
+    }
+  }
 }

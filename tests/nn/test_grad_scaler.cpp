@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "autograd/elementwise.h"
@@ -230,4 +232,57 @@ TEST_CASE("GradScaler: f16 gradients that overflow back the scale off until they
   // 0 - 0.5 * 2 = -1 is exact.
   CHECK(same_bits(w.detach(), ref.detach()));
   CHECK(w.detach().to(DType::f32).to_vector<float>()[0] == -1.0f);
+}
+
+// step_on_device (the skip decided where the gradients are, no read) against step() (which reads
+// the flag): the same steps skipped, the same scale sequence and the same parameters bit for bit,
+// for SGD with momentum and dampening and for AdamW, with the very first step skipped (the
+// optimizers' step counts then say that the first update is still to come) and a later one.
+// The cuda version of this test (tests/cuda/test_grad_scaler_cuda.cpp) runs it on the emulator.
+TEST_CASE("GradScaler: step_on_device skips the same steps as step(), bit for bit",
+          "[nn][amp][grad_scaler]") {
+  const Tensor x = from_vector<float>({1e-3f, -2e-4f, 3e-2f, 5.0f}, {4});
+  for (const char* kind : {"sgd", "adamw"}) {
+    INFO(kind);
+    struct Run {
+      std::vector<std::vector<float>> w;
+      std::vector<double> scale;
+      int64_t skipped = 0;
+    };
+    auto run = [&](bool on_device) {
+      GradScaler scaler({.init_scale = 256, .growth_interval = 2});
+      Tensor w = from_vector<float>({0.5f, -1.0f, 2.0f, 0.25f}, {4}).set_requires_grad(true);
+      std::unique_ptr<nn::optim::Optimizer> opt;
+      if (std::string(kind) == "sgd")
+        opt = std::make_unique<nn::optim::SGD>(
+            std::vector<Tensor>{w},
+            nn::optim::SGDOptions{.lr = 0.1, .momentum = 0.9, .dampening = 0.25});
+      else
+        opt = std::make_unique<nn::optim::AdamW>(std::vector<Tensor>{w},
+                                                 nn::optim::AdamWOptions{.lr = 0.01});
+      Run r;
+      for (int s = 0; s < 8; ++s) {
+        backward(scaler, w, x, s == 0 || s == 4);
+        if (on_device)
+          scaler.step_on_device(*opt);
+        else
+          scaler.step(*opt);
+        scaler.update();
+        r.w.push_back(w.detach().to_vector<float>());
+        r.scale.push_back(scaler.get_scale());
+        opt->zero_grad();
+      }
+      r.skipped = scaler.skipped_steps();
+      return r;
+    };
+    const Run host = run(false), device = run(true);
+    CHECK(host.skipped == 2);
+    CHECK(device.skipped == 2);
+    CHECK(device.scale == host.scale);
+    for (size_t s = 0; s < host.w.size(); ++s) {
+      INFO("step " << s);
+      CHECK(device.w[s] == host.w[s]);
+    }
+    CHECK(host.w[0] == std::vector<float>({0.5f, -1.0f, 2.0f, 0.25f}));  // step 0 skipped
+  }
 }
