@@ -88,6 +88,10 @@ void note_device_sync(const char* what, bool may_throw) {
   std::fprintf(stderr, "stoke: sync debug: %s\n", message.c_str());
 }
 
+const char* current_sync_site() noexcept {
+  return t_site;
+}
+
 SyncSite::SyncSite(const char* op) noexcept : previous_(t_site) {
   if (!t_site) t_site = op;  // the outermost names it: the call the user made
 }

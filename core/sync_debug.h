@@ -45,6 +45,8 @@ DeviceActivity operator-(const DeviceActivity& b, const DeviceActivity& a);
 // Where throwing is not allowed (an allocator's free, a destructor) pass may_throw = false: error
 // mode then prints as warn does.
 void note_device_sync(const char* what, bool may_throw = true);
+// The outermost SyncSite's operation on the calling thread ("Tensor::item"), or nullptr.
+const char* current_sync_site() noexcept;
 
 namespace detail {
 // The calling thread's launches so far. Inline, so that a kernel source built on its own (the

@@ -83,6 +83,11 @@ const char* cudaGetErrorName(cudaError_t error) {
     STOKE_EMU_ERROR(cudaErrorLaunchOutOfResources)
     STOKE_EMU_ERROR(cudaErrorNotSupported)
     STOKE_EMU_ERROR(cudaErrorNoDevice)
+    STOKE_EMU_ERROR(cudaErrorIllegalState)
+    STOKE_EMU_ERROR(cudaErrorStreamCaptureUnsupported)
+    STOKE_EMU_ERROR(cudaErrorStreamCaptureInvalidated)
+    STOKE_EMU_ERROR(cudaErrorStreamCaptureUnmatched)
+    STOKE_EMU_ERROR(cudaErrorStreamCaptureImplicit)
 #undef STOKE_EMU_ERROR
     default:
       return "cudaErrorUnknown";
@@ -121,6 +126,16 @@ const char* cudaGetErrorString(cudaError_t error) {
       return "operation not supported";
     case cudaErrorNoDevice:
       return "no CUDA-capable device is detected";
+    case cudaErrorIllegalState:
+      return "the operation cannot be performed in the present state";
+    case cudaErrorStreamCaptureUnsupported:
+      return "operation not permitted when stream is capturing";
+    case cudaErrorStreamCaptureInvalidated:
+      return "operation failed due to a previous error during capture";
+    case cudaErrorStreamCaptureUnmatched:
+      return "the capture was not initiated in this stream";
+    case cudaErrorStreamCaptureImplicit:
+      return "operation would make the legacy stream depend on a capturing blocking stream";
     default:
       return "unknown error";
   }

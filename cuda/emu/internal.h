@@ -73,4 +73,22 @@ void run_all();
 /// Runs and drops the queue of a stream being destroyed.
 void forget_stream(cudaStream_t stream);
 
+// ---- stream capture (graphs.cpp) ----
+
+/// When `stream` is being captured, moves `work` into the capture and returns true.
+bool capture_work(cudaStream_t stream, std::function<void()>& work);
+/// The id of the capture `stream` belongs to; 0 when it is not capturing.
+std::uint64_t capture_id(cudaStream_t stream);
+/// True while capture `id` (non-zero) has not ended.
+bool capture_live(std::uint64_t id);
+/// True while any stream is being captured.
+bool any_capture();
+/// True while a stream that synchronizes with the legacy default stream is being captured.
+bool blocking_capture();
+/// Invalidates capture `id` (0: every live capture) and returns fail(error): what a GPU does
+/// when a capture meets an operation it cannot record.
+cudaError_t refuse_in_capture(std::uint64_t id, cudaError_t error);
+/// `stream` joins capture `id` (it waited for an event recorded in the capture).
+void join_capture(cudaStream_t stream, std::uint64_t id);
+
 }  // namespace stoke::emu::detail

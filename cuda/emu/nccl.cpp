@@ -411,6 +411,12 @@ ncclResult_t submit(ncclComm* comm, Part part, cudaStream_t stream) {
     return refuse(ncclInvalidArgument,
                   str_cat(p2p ? "peer " : "root ", part.root, " is outside [0, ", n, ")"));
   if (!detail::valid_stream(stream)) return refuse(ncclInvalidArgument, "unknown stream");
+  // The emulated collectives run when they are called, with the other ranks; a graph could only
+  // replay their result. Refused rather than captured wrong (a real NCCL op is capturable).
+  if (detail::capture_id(stream) != 0)
+    return refuse(ncclInvalidUsage,
+                  "the stream is being captured into a CUDA graph, which the "
+                  "emulated NCCL cannot record");
   const std::size_t nn = static_cast<std::size_t>(n);
   if (part.count > SIZE_MAX / es / nn) return refuse(ncclInvalidArgument, "count too large");
   const std::size_t bytes = part.count * es;

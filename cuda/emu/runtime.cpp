@@ -28,6 +28,7 @@ struct CUevent_st {
   bool recorded = false;
   std::chrono::steady_clock::time_point time;
   stoke::emu::detail::StreamMark mark;  // the last cudaEventRecord's place in its stream
+  std::uint64_t capture = 0;            // the capture that recorded it (graphs.cpp), or 0
 };
 
 namespace stoke::emu {
@@ -277,6 +278,9 @@ cudaError_t cudaFreeHost(void* ptr) {
 }
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
+  // Synchronous work on the legacy stream would wait for a captured blocking stream.
+  if (stoke::emu::detail::blocking_capture())
+    return stoke::emu::detail::refuse_in_capture(0, cudaErrorStreamCaptureImplicit);
   if (const cudaError_t e = stoke::emu::check_copy(dst, src, count, kind); e != cudaSuccess)
     return e;
   if (count == 0) return cudaSuccess;
@@ -295,6 +299,11 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
   if (const cudaError_t e = stoke::emu::check_copy(dst, src, count, kind); e != cudaSuccess)
     return e;
   if (count == 0) return cudaSuccess;
+  if (const std::uint64_t capture = stoke::emu::detail::capture_id(stream);
+      capture != 0 && (stoke::emu::pageable(dst, count) || stoke::emu::pageable(src, count))) {
+    // A copy to or from pageable memory is synchronous (or staged now): a graph cannot hold it.
+    return stoke::emu::detail::refuse_in_capture(capture, cudaErrorStreamCaptureUnsupported);
+  }
   using stoke::emu::detail::enqueue;
   auto copy = [dst, count](const void* from) {
     const stoke::emu::DeviceAccess access;
@@ -316,6 +325,8 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaM
 
 cudaError_t cudaMemset(void* devPtr, int value, size_t count) {
   if (count == 0) return cudaSuccess;
+  if (stoke::emu::detail::blocking_capture())
+    return stoke::emu::detail::refuse_in_capture(0, cudaErrorStreamCaptureImplicit);
   {
     auto& s = state();
     std::lock_guard lock(s.m);
@@ -374,12 +385,16 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (const cudaError_t e = stoke::emu::check_stream(stream); e != cudaSuccess) return e;
+  if (const std::uint64_t capture = stoke::emu::detail::capture_id(stream); capture != 0)
+    return stoke::emu::detail::refuse_in_capture(capture, cudaErrorStreamCaptureUnsupported);
   stoke::emu::detail::wait_for(stream, nullptr);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (const cudaError_t e = stoke::emu::check_stream(stream); e != cudaSuccess) return e;
+  if (const std::uint64_t capture = stoke::emu::detail::capture_id(stream); capture != 0)
+    return stoke::emu::detail::refuse_in_capture(capture, cudaErrorStreamCaptureUnsupported);
   return stoke::emu::detail::idle(stream) ? cudaSuccess : cudaErrorNotReady;  // not sticky
 }
 
@@ -411,6 +426,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   if (const cudaError_t e = stoke::emu::check_stream(stream); e != cudaSuccess) return e;
   if (!stoke::emu::live_event(event)) return fail(cudaErrorInvalidResourceHandle);
   // The stream's later work waits for the event's stream up to the record made before this call.
+  // An event recorded in a capture brings the stream into it (CUDA's fork into a side stream).
+  if (stoke::emu::detail::capture_live(event->capture))
+    stoke::emu::detail::join_capture(stream, event->capture);
   stoke::emu::detail::add_wait(stream, event->mark);
   return cudaSuccess;
 }
@@ -451,6 +469,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   if (!stoke::emu::live_event(event)) return fail(cudaErrorInvalidResourceHandle);
   // The event completes when the stream's earlier work has run (now, unless streams are deferred).
   event->recorded = false;
+  event->capture = stoke::emu::detail::capture_id(stream);
   event->mark = stoke::emu::detail::enqueue(stream, [event] {
     event->recorded = true;
     event->time = std::chrono::steady_clock::now();
@@ -460,12 +479,16 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   if (!stoke::emu::live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (stoke::emu::detail::capture_live(event->capture))
+    return stoke::emu::detail::refuse_in_capture(event->capture, cudaErrorStreamCaptureUnsupported);
   stoke::emu::detail::run_until(event->mark);
   return cudaSuccess;
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t event) {
   if (!stoke::emu::live_event(event)) return fail(cudaErrorInvalidResourceHandle);
+  if (stoke::emu::detail::capture_live(event->capture))
+    return stoke::emu::detail::refuse_in_capture(event->capture, cudaErrorStreamCaptureUnsupported);
   return stoke::emu::detail::reached(event->mark) ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -481,6 +504,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+  if (stoke::emu::detail::any_capture())
+    return stoke::emu::detail::refuse_in_capture(0, cudaErrorStreamCaptureUnsupported);
   stoke::emu::detail::run_all();
   return cudaSuccess;
 }

@@ -94,6 +94,8 @@ void run_to(Scheduler& s, cudaStream_t key, std::uint64_t seq) {
 namespace detail {
 
 StreamMark enqueue(cudaStream_t stream, std::function<void()> work) {
+  // A capturing stream records the work for its graph instead (graphs.cpp).
+  if (capture_work(stream, work)) return {key_of(stream), 0};
   Scheduler& s = scheduler();
   std::unique_lock lock(s.m);
   if (!s.deferred) {

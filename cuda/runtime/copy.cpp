@@ -11,6 +11,7 @@
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/deferred_checks.h"
 #include "cuda/runtime/device.h"
+#include "cuda/runtime/graph.h"
 #include "cuda/runtime/pinned.h"
 #include "cuda/runtime/stream.h"
 
@@ -54,6 +55,13 @@ void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind) {
   // which does not wait for the current stream's kernels (it is created non-blocking), so a
   // read-back could see the data before they wrote it.
   cudaStream_t stream = current_stream();
+  if (current_stream_capturing()) {
+    const char* site = current_sync_site();
+    STOKE_FAIL(site != nullptr ? site : "cuda::copy_bytes",
+               "a blocking copy (a value read back to the host) inside a CUDA graph capture: the "
+               "graph cannot wait for the host; keep the value on the device, or read it after "
+               "the replay");
+  }
   STOKE_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, to_cuda_kind(kind), stream));
   STOKE_CUDA_CHECK(cudaStreamSynchronize(stream));
   note_device_sync(kind == CopyKind::device_to_host ? "a blocking device-to-host copy"

@@ -8,6 +8,7 @@
 #include "cuda/runtime/caching_allocator.h"
 #include "cuda/runtime/copy.h"
 #include "cuda/runtime/device.h"
+#include "cuda/runtime/graph.h"
 #include "cuda/runtime/pinned.h"
 #include "cuda/runtime/profiler_timer.h"
 #include "cuda/runtime/stream.h"
@@ -27,6 +28,14 @@ class CudaCopier final : public DeviceCopier {
     const CopyKind kind = dst_device.is_cuda() ? (src_device.is_cuda() ? CopyKind::device_to_device
                                                                        : CopyKind::host_to_device)
                                                : CopyKind::device_to_host;
+    if (kind != CopyKind::device_to_device && cuda::current_stream_capturing()) {
+      // A graph's copy would replay the bytes the capture saw (or wait for the host).
+      const char* site = current_sync_site();
+      STOKE_FAIL(site != nullptr ? site : "copy",
+                 "a copy between the host and the device inside "
+                 "a CUDA graph capture: a replay would copy what the capture saw; copy into the "
+                 "graph's static inputs before replay() and read its outputs after it");
+    }
     // A host source is copied asynchronously from pinned memory, whose block the pinned
     // allocator then keeps from reuse until the copy is done (record_stream).
     void* block = kind == CopyKind::host_to_device && non_blocking

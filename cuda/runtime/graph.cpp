@@ -1,0 +1,98 @@
+#include "cuda/runtime/graph.h"
+
+#include <utility>
+
+#include "core/error.h"
+
+namespace stoke::cuda {
+
+Graph::Graph() : stream_(StreamOptions{.non_blocking = true}) {}
+
+Graph::~Graph() {
+  if (capturing_) {
+    cudaGraph_t abandoned = nullptr;
+    (void)cudaStreamEndCapture(stream_.handle(), &abandoned);
+    if (abandoned != nullptr) (void)cudaGraphDestroy(abandoned);
+    (void)cudaGetLastError();
+    set_current_stream(previous_);
+  }
+  reset();
+}
+
+void Graph::reset() {
+  if (exec_ != nullptr) (void)cudaGraphExecDestroy(std::exchange(exec_, nullptr));
+  if (graph_ != nullptr) (void)cudaGraphDestroy(std::exchange(graph_, nullptr));
+  nodes_ = 0;
+}
+
+void Graph::capture_begin() {
+  STOKE_CHECK(!capturing_, "cuda::Graph::capture_begin", "a capture is already under way");
+  STOKE_CHECK(!current_stream_capturing(), "cuda::Graph::capture_begin",
+              "the current stream is already being captured (graphs do not nest)");
+  reset();
+  // The capture stream starts after everything already queued on the current stream, so the
+  // captured work (and its first replay) sees the state that work leaves.
+  previous_ = current_stream();
+  Event ready(EventOptions{.timing = false});
+  ready.record(previous_);
+  stream_.wait(ready);
+  set_current_stream(stream_.handle());
+  // Relaxed: the caching allocator may cudaMalloc a segment for the private pool mid-capture.
+  const cudaError_t e = cudaStreamBeginCapture(stream_.handle(), cudaStreamCaptureModeRelaxed);
+  if (e != cudaSuccess) {
+    set_current_stream(previous_);
+    STOKE_CUDA_CHECK(e);
+  }
+  capturing_ = true;
+}
+
+void Graph::capture_end() {
+  STOKE_CHECK(capturing_, "cuda::Graph::capture_end", "no capture is under way");
+  capturing_ = false;
+  set_current_stream(previous_);
+  const cudaError_t e = cudaStreamEndCapture(stream_.handle(), &graph_);
+  if (e != cudaSuccess) {
+    (void)cudaGetLastError();
+    STOKE_FAIL("cuda::Graph::capture_end", "the capture failed (", cudaGetErrorName(e), ": ",
+               cudaGetErrorString(e),
+               "): the captured work synchronized with the host, read a value back or copied to "
+               "or from pageable memory; run the step eagerly with STOKE_SYNC_DEBUG=error to find "
+               "the call");
+  }
+  STOKE_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &nodes_));
+  STOKE_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));
+}
+
+void Graph::capture(const std::function<void()>& step) {
+  capture_begin();
+  try {
+    step();
+  } catch (...) {
+    if (capturing_) {
+      capturing_ = false;
+      set_current_stream(previous_);
+      cudaGraph_t abandoned = nullptr;
+      (void)cudaStreamEndCapture(stream_.handle(), &abandoned);
+      if (abandoned != nullptr) (void)cudaGraphDestroy(abandoned);
+      (void)cudaGetLastError();
+    }
+    throw;
+  }
+  capture_end();
+}
+
+void Graph::replay() {
+  STOKE_CHECK(exec_ != nullptr, "cuda::Graph::replay", "nothing was captured");
+  note_kernel_launch();
+  STOKE_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream()));
+}
+
+bool current_stream_capturing() {
+  const cudaStream_t s = current_stream();
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  STOKE_CUDA_CHECK(cudaStreamIsCapturing(s, &status));
+  return status != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace stoke::cuda
