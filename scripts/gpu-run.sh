@@ -12,8 +12,8 @@
 #   1. stoke-gpu-selftest --quick (every op, kernel and vendor call against the CPU), and
 #      compute-sanitizer memcheck on it when compute-sanitizer exists;
 #   2. stoke-train --device cuda, one epoch of LeNet-5 and of ResNet-8 in fp32, --amp bf16 and
-#      --amp fp16, profiled: test accuracy, img/s, and the profiler's kernel launches and host
-#      waits per step;
+#      --amp fp16, and fp32 and fp16 with --cuda-graph, profiled: test accuracy, img/s, and the
+#      profiler's kernel launches and host waits per step;
 #   3. stoke-bench-ops-cuda --quick: stoke's kernels beside cuBLAS and cuDNN (its JSON line).
 # Not yet here (issue 42): ResNet-50's synthetic throughput and MFU (no ResNet-50 in the zoo yet),
 # and eager against CUDA-graphed steps (no --cuda-graph yet).
@@ -96,14 +96,17 @@ fi
 # 2. Training: one epoch each (60,000 images; --quick: 64), profiled for the per-step counts.
 train_limit=$((quick ? 64 : 60000))
 for model in lenet5 resnet8; do
-  for amp in fp32 bf16 fp16; do
-    name="stoke-train $model $amp"
+  # "+graph": the same with --cuda-graph (each step one graph replay after 3 eager steps).
+  for mode in fp32 bf16 fp16 fp32+graph fp16+graph; do
+    amp=${mode%+graph}
+    name="stoke-train $model $mode"
     flags=(--device cuda --model "$model" --epochs 1 --batch 128 --limit-train "$train_limit"
-           --data "$data" --no-progress --log-every 0 --profile "$out/trace-$model-$amp.json"
+           --data "$data" --no-progress --log-every 0 --profile "$out/trace-$model-$mode.json"
            --profile-steps 20:69)
     [[ $amp != fp32 ]] && flags+=(--amp "$amp")
-    check "$name" 90 "$out/train-$model-$amp.log" "$build/apps/stoke-train" "${flags[@]}"
-    log=$out/train-$model-$amp.log
+    [[ $mode == *+graph ]] && flags+=(--cuda-graph)
+    check "$name" 90 "$out/train-$model-$mode.log" "$build/apps/stoke-train" "${flags[@]}"
+    log=$out/train-$model-$mode.log
     acc=$(sed -nE 's/.*\| test loss [0-9.]+ acc ([0-9.]+)%.*/\1/p' "$log" | tail -1)
     ips=$(sed -nE 's/.*\(([0-9.]+) img\/s, data wait.*/\1/p' "$log" | tail -1)
     launches=$(sed -nE 's/.*per step: ([0-9.]+) kernel launches.*/\1/p' "$log" | tail -1)

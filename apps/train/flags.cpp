@@ -212,6 +212,11 @@ constexpr const char* kUsage = R"(usage: stoke-train [flags]
   --profile-device        with --profile and --device cuda: also each op's time on the GPU (CUDA
                           events around it, a track per device in the trace, `device` rows in
                           the summary); costs a few microseconds of host time per op
+  --cuda-graph            with --device cuda: after 3 eager steps, capture the training step
+                          (forward, loss, backward, clipping, loss scaler, optimizer) as one CUDA
+                          graph and replay it each step; captured again when the learning rate
+                          changes, so not with --schedule cosine|onecycle or --warmup (they change
+                          it every step); not with --accum or in a job of several ranks yet
 Output paths (--metrics, --profile, DIR's files) must be regular files or not exist yet, each a
 file of its own: a FIFO, a directory or one path given twice is refused before anything runs.
 Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard).
@@ -367,6 +372,7 @@ Flags parse_flags(int argc, char** argv) {
       {"--no-decay-norm-bias", [&](bool on) { f.no_decay_norm_bias = on; }},
       {"--augment", [&](bool on) { f.augment = on; }},
       {"--profile-device", [&](bool on) { f.profile_device = on; }},
+      {"--cuda-graph", [&](bool on) { f.cuda_graph = on; }},
       {"--resume", [&](bool on) { f.resume = on; }},
       {"--overwrite", [&](bool on) { f.overwrite = on; }},
       {"--allow-cpu-fallback", [&](bool on) { f.allow_cpu_fallback = on; }},
@@ -446,6 +452,17 @@ Flags parse_flags(int argc, char** argv) {
               "--profile-device needs --profile FILE");
   STOKE_CHECK(!f.profile_device || f.device != "cpu", "stoke-train",
               "--profile-device times ops on the GPU: it needs --device cuda");
+  STOKE_CHECK(!f.cuda_graph || f.device != "cpu", "stoke-train",
+              "--cuda-graph captures CUDA work: it needs --device cuda");
+  STOKE_CHECK(!f.cuda_graph || f.accum == 1, "stoke-train",
+              "--cuda-graph does not work with --accum yet (a step is one batch)");
+  STOKE_CHECK(
+      !f.cuda_graph || (f.schedule != "cosine" && f.schedule != "onecycle" && f.warmup == 0),
+      "stoke-train", "--cuda-graph with --schedule ", f.schedule,
+      f.warmup > 0 ? " and --warmup" : "",
+      ": the learning rate changes every step and reaches the kernels as a launch "
+      "argument, so every step would be captured again; use --schedule none, step or "
+      "multistep");
   STOKE_CHECK(!f.resume || !f.overwrite, "stoke-train",
               "--resume and --overwrite exclude each other: --resume continues the run in DIR, "
               "--overwrite starts a new one over it");

@@ -71,6 +71,7 @@ struct Flags {
   std::string profile;
   int64_t profile_begin = 10, profile_end = 30;
   bool profile_device = false;  // --profile-device: CUDA-event device times (StartOptions)
+  bool cuda_graph = false;      // --cuda-graph: each step replays a CUDA graph (step_graph.h)
   // The flags given on the command line, in order (without their values): what --recipe set is
   // not among them.
   std::vector<std::string> given;

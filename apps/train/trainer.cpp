@@ -128,6 +128,19 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
       step_values_(device_, kPendingSteps, 1),
       last_loss_(std::numeric_limits<double>::quiet_NaN()) {
   print_model_line(f_, *model_, device_);
+  if (f_.cuda_graph) {
+    STOKE_CHECK(!dist_.active(), "stoke-train",
+                "--cuda-graph does not work in a job of several ranks yet (DDP's and ZeRO's "
+                "collectives are not captured)");
+    graph_ = std::make_unique<StepGraph>(device_);
+    graph_loss_ = zeros({1}, {.device = device_});
+    graph_correct_ = zeros({1}, {.dtype = DType::i64, .device = device_});
+    no_inf_ = zeros({1}, {.device = device_});
+    std::printf(
+        "graph: each training step replays one CUDA graph, captured after %lld eager "
+        "steps (again when the learning rate changes)\n",
+        static_cast<long long>(StepGraph::kWarmupSteps));
+  }
   if (dist_.active() && f_.zero > 0) {
     // Before any state exists: the plain optimizer gives its kind, options and groups.
     auto zero = dist::make_zero_optimizer(
@@ -225,6 +238,10 @@ RunTotals Trainer::fit() {
     stop = end_epoch(e);
   }
   profiler_.finish(pos_.global_step);
+  if (graph_)
+    std::printf("graph: %lld steps replayed, %lld captures\n",
+                static_cast<long long>(graph_->replays()),
+                static_cast<long long>(graph_->captures()));
   totals.best_acc = pos_.best_acc;
   totals.seconds = seconds_since(start);
   return totals;
@@ -271,49 +288,6 @@ Trainer::EpochStats Trainer::train_epoch() {
   return e;
 }
 
-void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochStats& e) {
-  const DeviceBatch b = [&] {
-    const profiler::Range phase("h2d", profiler::Category::phase);
-    return to_device(batch, device_, finish_);
-  }();
-  // Accumulation groups count from this run's first batch of the epoch: a resumed run starts at
-  // a checkpoint, which follows an optimizer step, so at the start of a group.
-  const int64_t group_begin = batch_ / f_.accum * f_.accum;
-  const int64_t group_size = std::min(f_.accum, num_batches - group_begin);
-  const bool sync = batch_ + 1 == group_begin + group_size;
-  std::optional<profiler::Range> phase(std::in_place, "forward", profiler::Category::phase);
-  Tensor logits;
-  Tensor loss = forward_loss(b, sync, logits);
-  const int64_t n = batch.labels.numel();
-  // The loss and the count of correct predictions stay on the device (settle_steps).
-  step_values_.push(loss, {correct_predictions(logits, b.labels)});
-  pending_.push_back({batch_, pos_.global_step, n});
-  // On the CPU a read costs nothing: every loss is checked before its backward. On a device the
-  // host reads them when it needs them, or when the buffer is full.
-  if (device_.is_cpu() || step_values_.full()) settle_steps("a step's values");
-  phase.reset();
-  // The weights of a scheduled checkpoint have just given a finite loss: written if it is good.
-  if (scheduled_) write_scheduled_save(settle_steps("a scheduled checkpoint"));
-  // Each micro-batch's mean loss is scaled so that k micro-batches of b give the gradient of
-  // one batch of k*b (when the micro-batches have equal size).
-  if (group_size > 1) loss = loss * (1.0 / static_cast<double>(group_size));
-  phase.emplace("backward", profiler::Category::phase);
-  (scaler_ ? scaler_->scale(loss) : loss).backward();
-  pos_.epoch_seen += n;
-  e.images += n;
-  phase.reset();
-  if (sync) optimizer_step(batch.wait_seconds);
-}
-
-void Trainer::clip_gradients() {
-  // On a device the norm and the coefficient stay there (no host read in the step); on the CPU
-  // the norm is read (free) and computed in f64.
-  if (device_.is_cpu())
-    nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
-  else
-    nn::optim::clip_grad_norm_no_sync_(opt_->params(), f_.clip_grad);
-}
-
 double Trainer::settle_steps(const char* why) {
   if (pending_.empty()) return last_loss_;
   const DeviceValues::Values v = step_values_.take(why);
@@ -333,32 +307,13 @@ double Trainer::settle_steps(const char* why) {
 void Trainer::optimizer_step(double data_wait_s) {
   {
     const profiler::Range phase("optimizer", profiler::Category::phase);
-    if (scaler_) {
-      // Clipping sees the true gradients: unscale first (the step then does not unscale again).
-      // (--amp fp16 and --zero are refused together: flags.cpp.)
-      if (f_.clip_grad > 0) {
-        scaler_->unscale_(*opt_);
-        clip_gradients();
-      }
-      // Skipped when a gradient is inf/NaN (on any rank): on a device decided there, without a
-      // read (the scale and skip count are read with the metrics).
-      if (device_.is_cpu())
-        scaler_->step(*opt_);
-      else
-        scaler_->step_on_device(*opt_);
-      scaler_->update();
-    } else {
-      if (f_.clip_grad > 0) {
-        if (zero_)
-          zero_->clip_grad_norm_(f_.clip_grad);  // the parameters' gradients are in its buffers
-        else
-          clip_gradients();
-      }
-      opt_->step();
-    }
-    opt_->zero_grad();
-    if (sched_) sched_->step();
+    update_weights();
   }
+  after_update(data_wait_s);
+}
+
+void Trainer::after_update(double data_wait_s) {
+  if (sched_) sched_->step();
   const int64_t step = ++pos_.global_step;
   if (f_.log_every > 0 && step % f_.log_every == 0) {
     const ExpectedSync reading("the step log's loss scale");
@@ -394,26 +349,6 @@ std::string Trainer::progress_text(const EpochStats& e) const {
     std::snprintf(text + n, sizeof text - static_cast<size_t>(n), " scale %g skipped %lld",
                   scaler_->get_scale(), static_cast<long long>(scaler_->skipped_steps()));
   return text;
-}
-
-Tensor Trainer::forward_loss(const DeviceBatch& b, bool sync, Tensor& logits) {
-  std::optional<autocast> region;
-  if (amp_) region.emplace(device_.type, AutocastOptions{.dtype = *amp_});
-  logits = forward(b.images, sync);
-  // The loss is in autocast's f32 list: cross entropy of f16/bf16 logits is computed in f32.
-  return cross_entropy(logits, b.labels, {.label_smoothing = f_.label_smoothing});
-}
-
-Tensor Trainer::forward(const Tensor& images, bool sync) {
-  if (zero_ && model_->is_training())
-    for (const auto& [name, b] : model_->named_buffers()) {
-      Tensor t = b.detach();
-      dist_.gradient_comm().broadcast(t, 0);
-    }
-  if (!ddp_) return (*model_)(images);
-  if (sync) return (*ddp_)(images);
-  auto no_sync = ddp_->no_sync();  // a micro-batch of --accum: gradients stay local
-  return (*ddp_)(images);
 }
 
 bool Trainer::end_epoch(const EpochStats& e) {

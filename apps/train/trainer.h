@@ -21,6 +21,7 @@
 #include "progress.h"
 #include "run_dir.h"
 #include "setup.h"
+#include "step_graph.h"
 
 namespace stoke::train {
 
@@ -62,6 +63,12 @@ class Trainer {
   EpochStats train_epoch();
   void train_batch(const data::Batch& batch, int64_t num_batches, EpochStats& e);
   void optimizer_step(double data_wait_s);
+  // The device side of an optimizer step: clipping, the loss scaler, the update, zero_grad.
+  void update_weights();
+  // The host side after it: the schedule, the step count, step logs, checkpoints, evaluations.
+  void after_update(double data_wait_s);
+  // --cuda-graph: the step of a batch that the graph accepts, replayed (step_graph.h).
+  void graph_batch(const data::Batch& batch, const DeviceBatch& b, EpochStats& e);
   // --clip-grad on the model's gradients (not ZeRO's: it clips its own buffers).
   void clip_gradients();
   std::string progress_text(const EpochStats& e) const;
@@ -146,6 +153,11 @@ class Trainer {
   };
   std::vector<PendingStep> pending_;
   double last_loss_;  // the last settled step's loss
+  // --cuda-graph (null otherwise); the graph's static outputs (the step's loss and correct count),
+  // and an all-clear found-inf flag: with a graph the optimizer always takes its step counts from
+  // the device (step_if_finite), so that a replay advances them.
+  std::unique_ptr<StepGraph> graph_;
+  Tensor graph_loss_, graph_correct_, no_inf_;
 };
 
 }  // namespace stoke::train

@@ -207,6 +207,73 @@ TEST_CASE(
   fs::remove_all(dir);
 }
 
+TEST_CASE(
+    "cuda graph: stoke-train --cuda-graph in emu trains 2 epochs with the epoch totals of an "
+    "eager run, bit for bit",
+    "[train_cuda_cli][cuda_graph]") {
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+  WARN("skipped under the sanitizers (tests/cuda/test_cuda_graph.cpp replays steps there)");
+  return;
+#endif
+  const fs::path data = fashion_mnist();
+  if (data.empty()) return;
+  const std::string flags = GENERATE(as<std::string>{}, "--optimizer sgd --momentum 0.9",
+                                     "--optimizer adamw --lr 1e-3 --amp fp16 --clip-grad 1");
+  INFO(flags);
+  const fs::path dir = fresh_dir("stoke-train-emu-graph");
+  // 8 batches of 32 and a last one of 16 (eager: another shape) per epoch; the step schedule
+  // changes the learning rate after epoch 1 (a second capture); a checkpoint every 4 steps (the
+  // step after one runs eagerly: its loss vets the checkpoint before the update).
+  const std::string common = std::string(STOKE_TRAIN_EMU_EXE) +
+                             " --device cuda --model lenet5 --epochs 2 --limit-train 272 "
+                             "--limit-test 64 --batch 32 --lr 0.05 --seed 7 --no-progress "
+                             "--workers 2 --schedule step --step-size 1 --checkpoint-every 4 " +
+                             flags;
+  const Run eager = run("STOKE_EMU_THREADS=fibers " + common + " --checkpoint " +
+                        (dir / "a").string() + " --metrics " + (dir / "a.jsonl").string());
+  INFO(eager.output);
+  REQUIRE(eager.exit_code == 0);
+  const Run graphed =
+      run("STOKE_SYNC_DEBUG=error STOKE_EMU_THREADS=fibers " + common + " --cuda-graph " +
+          "--checkpoint " + (dir / "b").string() + " --metrics " + (dir / "b.jsonl").string());
+  INFO(graphed.output);
+  REQUIRE(graphed.exit_code == 0);
+  CHECK(graphed.output.find("sync debug") == std::string::npos);
+  long long replays = 0, captures = 0;
+  const size_t at = graphed.output.rfind("graph: ");  // the run's last line about the graph
+  REQUIRE(at != std::string::npos);
+  REQUIRE(std::sscanf(graphed.output.c_str() + at, "graph: %lld steps replayed, %lld captures",
+                      &replays, &captures) == 2);
+  CHECK(captures == 2);  // one per learning rate
+  CHECK(replays >= 8);   // of 18 steps: 3 warm-up, 2 last batches and those after a checkpoint
+  // The replays run the eager steps' kernels with the same arguments in the same order (the
+  // optimizer's step counts read from the device, as step_if_finite equals step() bit for bit):
+  // the same epoch totals, bit for bit.
+  for (const char* key : {"train_loss", "train_acc", "test_loss", "test_acc"}) {
+    INFO(key);
+    const auto a = metric(dir / "a.jsonl", "epoch", key), b = metric(dir / "b.jsonl", "epoch", key);
+    REQUIRE(a.size() == 2);
+    REQUIRE(b.size() == 2);
+    CHECK(a == b);
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("cuda graph: stoke-train --cuda-graph refuses what it cannot capture, saying why",
+          "[train_cuda_cli][cuda_graph]") {
+  const std::string exe = std::string(STOKE_TRAIN_EMU_EXE) + " --model lenet5 --limit-train 64 ";
+  const Run cpu = run(exe + "--cuda-graph");
+  CHECK(cpu.exit_code != 0);
+  CHECK(cpu.output.find("--cuda-graph captures CUDA work: it needs --device cuda") !=
+        std::string::npos);
+  const Run cosine = run(exe + "--device cuda --cuda-graph --schedule cosine");
+  CHECK(cosine.exit_code != 0);
+  CHECK(cosine.output.find("the learning rate changes every step") != std::string::npos);
+  const Run accum = run(exe + "--device cuda --cuda-graph --accum 2");
+  CHECK(accum.exit_code != 0);
+  CHECK(accum.output.find("--cuda-graph does not work with --accum") != std::string::npos);
+}
+
 TEST_CASE("stoke-train --profile --profile-device in emu: the GPU's own track and device rows",
           "[train_cuda_cli][profiler]") {
 #if defined(__SANITIZE_THREAD__)

@@ -1,0 +1,83 @@
+#include "step_graph.h"
+
+#include "core/error.h"
+#include "core/random.h"
+#include "stoke/stoke.h"
+
+#if STOKE_HAS_CUDA || STOKE_CUDA_EMU
+#include "cuda/runtime/graph.h"
+#endif
+
+namespace stoke::train {
+
+#if STOKE_HAS_CUDA || STOKE_CUDA_EMU
+
+struct StepGraph::Impl {
+  cuda::Graph graph;
+  DeviceBatch inputs;  // the static batch the graph reads
+  double lr = 0;       // the learning rate its optimizer kernels were captured with
+};
+
+StepGraph::StepGraph(Device device) : impl_(std::make_unique<Impl>()) {
+  STOKE_CHECK(device.is_cuda(), "stoke-train", "--cuda-graph needs --device cuda, got ", device);
+}
+
+#else
+
+struct StepGraph::Impl {};
+
+StepGraph::StepGraph(Device) {
+  STOKE_FAIL("stoke-train", "--cuda-graph: this stoke-train was built without CUDA");
+}
+
+#endif
+
+StepGraph::~StepGraph() = default;
+
+bool StepGraph::accepts(const DeviceBatch& b) const {
+#if STOKE_HAS_CUDA || STOKE_CUDA_EMU
+  if (eager_steps_ < kWarmupSteps) return false;
+  const DeviceBatch& s = impl_->inputs;
+  return !s.images.defined() ||
+         (s.images.shape() == b.images.shape() && s.images.dtype() == b.images.dtype() &&
+          s.labels.shape() == b.labels.shape() && s.labels.dtype() == b.labels.dtype());
+#else
+  (void)b;
+  return false;
+#endif
+}
+
+void StepGraph::run(const DeviceBatch& b, double lr,
+                    const std::function<void(const DeviceBatch&)>& step) {
+#if STOKE_HAS_CUDA || STOKE_CUDA_EMU
+  Impl& g = *impl_;
+  if (!g.inputs.images.defined()) g.inputs = {empty_like(b.images), empty_like(b.labels)};
+  {
+    NoGradGuard no_grad;
+    g.inputs.images.copy_(b.images);
+    g.inputs.labels.copy_(b.labels);
+  }
+  if (!g.graph.captured() || lr != g.lr) {
+    const GeneratorState before = default_generator().state();
+    g.graph.capture([&] { step(g.inputs); });
+    const GeneratorState after = default_generator().state();
+    if (after.seed != before.seed || after.offset != before.offset) {
+      g.graph.reset();
+      STOKE_FAIL("stoke-train",
+                 "--cuda-graph: the training step draws random numbers (dropout or stochastic "
+                 "depth in the model), which a replay would repeat; train this model without "
+                 "--cuda-graph");
+    }
+    g.lr = lr;
+    ++captures_;
+  }
+  g.graph.replay();
+  ++replays_;
+#else
+  (void)b;
+  (void)lr;
+  (void)step;
+#endif
+}
+
+}  // namespace stoke::train

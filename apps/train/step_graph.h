@@ -1,0 +1,53 @@
+// stoke-train --cuda-graph: the training step (forward, loss, backward, clipping, the loss scaler
+// and the optimizer) captured once as a CUDA graph after a few eager warm-up steps, then replayed
+// with one launch per step (cuda/runtime/graph.h). Each batch is copied into the graph's static
+// inputs first; the step's loss and correct count come out in static outputs.
+//
+// A replay repeats the capture's kernel arguments, so the graph is captured again when one of
+// them changes: a new learning rate (a step or multistep schedule), or a batch of another shape
+// (the epoch's last, smaller batch runs eagerly instead). A step that draws random numbers
+// (dropout, stochastic depth) cannot be replayed: its draws would repeat, so the capture refuses
+// it, naming the cause.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "core/tensor.h"
+#include "evaluate.h"
+
+namespace stoke::train {
+
+class StepGraph {
+ public:
+  // Eager steps before the first capture: the optimizer's and the scaler's state is made, and the
+  // caching allocator's pools hold what a step needs.
+  static constexpr int64_t kWarmupSteps = 3;
+
+  // Throws when this build has no CUDA (emulated or real).
+  explicit StepGraph(Device device);
+  ~StepGraph();
+  StepGraph(const StepGraph&) = delete;
+  StepGraph& operator=(const StepGraph&) = delete;
+
+  // Whether batch `b` can go through the graph: warm-up is over and, once a graph is captured,
+  // the batch has its shapes.
+  bool accepts(const DeviceBatch& b) const;
+  // Counts an eager step (warm-up, or a batch the graph does not accept).
+  void note_eager_step() { ++eager_steps_; }
+
+  // Copies `b` into the static inputs, captures `step` (run on the static batch) when no graph
+  // is captured or `lr` differs from the capture's, and replays the graph.
+  void run(const DeviceBatch& b, double lr, const std::function<void(const DeviceBatch&)>& step);
+
+  int64_t captures() const { return captures_; }
+  int64_t replays() const { return replays_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  int64_t eager_steps_ = 0, captures_ = 0, replays_ = 0;
+};
+
+}  // namespace stoke::train

@@ -1,0 +1,140 @@
+// The training step of one batch: to the device, forward and loss, backward, and the optimizer's
+// update; eager, or replayed as a CUDA graph with --cuda-graph (step_graph.h). The host's side of
+// a step (the schedule, logs, checkpoints, evaluations) is in trainer.cpp.
+#include <algorithm>
+#include <optional>
+
+#include "autograd/autocast.h"
+#include "core/profiler.h"
+#include "stoke/stoke.h"
+#include "trainer.h"
+
+namespace stoke::train {
+
+void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochStats& e) {
+  const DeviceBatch b = [&] {
+    const profiler::Range phase("h2d", profiler::Category::phase);
+    return to_device(batch, device_, finish_);
+  }();
+  // A scheduled checkpoint needs this batch's loss before the update (eager: a replay makes both
+  // in one launch).
+  if (graph_ && !scheduled_ && graph_->accepts(b)) {
+    graph_batch(batch, b, e);
+    return;
+  }
+  // Accumulation groups count from this run's first batch of the epoch: a resumed run starts at
+  // a checkpoint, which follows an optimizer step, so at the start of a group.
+  const int64_t group_begin = batch_ / f_.accum * f_.accum;
+  const int64_t group_size = std::min(f_.accum, num_batches - group_begin);
+  const bool sync = batch_ + 1 == group_begin + group_size;
+  std::optional<profiler::Range> phase(std::in_place, "forward", profiler::Category::phase);
+  Tensor logits;
+  Tensor loss = forward_loss(b, sync, logits);
+  const int64_t n = batch.labels.numel();
+  // The loss and the count of correct predictions stay on the device (settle_steps).
+  step_values_.push(loss, {correct_predictions(logits, b.labels)});
+  pending_.push_back({batch_, pos_.global_step, n});
+  // On the CPU a read costs nothing: every loss is checked before its backward. On a device the
+  // host reads them when it needs them, or when the buffer is full.
+  if (device_.is_cpu() || step_values_.full()) settle_steps("a step's values");
+  phase.reset();
+  // The weights of a scheduled checkpoint have just given a finite loss: written if it is good.
+  if (scheduled_) write_scheduled_save(settle_steps("a scheduled checkpoint"));
+  // Each micro-batch's mean loss is scaled so that k micro-batches of b give the gradient of
+  // one batch of k*b (when the micro-batches have equal size).
+  if (group_size > 1) loss = loss * (1.0 / static_cast<double>(group_size));
+  phase.emplace("backward", profiler::Category::phase);
+  (scaler_ ? scaler_->scale(loss) : loss).backward();
+  pos_.epoch_seen += n;
+  e.images += n;
+  phase.reset();
+  if (sync) optimizer_step(batch.wait_seconds);
+  if (graph_) graph_->note_eager_step();
+}
+
+void Trainer::graph_batch(const data::Batch& batch, const DeviceBatch& b, EpochStats& e) {
+  {
+    const profiler::Range phase("graph", profiler::Category::phase);
+    graph_->run(b, opt_->lr(), [&](const DeviceBatch& s) {
+      Tensor logits;
+      const Tensor loss = forward_loss(s, true, logits);
+      {
+        NoGradGuard no_grad;
+        graph_loss_.copy_(loss.detach().reshape({1}).to(DType::f32));
+        graph_correct_.copy_(correct_predictions(logits, s.labels).reshape({1}));
+      }
+      (scaler_ ? scaler_->scale(loss) : loss).backward();
+      update_weights();
+    });
+  }
+  const int64_t n = batch.labels.numel();
+  step_values_.push(graph_loss_, {graph_correct_});
+  pending_.push_back({batch_, pos_.global_step, n});
+  if (step_values_.full()) settle_steps("a step's values");
+  pos_.epoch_seen += n;
+  e.images += n;
+  after_update(batch.wait_seconds);
+}
+
+void Trainer::update_weights() {
+  {
+    if (scaler_) {
+      // Clipping sees the true gradients: unscale first (the step then does not unscale again).
+      // (--amp fp16 and --zero are refused together: flags.cpp.)
+      if (f_.clip_grad > 0) {
+        scaler_->unscale_(*opt_);
+        clip_gradients();
+      }
+      // Skipped when a gradient is inf/NaN (on any rank): on a device decided there, without a
+      // read (the scale and skip count are read with the metrics).
+      if (device_.is_cpu())
+        scaler_->step(*opt_);
+      else
+        scaler_->step_on_device(*opt_);
+      scaler_->update();
+    } else {
+      if (f_.clip_grad > 0) {
+        if (zero_)
+          zero_->clip_grad_norm_(f_.clip_grad);  // the parameters' gradients are in its buffers
+        else
+          clip_gradients();
+      }
+      if (graph_)
+        opt_->step_if_finite(no_inf_);  // the step counts on the device, as a replay needs
+      else
+        opt_->step();
+    }
+    opt_->zero_grad();
+  }
+}
+
+void Trainer::clip_gradients() {
+  // On a device the norm and the coefficient stay there (no host read in the step); on the CPU
+  // the norm is read (free) and computed in f64.
+  if (device_.is_cpu())
+    nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
+  else
+    nn::optim::clip_grad_norm_no_sync_(opt_->params(), f_.clip_grad);
+}
+
+Tensor Trainer::forward_loss(const DeviceBatch& b, bool sync, Tensor& logits) {
+  std::optional<autocast> region;
+  if (amp_) region.emplace(device_.type, AutocastOptions{.dtype = *amp_});
+  logits = forward(b.images, sync);
+  // The loss is in autocast's f32 list: cross entropy of f16/bf16 logits is computed in f32.
+  return cross_entropy(logits, b.labels, {.label_smoothing = f_.label_smoothing});
+}
+
+Tensor Trainer::forward(const Tensor& images, bool sync) {
+  if (zero_ && model_->is_training())
+    for (const auto& [name, b] : model_->named_buffers()) {
+      Tensor t = b.detach();
+      dist_.gradient_comm().broadcast(t, 0);
+    }
+  if (!ddp_) return (*model_)(images);
+  if (sync) return (*ddp_)(images);
+  auto no_sync = ddp_->no_sync();  // a micro-batch of --accum: gradients stay local
+  return (*ddp_)(images);
+}
+
+}  // namespace stoke::train
