@@ -1,7 +1,8 @@
 // nn::amp::GradScaler on (emulated) cuda tensors: step_on_device decides the skip on the device
 // and equals the CPU's step() (which reads the flag) bit for bit, for SGD and AdamW, the first
-// step skipped and a later one; and an f16 autocast training step with the scaler makes no host
-// wait and no cudaMalloc after warm-up.
+// step skipped and a later one; an f16 autocast training step with the scaler makes no host
+// wait and no cudaMalloc after warm-up; and under DDP over the emulated NCCL the ranks agree on a
+// skip that one rank's gradients cause.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -14,6 +15,8 @@
 #include "core/grad_mode.h"
 #include "core/sync_debug.h"
 #include "cuda/runtime/caching_allocator.h"
+#include "dist/ddp.h"
+#include "dist_ranks.h"
 #include "nn/amp/grad_scaler.h"
 #include "nn/models/models.h"
 #include "nn/optim/optimizer.h"
@@ -125,5 +128,83 @@ TEST_CASE("cuda: syncs: an f16 autocast step of LeNet-5 with the GradScaler make
   const ExpectedSync read("the test reads the scaler");
   CHECK(scaler.skipped_steps() >= 0);
   CHECK(std::isfinite(scaler.get_scale()));
+}
+#endif
+
+#if !defined(__SANITIZE_THREAD__)
+TEST_CASE(
+    "cuda: DDP over the emulated NCCL, 2 ranks, f16 autocast with the GradScaler on the device: "
+    "an inf on one rank skips the step on both, with no host wait",
+    "[grad_scaler_cuda][step_syncs]") {
+  constexpr int kSteps = 6, kInfStep = 3;
+  struct RankResult {
+    std::vector<std::vector<float>> w;
+    int64_t skipped = -1;
+    double scale = 0;
+    int64_t syncs = 0;
+  };
+  std::vector<RankResult> results(2);  // written by the rank threads, checked here
+  run_nccl(2, [&](dist::NcclCommunicator& c) {
+    const Device device = Device::cuda(c.device());
+    Generator init(3);
+    auto model = nn::models::make_model("lenet5", {.generator = &init});
+    model->to(device);
+    dist::DistributedDataParallel ddp(model, c);
+    nn::optim::AdamW opt(model->parameters(), nn::optim::AdamWOptions{.lr = 1e-3});
+    GradScaler scaler({.init_scale = 1024, .growth_interval = 2});
+    // As stoke-train sets it: the ranks agree on found-inf by a MAX allreduce of the flag.
+    scaler.found_inf_reducer = [&c](Tensor& found_inf) {
+      c.allreduce(found_inf, dist::ReduceOp::max);
+    };
+    Generator g(5 + static_cast<uint64_t>(c.rank()));
+    const Tensor x = randn({4, 1, 28, 28}, {}, &g).to(device);
+    const Tensor y = randint(0, 10, {4}, {.dtype = DType::i64}, &g).to(device);
+    RankResult& r = results[static_cast<size_t>(c.rank())];
+    for (int step = 0; step < kSteps; ++step) {
+      const DeviceActivity a0 = device_activity();
+      Tensor loss;
+      {
+        autocast region(device.type, AutocastOptions{.dtype = DType::f16});
+        loss = cross_entropy(ddp(x), y);
+      }
+      scaler.scale(loss).backward();  // the buckets' allreduces run during backward
+      if (step == kInfStep && c.rank() == 0) {
+        // After the allreduce: only rank 0's gradient holds the inf, as a local overflow would.
+        NoGradGuard no_grad;
+        fill_(model->parameters()[0].grad().narrow(0, 0, 1), INFINITY);
+      }
+      scaler.step_on_device(opt);
+      scaler.update();
+      opt.zero_grad();
+      if (step >= 2) r.syncs += (device_activity() - a0).syncs;
+      const ExpectedSync read("the test reads the weights");
+      std::vector<float> all;
+      for (const Tensor& p : model->parameters()) {
+        const std::vector<float> v = p.detach().to_vector<float>();
+        all.insert(all.end(), v.begin(), v.end());
+      }
+      r.w.push_back(std::move(all));
+    }
+    const ExpectedSync read("the test reads the scaler");
+    r.skipped = scaler.skipped_steps();
+    r.scale = scaler.get_scale();
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    const RankResult& r = results[static_cast<size_t>(rank)];
+    CHECK(r.syncs == 0);
+    CHECK(r.skipped == 1);
+    // 1024 grows to 2048 after steps 0-1 and 4096 after 2-3 would, but step 3 skips: backoff to
+    // 1024 (0.5 x 2048), then steps 4-5 grow it to 2048.
+    CHECK(r.scale == 2048);
+    // The skipped step changed no weight on either rank.
+    CHECK(r.w[kInfStep] == r.w[kInfStep - 1]);
+  }
+  // Both ranks hold the same replicas after every step: the same averaged gradients, the same
+  // skip (bit for bit: the same operations on the same values).
+  for (int step = 0; step < kSteps; ++step) {
+    INFO("step " << step);
+    CHECK(results[0].w[static_cast<size_t>(step)] == results[1].w[static_cast<size_t>(step)]);
+  }
 }
 #endif
