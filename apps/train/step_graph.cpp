@@ -1,7 +1,6 @@
 #include "step_graph.h"
 
 #include "core/error.h"
-#include "core/random.h"
 #include "stoke/stoke.h"
 
 #if STOKE_HAS_CUDA || STOKE_CUDA_EMU
@@ -58,15 +57,13 @@ void StepGraph::run(const DeviceBatch& b, double lr,
     g.inputs.labels.copy_(b.labels);
   }
   if (!g.graph.captured() || lr != g.lr) {
-    const GeneratorState before = default_generator().state();
-    g.graph.capture([&] { step(g.inputs); });
-    const GeneratorState after = default_generator().state();
-    if (after.seed != before.seed || after.offset != before.offset) {
-      g.graph.reset();
+    try {
+      g.graph.capture([&] { step(g.inputs); });
+    } catch (const Error& e) {
       STOKE_FAIL("stoke-train",
-                 "--cuda-graph: the training step draws random numbers (dropout or stochastic "
-                 "depth in the model), which a replay would repeat; train this model without "
-                 "--cuda-graph");
+                 "--cuda-graph: the training step cannot be captured (train "
+                 "this model without --cuda-graph): ",
+                 e.what());
     }
     g.lr = lr;
     ++captures_;

@@ -44,6 +44,7 @@ void Graph::capture_begin() {
     STOKE_CUDA_CHECK(e);
   }
   capturing_ = true;
+  rng_ = default_generator().state();
 }
 
 void Graph::capture_end() {
@@ -58,6 +59,14 @@ void Graph::capture_end() {
                "): the captured work synchronized with the host, read a value back or copied to "
                "or from pageable memory; run the step eagerly with STOKE_SYNC_DEBUG=error to find "
                "the call");
+  }
+  const GeneratorState rng = default_generator().state();
+  if (rng.seed != rng_.seed || rng.offset != rng_.offset) {
+    reset();
+    STOKE_FAIL("cuda::Graph::capture_end",
+               "the captured work drew random numbers from the default generator (dropout, "
+               "stochastic depth, a random fill), which every replay would repeat; keep random "
+               "draws out of the graph");
   }
   STOKE_CUDA_CHECK(cudaGraphGetNodes(graph_, nullptr, &nodes_));
   STOKE_CUDA_CHECK(cudaGraphInstantiate(&exec_, graph_, 0));

@@ -12,7 +12,9 @@
 // from the tensors the capture made, and a value that changes from step to step must reach the
 // kernels from device memory (the fused optimizers' step counts, the GradScaler's scale and
 // found-inf flag). Host reads (item(), a blocking copy, a synchronize) cannot be captured: CUDA
-// refuses them, the capture is invalidated and capture_end throws, naming the error.
+// refuses them, the capture is invalidated and capture_end throws, naming the error. Nor can
+// random draws from the default generator (dropout): a replay would repeat the capture's draws,
+// so capture_end throws when the generator moved during the capture.
 //
 // Memory: the capture runs on the graph's own stream, and the caching allocator keeps blocks per
 // stream, so every block the captured work allocates is served from (and freed back to) that
@@ -23,6 +25,7 @@
 #include <cstddef>
 #include <functional>
 
+#include "core/random.h"
 #include "cuda/compat.h"
 #include "cuda/runtime/stream.h"
 
@@ -59,6 +62,7 @@ class Graph {
  private:
   Stream stream_;
   cudaStream_t previous_ = nullptr;
+  GeneratorState rng_;  // the default generator's state at capture_begin
   bool capturing_ = false;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;

@@ -139,6 +139,18 @@ TEST_CASE("cuda: emu stream capture: what a GPU refuses in a capture is refused,
   CHECK(cudaStreamDestroy(s2) == cudaSuccess);
 }
 
+TEST_CASE("cuda: CUDA graph: random draws in the capture are refused (a replay would repeat them)",
+          "[cuda_graph]") {
+  const Tensor t = ones({64}, {.device = kCuda});
+  cuda::Graph graph;
+  CHECK_THROWS_WITH(graph.capture([&] { (void)dropout(t, 0.5, true); }),
+                    Catch::Contains("drew random numbers"));
+  CHECK(!graph.captured());
+  // Without the draw (eval mode) the same capture is fine.
+  graph.capture([&] { (void)dropout(t, 0.5, false); });
+  CHECK(graph.captured());
+}
+
 namespace {
 
 // One model trained on 20 batches, eagerly or by replaying a graph of its step.
