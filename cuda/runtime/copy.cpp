@@ -55,13 +55,7 @@ void copy_bytes(void* dst, const void* src, size_t nbytes, CopyKind kind) {
   // which does not wait for the current stream's kernels (it is created non-blocking), so a
   // read-back could see the data before they wrote it.
   cudaStream_t stream = current_stream();
-  if (current_stream_capturing()) {
-    const char* site = current_sync_site();
-    STOKE_FAIL(site != nullptr ? site : "cuda::copy_bytes",
-               "a blocking copy (a value read back to the host) inside a CUDA graph capture: the "
-               "graph cannot wait for the host; keep the value on the device, or read it after "
-               "the replay");
-  }
+  refuse_host_copy_in_capture("a blocking copy");
   STOKE_CUDA_CHECK(cudaMemcpyAsync(dst, src, nbytes, to_cuda_kind(kind), stream));
   STOKE_CUDA_CHECK(cudaStreamSynchronize(stream));
   note_device_sync(kind == CopyKind::device_to_host ? "a blocking device-to-host copy"

@@ -9,14 +9,18 @@ namespace stoke::cuda {
 Graph::Graph() : stream_(StreamOptions{.non_blocking = true}) {}
 
 Graph::~Graph() {
-  if (capturing_) {
-    cudaGraph_t abandoned = nullptr;
-    (void)cudaStreamEndCapture(stream_.handle(), &abandoned);
-    if (abandoned != nullptr) (void)cudaGraphDestroy(abandoned);
-    (void)cudaGetLastError();
-    set_current_stream(previous_);
-  }
+  abandon_capture();
   reset();
+}
+
+void Graph::abandon_capture() noexcept {
+  if (!capturing_) return;
+  capturing_ = false;
+  set_current_stream(previous_);
+  cudaGraph_t abandoned = nullptr;
+  (void)cudaStreamEndCapture(stream_.handle(), &abandoned);
+  if (abandoned != nullptr) (void)cudaGraphDestroy(abandoned);
+  (void)cudaGetLastError();
 }
 
 void Graph::reset() {
@@ -77,14 +81,7 @@ void Graph::capture(const std::function<void()>& step) {
   try {
     step();
   } catch (...) {
-    if (capturing_) {
-      capturing_ = false;
-      set_current_stream(previous_);
-      cudaGraph_t abandoned = nullptr;
-      (void)cudaStreamEndCapture(stream_.handle(), &abandoned);
-      if (abandoned != nullptr) (void)cudaGraphDestroy(abandoned);
-      (void)cudaGetLastError();
-    }
+    abandon_capture();
     throw;
   }
   capture_end();
@@ -94,6 +91,15 @@ void Graph::replay() {
   STOKE_CHECK(exec_ != nullptr, "cuda::Graph::replay", "nothing was captured");
   note_kernel_launch();
   STOKE_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream()));
+}
+
+void refuse_host_copy_in_capture(const char* what) {
+  if (!current_stream_capturing()) return;
+  const char* site = current_sync_site();
+  STOKE_FAIL(site != nullptr ? site : "copy", what,
+             " inside a CUDA graph capture: a replay would copy what the capture saw, or could not "
+             "wait for the host; copy into the graph's static inputs before replay() and read its "
+             "outputs after it");
 }
 
 bool current_stream_capturing() {

@@ -67,9 +67,18 @@ class Graph {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
   std::size_t nodes_ = 0;
+
+  // Ends a capture that failed or was left unfinished, dropping what it recorded, and restores
+  // the current stream; does nothing when no capture is under way.
+  void abandon_capture() noexcept;
 };
 
 // True while the calling thread's current stream is being captured into a graph.
 bool current_stream_capturing();
+
+// Throws a stoke::Error naming the op (the outermost SyncSite, e.g. Tensor::item) when the current
+// stream is being captured: `what` ("a copy between the host and the device") has no place in a
+// graph. The copy paths call it before any host-device transfer.
+void refuse_host_copy_in_capture(const char* what);
 
 }  // namespace stoke::cuda

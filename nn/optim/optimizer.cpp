@@ -280,6 +280,40 @@ void Adam::counts_to_host() {
   step_counts_.clear();
 }
 
+Adam::Lists Adam::lists_for(const std::vector<size_t>& idx) const {
+  Lists l;
+  for (size_t i : idx) {
+    const Tensor& p = params_[i];
+    l.params.push_back(p);
+    l.grads.push_back(contiguous_grad(p));
+    // The state changes only once the step has succeeded (a refused step leaves none).
+    const bool first = !exp_avg_[i].defined();
+    l.exp_avgs.push_back(first ? zeros_like_param(p) : exp_avg_[i]);
+    l.exp_avg_sqs.push_back(first ? zeros_like_param(p) : exp_avg_sq_[i]);
+    if (options_.amsgrad)
+      l.max_exp_avg_sqs.push_back(first ? zeros_like_param(p) : max_exp_avg_sq_[i]);
+  }
+  return l;
+}
+
+void Adam::keep_state(const std::vector<size_t>& idx, const Lists& l) {
+  for (size_t k = 0; k < idx.size(); ++k) {
+    exp_avg_[idx[k]] = l.exp_avgs[k];
+    exp_avg_sq_[idx[k]] = l.exp_avg_sqs[k];
+    if (options_.amsgrad) max_exp_avg_sq_[idx[k]] = l.max_exp_avg_sqs[k];
+  }
+}
+
+ops::AdamStepOptions Adam::step_options(const Group& group) const {
+  return {.lr = group.lr,
+          .beta1 = options_.beta1,
+          .beta2 = options_.beta2,
+          .eps = options_.eps,
+          .weight_decay = group.weight_decay,
+          .decoupled = decoupled_,
+          .amsgrad = options_.amsgrad};
+}
+
 void Adam::step_if_finite(const Tensor& found_inf) {
   NoGradGuard no_grad;
   if (step_counts_.empty()) {
@@ -290,35 +324,15 @@ void Adam::step_if_finite(const Tensor& found_inf) {
   for (const Group& group : groups_) {
     // One pass per group: each parameter's update number is its own count on the device.
     std::vector<size_t> idx;
-    std::vector<Tensor> ps, gs, ms, vs, xs, counts;
-    for (size_t i = group.begin; i < group.end; ++i) {
-      const Tensor& p = params_[i];
-      if (!p.grad().defined()) continue;
-      idx.push_back(i);
-      ps.push_back(p);
-      gs.push_back(contiguous_grad(p));
-      const bool first = !exp_avg_[i].defined();
-      ms.push_back(first ? zeros_like_param(p) : exp_avg_[i]);
-      vs.push_back(first ? zeros_like_param(p) : exp_avg_sq_[i]);
-      if (options_.amsgrad) xs.push_back(first ? zeros_like_param(p) : max_exp_avg_sq_[i]);
-      counts.push_back(step_counts_[i]);
-    }
-    if (ps.empty()) continue;
-    ops::fused_adam_(ps, gs, ms, vs, xs,
-                     {.lr = group.lr,
-                      .beta1 = options_.beta1,
-                      .beta2 = options_.beta2,
-                      .eps = options_.eps,
-                      .weight_decay = group.weight_decay,
-                      .decoupled = decoupled_,
-                      .amsgrad = options_.amsgrad,
-                      .found_inf = found_inf,
-                      .step_counts = counts});
-    for (size_t k = 0; k < idx.size(); ++k) {
-      exp_avg_[idx[k]] = ms[k];
-      exp_avg_sq_[idx[k]] = vs[k];
-      if (options_.amsgrad) max_exp_avg_sq_[idx[k]] = xs[k];
-    }
+    for (size_t i = group.begin; i < group.end; ++i)
+      if (params_[i].grad().defined()) idx.push_back(i);
+    if (idx.empty()) continue;
+    Lists l = lists_for(idx);
+    ops::AdamStepOptions o = step_options(group);
+    o.found_inf = found_inf;
+    for (size_t i : idx) o.step_counts.push_back(step_counts_[i]);
+    ops::fused_adam_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, o);
+    keep_state(idx, l);
   }
 }
 
@@ -332,32 +346,12 @@ void Adam::step() {
     for (size_t i = group.begin; i < group.end; ++i)
       if (params_[i].grad().defined()) by_step[steps_[i] + 1].push_back(i);
     for (const auto& [step, idx] : by_step) {
-      std::vector<Tensor> ps, gs, ms, vs, xs;
-      for (size_t i : idx) {
-        const Tensor& p = params_[i];
-        ps.push_back(p);
-        gs.push_back(contiguous_grad(p));
-        // The state changes only once the step has succeeded (a refused step leaves none).
-        const bool first = !exp_avg_[i].defined();
-        ms.push_back(first ? zeros_like_param(p) : exp_avg_[i]);
-        vs.push_back(first ? zeros_like_param(p) : exp_avg_sq_[i]);
-        if (options_.amsgrad) xs.push_back(first ? zeros_like_param(p) : max_exp_avg_sq_[i]);
-      }
-      ops::fused_adam_(ps, gs, ms, vs, xs,
-                       {.lr = group.lr,
-                        .beta1 = options_.beta1,
-                        .beta2 = options_.beta2,
-                        .eps = options_.eps,
-                        .weight_decay = group.weight_decay,
-                        .decoupled = decoupled_,
-                        .amsgrad = options_.amsgrad,
-                        .step = step});
-      for (size_t k = 0; k < idx.size(); ++k) {
-        exp_avg_[idx[k]] = ms[k];
-        exp_avg_sq_[idx[k]] = vs[k];
-        if (options_.amsgrad) max_exp_avg_sq_[idx[k]] = xs[k];
-        steps_[idx[k]] = step;
-      }
+      Lists l = lists_for(idx);
+      ops::AdamStepOptions o = step_options(group);
+      o.step = step;
+      ops::fused_adam_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, o);
+      keep_state(idx, l);
+      for (size_t i : idx) steps_[i] = step;
     }
   }
 }

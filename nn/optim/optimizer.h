@@ -13,6 +13,7 @@
 
 #include "core/tensor.h"
 #include "nn/module.h"
+#include "ops/optimizer.h"
 
 namespace stoke::nn::optim {
 
@@ -129,6 +130,15 @@ class Adam : public Optimizer {
  private:
   // The host's step counts, brought back from the device after step_if_finite (a read).
   void counts_to_host();
+  // The tensor lists of one fused pass over parameters `idx` (state made as zeros where none is
+  // yet), and their state kept after it: step() and step_if_finite share them.
+  struct Lists {
+    std::vector<Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+  };
+  Lists lists_for(const std::vector<size_t>& idx) const;
+  void keep_state(const std::vector<size_t>& idx, const Lists& l);
+  // A group's options for ops::fused_adam_ (the step or the device counts still to set).
+  ops::AdamStepOptions step_options(const Group& group) const;
 
   AdamOptions options_;
   bool decoupled_;

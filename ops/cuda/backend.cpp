@@ -28,14 +28,8 @@ class CudaCopier final : public DeviceCopier {
     const CopyKind kind = dst_device.is_cuda() ? (src_device.is_cuda() ? CopyKind::device_to_device
                                                                        : CopyKind::host_to_device)
                                                : CopyKind::device_to_host;
-    if (kind != CopyKind::device_to_device && cuda::current_stream_capturing()) {
-      // A graph's copy would replay the bytes the capture saw (or wait for the host).
-      const char* site = current_sync_site();
-      STOKE_FAIL(site != nullptr ? site : "copy",
-                 "a copy between the host and the device inside "
-                 "a CUDA graph capture: a replay would copy what the capture saw; copy into the "
-                 "graph's static inputs before replay() and read its outputs after it");
-    }
+    if (kind != CopyKind::device_to_device)
+      cuda::refuse_host_copy_in_capture("a copy between the host and the device");
     // A host source is copied asynchronously from pinned memory, whose block the pinned
     // allocator then keeps from reuse until the copy is done (record_stream).
     void* block = kind == CopyKind::host_to_device && non_blocking
