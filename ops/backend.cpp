@@ -66,6 +66,12 @@ Backend& backend_for(const char* op, Device device) {
   return *b;
 }
 
+bool stream_capturing(Device device) {
+  if (device.is_cpu()) return false;
+  const Backend* b = registry()[static_cast<size_t>(device.type)];
+  return b != nullptr && b->stream_capturing();
+}
+
 Backend& dispatch(const char* op, std::initializer_list<const Tensor*> tensors) {
   const Tensor* first = nullptr;
   for (const Tensor* t : tensors) {

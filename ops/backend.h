@@ -69,6 +69,9 @@ class Backend {
   // a torch op's device guard does; here it stays set, so the common one-device case never
   // switches). The CPU has nothing to select.
   virtual void use_device(const char* op, Device device) const = 0;
+  // Whether the calling thread's current stream is capturing a CUDA graph (what is launched now
+  // is recorded for the replays, not run once). Never on the CPU.
+  virtual bool stream_capturing() const { return false; }
 
 #define STOKE_BACKEND_PURE(ret, name, params, args, family) virtual ret name params = 0;
   STOKE_BACKEND_METHODS(STOKE_BACKEND_PURE)
@@ -89,5 +92,7 @@ Backend& backend_for(const char* op, Device device);
 // two devices otherwise), selects that device (Backend::use_device) and returns its backend; the
 // CPU's when no tensor is defined.
 Backend& dispatch(const char* op, std::initializer_list<const Tensor*> tensors);
+// Backend::stream_capturing of `device`'s backend (false on the CPU and without a backend).
+bool stream_capturing(Device device);
 
 }  // namespace stoke::ops

@@ -107,6 +107,14 @@ bool check_device_decision(const char* op, const Tensor& found_inf,
   return true;
 }
 
+// lr_tensor, when given: a one-element f64 tensor on `device`.
+void check_lr_tensor(const char* op, const Tensor& t, Device device) {
+  if (!t.defined()) return;
+  STOKE_CHECK(t.dtype() == DType::f64 && t.numel() == 1, op,
+              "expected lr_tensor to be a one-element f64 tensor, got ", t.dtype(), " ", t.shape());
+  STOKE_CHECK(t.device() == device, op, "lr_tensor is on ", t.device(), ", expected ", device);
+}
+
 // On the CPU the device-side decision is taken here, reading the flag (a host value): true when
 // the step is skipped.
 bool cpu_found_inf(const Tensor& found_inf) {
@@ -155,11 +163,15 @@ void fused_sgd_(const std::vector<Tensor>& params, const std::vector<Tensor>& gr
   check_same(op, params, {&grads, &bufs});
   if (n == 0) return;
   const bool device_decides = check_device_decision(op, o.found_inf, o.step_counts, params);
+  check_lr_tensor(op, o.lr_tensor, params[0].device());
   // The backends read contiguous gradients (clip_grad_norm_ and accumulation keep them so).
   const std::vector<Tensor> g = contiguous_all(grads);
-  if (device_decides && params[0].device().is_cpu()) {
+  // On the CPU the device's values are host memory: read here, the kernels take plain options.
+  if ((device_decides || o.lr_tensor.defined()) && params[0].device().is_cpu()) {
     if (cpu_found_inf(o.found_inf)) return;
     SgdStepOptions plain = o;
+    if (o.lr_tensor.defined()) plain.lr = *o.lr_tensor.data<double>();
+    plain.lr_tensor = Tensor();
     plain.found_inf = Tensor();
     plain.step_counts.clear();
     if (o.step_counts.empty()) return dispatch(op, {&params[0]}).fused_sgd_(params, g, bufs, plain);
@@ -209,10 +221,13 @@ void fused_adam_(const std::vector<Tensor>& params, const std::vector<Tensor>& g
   check_same(op, params, {&grads, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs});
   if (n == 0) return;
   const bool device_decides = check_device_decision(op, o.found_inf, o.step_counts, params);
+  check_lr_tensor(op, o.lr_tensor, params[0].device());
   const std::vector<Tensor> g = contiguous_all(grads);
-  if (device_decides && params[0].device().is_cpu()) {
+  if ((device_decides || o.lr_tensor.defined()) && params[0].device().is_cpu()) {
     if (cpu_found_inf(o.found_inf)) return;
     AdamStepOptions plain = o;
+    if (o.lr_tensor.defined()) plain.lr = *o.lr_tensor.data<double>();
+    plain.lr_tensor = Tensor();
     plain.found_inf = Tensor();
     plain.step_counts.clear();
     if (o.step_counts.empty())
@@ -311,7 +326,8 @@ Tensor sum_of_squares(const std::vector<Tensor>& tensors) {
 AdamStepScalars adam_step_scalars(const AdamStepOptions& o) {
   const double bias1 = 1 - std::pow(o.beta1, static_cast<double>(o.step));
   return {.step_size = o.lr / bias1,
-          .bias2_sqrt = std::sqrt(1 - std::pow(o.beta2, static_cast<double>(o.step)))};
+          .bias2_sqrt = std::sqrt(1 - std::pow(o.beta2, static_cast<double>(o.step))),
+          .bias1 = bias1};
 }
 
 }  // namespace stoke::ops

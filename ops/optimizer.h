@@ -40,6 +40,10 @@ struct SgdStepOptions {
   // a buffer's first update is where its count becomes 1 (first_step is not read).
   Tensor found_inf = {};
   std::vector<Tensor> step_counts = {};
+  // The learning rate in device memory (torch's capturable optimizers with a Tensor lr): a
+  // one-element f64 tensor on the parameters' device, read when the update runs, in place of lr.
+  // A CUDA graph that captured the step then follows a schedule that fills it between replays.
+  Tensor lr_tensor = {};
 };
 
 // momentum_buffer is read and written when momentum != 0 (then it must be defined), else ignored
@@ -67,6 +71,9 @@ struct AdamStepOptions {
   // advanced count, and step is not read.
   Tensor found_inf = {};
   std::vector<Tensor> step_counts = {};
+  // As SgdStepOptions' lr_tensor: the decoupled decay and the step size are made from it where
+  // the update runs.
+  Tensor lr_tensor = {};
 };
 
 void adam_step_(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
@@ -97,8 +104,9 @@ void amp_update_scale_(const Tensor& scale, const Tensor& growth_tracker, const 
 // backend converts these (not lr and the betas' powers) to its compute dtype, so that the devices
 // agree to the last bit of the conversion.
 struct AdamStepScalars {
-  double step_size;   // lr / (1 - beta1^step)
+  double step_size;   // lr / bias1
   double bias2_sqrt;  // sqrt(1 - beta2^step)
+  double bias1;       // 1 - beta1^step (a device lr divides by it where the update runs)
 };
 AdamStepScalars adam_step_scalars(const AdamStepOptions& options);
 

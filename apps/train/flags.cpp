@@ -214,9 +214,9 @@ constexpr const char* kUsage = R"(usage: stoke-train [flags]
                           the summary); costs a few microseconds of host time per op
   --cuda-graph            with --device cuda: after 3 eager steps, capture the training step
                           (forward, loss, backward, clipping, loss scaler, optimizer) as one CUDA
-                          graph and replay it each step; captured again when the learning rate
-                          changes, so not with --schedule cosine|onecycle or --warmup (they change
-                          it every step); not with --accum or in a job of several ranks yet
+                          graph and replay it each step (any --schedule: the optimizer reads
+                          the learning rate from device memory); --optimizer sgd, adam or adamw;
+                          not with --accum or in a job of several ranks yet
 Output paths (--metrics, --profile, DIR's files) must be regular files or not exist yet, each a
 file of its own: a FIFO, a directory or one path given twice is refused before anything runs.
 Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard).
@@ -457,12 +457,11 @@ Flags parse_flags(int argc, char** argv) {
   STOKE_CHECK(!f.cuda_graph || f.accum == 1, "stoke-train",
               "--cuda-graph does not work with --accum yet (a step is one batch)");
   STOKE_CHECK(
-      !f.cuda_graph || (f.schedule != "cosine" && f.schedule != "onecycle" && f.warmup == 0),
-      "stoke-train", "--cuda-graph with --schedule ", f.schedule,
-      f.warmup > 0 ? " and --warmup" : "",
-      ": the learning rate changes every step and reaches the kernels as a launch "
-      "argument, so every step would be captured again; use --schedule none, step or "
-      "multistep");
+      !f.cuda_graph || f.optimizer == "sgd" || f.optimizer == "adam" || f.optimizer == "adamw",
+      "stoke-train", "--cuda-graph with --optimizer ", f.optimizer,
+      ": its update takes the learning rate and the step count as kernel arguments, which "
+      "a replay would repeat; use sgd, adam or adamw (their kernels read both from device "
+      "memory)");
   STOKE_CHECK(!f.resume || !f.overwrite, "stoke-train",
               "--resume and --overwrite exclude each other: --resume continues the run in DIR, "
               "--overwrite starts a new one over it");

@@ -14,7 +14,6 @@ namespace stoke::train {
 struct StepGraph::Impl {
   cuda::Graph graph;
   DeviceBatch inputs;  // the static batch the graph reads
-  double lr = 0;       // the learning rate its optimizer kernels were captured with
 };
 
 StepGraph::StepGraph(Device device) : impl_(std::make_unique<Impl>()) {
@@ -46,8 +45,7 @@ bool StepGraph::accepts(const DeviceBatch& b) const {
 #endif
 }
 
-void StepGraph::run(const DeviceBatch& b, double lr,
-                    const std::function<void(const DeviceBatch&)>& step) {
+void StepGraph::run(const DeviceBatch& b, const std::function<void(const DeviceBatch&)>& step) {
 #if STOKE_HAS_CUDA || STOKE_CUDA_EMU
   Impl& g = *impl_;
   if (!g.inputs.images.defined()) g.inputs = {empty_like(b.images), empty_like(b.labels)};
@@ -56,7 +54,7 @@ void StepGraph::run(const DeviceBatch& b, double lr,
     g.inputs.images.copy_(b.images);
     g.inputs.labels.copy_(b.labels);
   }
-  if (!g.graph.captured() || lr != g.lr) {
+  if (!g.graph.captured()) {
     try {
       g.graph.capture([&] { step(g.inputs); });
     } catch (const Error& e) {
@@ -65,14 +63,12 @@ void StepGraph::run(const DeviceBatch& b, double lr,
                  "this model without --cuda-graph): ",
                  e.what());
     }
-    g.lr = lr;
     ++captures_;
   }
   g.graph.replay();
   ++replays_;
 #else
   (void)b;
-  (void)lr;
   (void)step;
 #endif
 }

@@ -3,11 +3,11 @@
 // with one launch per step (cuda/runtime/graph.h). Each batch is copied into the graph's static
 // inputs first; the step's loss and correct count come out in static outputs.
 //
-// A replay repeats the capture's kernel arguments, so the graph is captured again when one of
-// them changes: a new learning rate (a step or multistep schedule), or a batch of another shape
-// (the epoch's last, smaller batch runs eagerly instead). A step that draws random numbers
-// (dropout, stochastic depth) cannot be replayed: its draws would repeat, so the capture refuses
-// it, naming the cause.
+// A replay repeats the capture's kernel arguments, so what changes between steps reaches the
+// kernels through device memory: the optimizer's learning rate (Optimizer::keep_lr_on_device,
+// written by the schedule between replays) and step counts. A batch of another shape (the
+// epoch's last, smaller one) runs eagerly. A step that draws random numbers (dropout, stochastic
+// depth) cannot be replayed: its draws would repeat, so the capture refuses it, naming the cause.
 #pragma once
 
 #include <cstdint>
@@ -37,9 +37,9 @@ class StepGraph {
   // Counts an eager step (warm-up, or a batch the graph does not accept).
   void note_eager_step() { ++eager_steps_; }
 
-  // Copies `b` into the static inputs, captures `step` (run on the static batch) when no graph
-  // is captured or `lr` differs from the capture's, and replays the graph.
-  void run(const DeviceBatch& b, double lr, const std::function<void(const DeviceBatch&)>& step);
+  // Copies `b` into the static inputs, captures `step` (run on the static batch) the first time,
+  // and replays the graph.
+  void run(const DeviceBatch& b, const std::function<void(const DeviceBatch&)>& step);
 
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }

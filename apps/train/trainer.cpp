@@ -136,9 +136,12 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
     graph_loss_ = zeros({1}, {.device = device_});
     graph_correct_ = zeros({1}, {.dtype = DType::i64, .device = device_});
     no_inf_ = zeros({1}, {.device = device_});
+    // The schedule writes the learning rate into device memory between replays, where the
+    // optimizer's kernels read it (flags.cpp admits only SGD, Adam and AdamW, which do).
+    opt_->keep_lr_on_device();
     std::printf(
         "graph: each training step replays one CUDA graph, captured after %lld eager "
-        "steps (again when the learning rate changes)\n",
+        "steps (the learning rate read from device memory)\n",
         static_cast<long long>(StepGraph::kWarmupSteps));
   }
   if (dist_.active() && f_.zero > 0) {

@@ -55,7 +55,7 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
 void Trainer::graph_batch(const data::Batch& batch, const DeviceBatch& b, EpochStats& e) {
   {
     const profiler::Range phase("graph", profiler::Category::phase);
-    graph_->run(b, opt_->lr(), [&](const DeviceBatch& s) {
+    graph_->run(b, [&](const DeviceBatch& s) {
       Tensor logits;
       const Tensor loss = forward_loss(s, true, logits);
       {

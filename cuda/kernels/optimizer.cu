@@ -124,13 +124,16 @@ __device__ __forceinline__ bool vec_ok(const TensorListMeta& meta, int depth, in
 struct SgdScalars {
   float lr, momentum, dampening_complement, weight_decay;
   bool use_weight_decay, use_momentum, nesterov, first_step;
+  const double* lr_device;  // when set, lr is read from it (f64 rounded to f32 as on the host)
 };
 
 struct AdamScalars {
   float beta1, beta2, one_minus_beta1, one_minus_beta2, weight_decay, decay, step_size, bias2_sqrt,
       eps;
   bool decoupled, use_weight_decay, amsgrad;
-  double lr, beta1_d, beta2_d;  // for step_size and bias2_sqrt from a device step count
+  double lr, beta1_d, beta2_d;   // for step_size and bias2_sqrt from a device step count
+  double weight_decay_d, bias1;  // for decay and step_size from a device lr
+  const double* lr_device;       // when set, lr is read from it
 };
 
 // Whether the step goes ahead: no found_inf, or a zero one (the GradScaler's device-side skip).
@@ -184,6 +187,7 @@ __global__ void __launch_bounds__(kOptimizerThreads)
   if (!step_goes_ahead(found_inf)) return;
   const ChunkView c = chunk_of(meta);
   if (const float* count = step_count_of(meta, step_list, c.tensor)) s.first_step = *count == 1.f;
+  if (s.lr_device) s.lr = static_cast<float>(*s.lr_device);
   T* p = list<T>(meta, 0, c);
   const T* g = list<T>(meta, 1, c);
   T* buf = s.use_momentum ? list<T>(meta, 2, c) : nullptr;
@@ -209,6 +213,12 @@ __global__ void __launch_bounds__(kOptimizerThreads)
     fused_adam_kernel(TensorListMeta meta, AdamScalars s, const float* found_inf, int step_list) {
   if (!step_goes_ahead(found_inf)) return;
   const ChunkView c = chunk_of(meta);
+  if (s.lr_device) {
+    // The host's f64 expressions (fused_adam below, ops::adam_step_scalars), on the device's lr.
+    s.lr = *s.lr_device;
+    s.decay = static_cast<float>(1 - s.lr * s.weight_decay_d);
+    s.step_size = static_cast<float>(s.lr / s.bias1);
+  }
   if (const float* count = step_count_of(meta, step_list, c.tensor)) {
     const double t = *count;
     s.step_size = static_cast<float>(s.lr / (1 - ::pow(s.beta1_d, t)));
@@ -378,7 +388,8 @@ void fused_sgd(DType dtype, const std::vector<void*>& params, const std::vector<
                      .use_weight_decay = a.weight_decay != 0,
                      .use_momentum = use_momentum,
                      .nesterov = a.nesterov,
-                     .first_step = a.first_step};
+                     .first_step = a.first_step,
+                     .lr_device = a.lr_device};
   const int depth = use_momentum ? 3 : 2;
   const int step_list = step_counts.empty() ? -1 : depth;
   std::vector<void*> lists[kMaxLists] = {
@@ -422,7 +433,10 @@ void fused_adam(DType dtype, const std::vector<void*>& params,
                       .amsgrad = a.amsgrad,
                       .lr = a.lr,
                       .beta1_d = a.beta1,
-                      .beta2_d = a.beta2};
+                      .beta2_d = a.beta2,
+                      .weight_decay_d = a.weight_decay,
+                      .bias1 = a.bias1,
+                      .lr_device = a.lr_device};
   const int depth = a.amsgrad ? 5 : 4;
   const int step_list = step_counts.empty() ? -1 : depth;
   std::vector<void*> lists[kMaxLists] = {params,

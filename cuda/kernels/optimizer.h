@@ -41,6 +41,9 @@ struct SgdStepArgs {
   // device memory) are given, each count is first advanced by 1 unless *found_inf != 0, and a
   // tensor's first step is where its count is 1 (first_step is not read).
   const float* found_inf = nullptr;
+  // The learning rate in device memory (one f64), read when the kernel runs in place of lr: a
+  // captured launch then follows what is written there between replays.
+  const double* lr_device = nullptr;
 };
 
 // One SGD step over every tensor of params (grads and, when momentum != 0, momentum_buffers of
@@ -64,9 +67,13 @@ struct AdamStepArgs {
   bool amsgrad = false;
   double step_size = 0;
   double bias2_sqrt = 1;
+  double bias1 = 1;  // 1 - beta1^t: with lr_device, step_size = *lr_device / bias1 in f64
   // As SgdStepArgs': with step_counts, each tensor's update number is its advanced count, and
   // step_size and bias2_sqrt are computed from it in f64 as ops::adam_step_scalars does.
   const float* found_inf = nullptr;
+  // As SgdStepArgs': lr in device memory; the decoupled decay (1 - lr * weight_decay) and the
+  // step size are made from it in f64 where the kernel runs, as the host makes them from lr.
+  const double* lr_device = nullptr;
 };
 
 // One Adam step over every tensor (param, exp_avg, exp_avg_sq and, with args.amsgrad,

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/grad_mode.h"
+#include "ops/backend.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
 #include "ops/index.h"
@@ -80,7 +81,8 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, double weight_de
     const Group range{.begin = params_.size(),
                       .end = params_.size() + group.params.size(),
                       .lr = group.lr.value_or(lr),
-                      .weight_decay = group.weight_decay.value_or(weight_decay)};
+                      .weight_decay = group.weight_decay.value_or(weight_decay),
+                      .lr_device = {}};
     STOKE_CHECK(range.lr >= 0 && range.weight_decay >= 0, name, "parameter group ", g,
                 ": invalid learning rate ", range.lr, " or weight_decay ", range.weight_decay);
     for (Tensor& p : group.params) {
@@ -114,7 +116,33 @@ void Optimizer::set_lr(double lr) {
 void Optimizer::set_lr(size_t group, double lr) {
   STOKE_CHECK(group < groups_.size(), "optimizer", "no parameter group ", group, " (",
               groups_.size(), " groups)");
-  groups_[group].lr = lr;
+  Group& g = groups_[group];
+  if (g.lr_device.defined() && lr != g.lr) {
+    STOKE_CHECK(!ops::stream_capturing(g.lr_device.device()), "Optimizer::set_lr", "group ", group,
+                "'s learning rate set during a CUDA graph capture: every replay would set ", lr,
+                " again. Set it before the capture or between replays");
+    NoGradGuard no_grad;
+    fill_(g.lr_device, lr);
+  }
+  g.lr = lr;
+}
+
+void Optimizer::keep_lr_on_device() {
+  STOKE_CHECK(reads_lr_from_device(), "Optimizer::keep_lr_on_device",
+              "this optimizer takes its learning rate as a kernel argument; SGD, Adam and AdamW "
+              "read it from device memory");
+  if (lr_on_device_) return;
+  for (Group& g : groups_) {
+    const Device d = g.begin < g.end ? params_[g.begin].device() : Device::cpu();
+    g.lr_device = full({1}, g.lr, {.dtype = DType::f64, .device = d});
+  }
+  lr_on_device_ = true;
+}
+
+const Tensor& Optimizer::lr_tensor(size_t group) const {
+  STOKE_CHECK(group < groups_.size(), "optimizer", "no parameter group ", group, " (",
+              groups_.size(), " groups)");
+  return groups_[group].lr_device;
 }
 
 double Optimizer::weight_decay(size_t group) const {
@@ -185,7 +213,8 @@ void SGD::step() {
                        .dampening = options_.dampening,
                        .weight_decay = group.weight_decay,
                        .nesterov = options_.nesterov,
-                       .first_step = k == 0});
+                       .first_step = k == 0,
+                       .lr_tensor = group.lr_device});
       // The new buffers are kept once their step has succeeded: a refused step leaves no
       // half-made state.
       if (mom != 0)
@@ -233,7 +262,8 @@ void SGD::step_if_finite(const Tensor& found_inf) {
                      .weight_decay = group.weight_decay,
                      .nesterov = options_.nesterov,
                      .found_inf = found_inf,
-                     .step_counts = counts});
+                     .step_counts = counts,
+                     .lr_tensor = group.lr_device});
     if (mom != 0)
       for (size_t j = 0; j < idx.size(); ++j) momentum_buffers_[idx[j]] = bufs[j];
   }
@@ -311,7 +341,8 @@ ops::AdamStepOptions Adam::step_options(const Group& group) const {
           .eps = options_.eps,
           .weight_decay = group.weight_decay,
           .decoupled = decoupled_,
-          .amsgrad = options_.amsgrad};
+          .amsgrad = options_.amsgrad,
+          .lr_tensor = group.lr_device};
 }
 
 void Adam::step_if_finite(const Tensor& found_inf) {

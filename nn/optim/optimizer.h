@@ -58,6 +58,20 @@ class Optimizer {
   void set_lr(size_t group, double lr);
   double weight_decay(size_t group = 0) const;
   void set_weight_decay(size_t group, double weight_decay);
+
+  // Keeps every group's learning rate in device memory from now on (torch's capturable
+  // optimizers with a Tensor lr): a one-element f64 tensor on the group's device, which SGD's,
+  // Adam's and AdamW's update kernels read when they run. set_lr() then writes it (one fill
+  // launch on the current stream when the value changes, no host wait), so a CUDA graph that
+  // captured step() follows a schedule between replays; set_lr() while the current stream
+  // captures is refused (the replays would write that value again). Optimizers whose kernels take
+  // lr as an argument (RMSprop, Adagrad, ZeRO's wrapper) refuse this.
+  void keep_lr_on_device();
+  bool lr_on_device() const { return lr_on_device_; }
+  // Whether keep_lr_on_device() is possible (the update kernels read Group::lr_device).
+  virtual bool reads_lr_from_device() const { return false; }
+  // Group g's device learning rate (undefined unless lr_on_device()).
+  const Tensor& lr_tensor(size_t group) const;
   // Every parameter, in state order; params_of(g) is group g's.
   const std::vector<Tensor>& params() const { return params_; }
   std::vector<Tensor> params_of(size_t group) const;
@@ -73,9 +87,11 @@ class Optimizer {
   struct Group {
     size_t begin = 0, end = 0;  // its parameters: params_[begin, end)
     double lr = 0, weight_decay = 0;
+    Tensor lr_device;  // with keep_lr_on_device: lr, one f64 on the group's device
   };
   std::vector<Tensor> params_;
   std::vector<Group> groups_;
+  bool lr_on_device_ = false;
 };
 
 // lr and weight_decay are the defaults of groups that do not set their own; the live values are
@@ -97,6 +113,8 @@ class SGD : public Optimizer {
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   const SGDOptions& options() const { return options_; }
+
+  bool reads_lr_from_device() const override { return true; }
 
  private:
   SGDOptions options_;
@@ -126,6 +144,8 @@ class Adam : public Optimizer {
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   const AdamOptions& options() const { return options_; }
+
+  bool reads_lr_from_device() const override { return true; }
 
  private:
   // The host's step counts, brought back from the device after step_if_finite (a read).

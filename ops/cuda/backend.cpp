@@ -94,6 +94,10 @@ void CudaBackend::use_device(const char* op, Device device) const {
   STOKE_FAIL(op, "got a tensor on ", device, ", but there are only ", count, " CUDA devices");
 }
 
+bool CudaBackend::stream_capturing() const {
+  return cuda::current_stream_capturing();
+}
+
 }  // namespace cuda_glue
 
 namespace {

@@ -13,6 +13,7 @@ class CudaBackend final : public Backend {
  public:
   Device::Type type() const override { return Device::Type::cuda; }
   void use_device(const char* op, Device device) const override;
+  bool stream_capturing() const override;
   // Every method of ops/backend_methods.h; a method of family F is defined in ops/cuda/F.cpp.
   STOKE_BACKEND_METHODS(STOKE_BACKEND_OVERRIDE)
 };

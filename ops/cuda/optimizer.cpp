@@ -47,6 +47,11 @@ std::vector<float*> count_ptrs(const std::vector<Tensor>& counts) {
   return r;
 }
 
+// A device learning rate's address (one f64), or none.
+const double* lr_or_null(const Tensor& lr) {
+  return lr.defined() ? typed<double>(lr) : nullptr;
+}
+
 // The tensors grouped by dtype, in a fixed (dtype) order.
 std::map<DType, std::vector<Tensor>> by_dtype(const char* op, const std::vector<Tensor>& ts) {
   std::map<DType, std::vector<Tensor>> r;
@@ -71,7 +76,8 @@ void CudaBackend::fused_sgd_(const std::vector<Tensor>& params, const std::vecto
                    .weight_decay = o.weight_decay,
                    .nesterov = o.nesterov,
                    .first_step = o.first_step,
-                   .found_inf = f32_or_null(o.found_inf)},
+                   .found_inf = f32_or_null(o.found_inf),
+                   .lr_device = lr_or_null(o.lr_tensor)},
                   launch_stream(), count_ptrs(o.step_counts));
 }
 
@@ -94,7 +100,9 @@ void CudaBackend::fused_adam_(const std::vector<Tensor>& params, const std::vect
                     .amsgrad = o.amsgrad,
                     .step_size = s.step_size,
                     .bias2_sqrt = s.bias2_sqrt,
-                    .found_inf = f32_or_null(o.found_inf)},
+                    .bias1 = s.bias1,
+                    .found_inf = f32_or_null(o.found_inf),
+                    .lr_device = lr_or_null(o.lr_tensor)},
                    launch_stream(), count_ptrs(o.step_counts));
 }
 

@@ -3,7 +3,9 @@
 // LeNet-5 captured once and replayed for 20 steps equals the same steps run eagerly, bit for bit:
 // the replay runs the same kernels with the same arguments in the same order, by construction.
 // Tested with SGD-momentum in f32, and with AdamW under f16 autocast and the GradScaler deciding
-// its skips on the device (a batch that overflows f16 makes one step skip, in both runs).
+// its skips on the device (a batch that overflows f16 makes one step skip, in both runs), both
+// under a per-step learning rate schedule that the graph's optimizer reads from device memory
+// (the same f64 value, converted by the same expressions as the eager run's argument).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -12,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <numbers>
 #include <string>
 #include <vector>
 
@@ -160,6 +163,8 @@ struct GraphTrainer {
   std::unique_ptr<nn::amp::GradScaler> scaler;  // with f16 autocast when set
   Tensor x, y, loss;                            // the step's static input and output
 
+  double base_lr = 0;
+
   GraphTrainer(const std::string& optimizer, bool amp) {
     Generator init(3);
     model = nn::models::make_model("lenet5", {.generator = &init});
@@ -172,6 +177,7 @@ struct GraphTrainer {
       opt = std::make_unique<nn::optim::AdamW>(model->parameters(),
                                                nn::optim::AdamWOptions{.lr = 1e-3});
     if (amp) scaler = std::make_unique<nn::amp::GradScaler>(nn::amp::GradScalerOptions{});
+    base_lr = opt->lr();
     x = zeros({4, 1, 28, 28}, {.device = kCuda});
     y = zeros({4}, {.dtype = DType::i64, .device = kCuda});
     loss = zeros({}, {.device = kCuda});
@@ -224,8 +230,10 @@ struct Batches {
 
 // Not under ThreadSanitizer, whose OS-thread emulator takes minutes for 40 LeNet-5 steps.
 #if !defined(__SANITIZE_THREAD__)
-TEST_CASE("cuda: CUDA graph: 20 replayed LeNet-5 steps equal 20 eager steps bit for bit",
-          "[cuda_graph]") {
+TEST_CASE(
+    "cuda: CUDA graph: 20 replayed LeNet-5 steps equal 20 eager steps bit for bit, under a "
+    "per-step learning rate schedule",
+    "[cuda_graph]") {
   const auto [optimizer, amp] =
       GENERATE(table<const char*, bool>({{"sgd", false}, {"adamw", true}}));
   INFO(optimizer << (amp ? " with f16 autocast and the GradScaler" : " in f32"));
@@ -238,11 +246,15 @@ TEST_CASE("cuda: CUDA graph: 20 replayed LeNet-5 steps equal 20 eager steps bit 
 #endif
   const Batches batches(kSteps, amp ? kSteps / 2 + 1 : -1);  // the overflow after the capture
   GraphTrainer eager(optimizer, amp), graphed(optimizer, amp);
+  // A cosine schedule, another rate every step: the eager run passes it to the kernels as a
+  // value, the graph's reads it from device memory (written by set_lr between replays).
+  graphed.opt->keep_lr_on_device();
   cuda::Graph graph;
   for (int i = 0; i < kSteps; ++i) {
     for (GraphTrainer* t : {&eager, &graphed}) {
       t->x.copy_(batches.x[i]);
       t->y.copy_(batches.y[i]);
+      t->opt->set_lr(t->base_lr * 0.5 * (1 + std::cos(std::numbers::pi * i / kSteps)));
     }
     eager.step();
     if (i < kWarmup) {
@@ -274,3 +286,41 @@ TEST_CASE("cuda: CUDA graph: 20 replayed LeNet-5 steps equal 20 eager steps bit 
               graph.size());
 }
 #endif
+
+// The learning rate in device memory (Optimizer::keep_lr_on_device): set_lr inside a capture is
+// refused (every replay would write it again), optimizers whose kernels take it as an argument
+// refuse to keep it there, and on the CPU it is a host f64 the step reads.
+TEST_CASE("cuda: CUDA graph: the learning rate in device memory, and what it refuses",
+          "[cuda_graph]") {
+  Tensor w = ones({3}, {.device = kCuda});
+  w.set_requires_grad(true);
+  nn::optim::SGD sgd({w}, {.lr = 0.5});
+  sgd.keep_lr_on_device();
+  CHECK(sgd.lr_tensor(0).dtype() == DType::f64);
+  CHECK(sgd.lr_tensor(0).device() == kCuda);
+  w.set_grad(ones({3}, {.device = kCuda}));
+  cuda::Graph graph;
+  graph.capture_begin();
+  sgd.step();
+  CHECK_THROWS_WITH(sgd.set_lr(0.25), Catch::Contains("Optimizer::set_lr") &&
+                                          Catch::Contains("during a CUDA graph capture"));
+  CHECK_NOTHROW(sgd.set_lr(0.5));  // unchanged: nothing to write
+  graph.capture_end();
+  sgd.set_lr(0.25);
+  graph.replay();  // w -= 0.25 * 1
+  sgd.set_lr(0.125);
+  graph.replay();  // w -= 0.125 * 1
+  const ExpectedSync read("the test reads the weights");
+  for (float v : w.detach().to_vector<float>()) CHECK(v == 0.625f);  // exact in binary
+
+  Tensor c = ones({2});
+  c.set_requires_grad(true);
+  nn::optim::RMSprop rms({c}, {});
+  CHECK_THROWS_WITH(rms.keep_lr_on_device(),
+                    Catch::Contains("takes its learning rate as a kernel argument"));
+  nn::optim::AdamW adamw({c}, {.lr = 0.1});
+  adamw.keep_lr_on_device();
+  CHECK(adamw.lr_tensor(0).device().is_cpu());
+  adamw.set_lr(0.2);
+  CHECK(adamw.lr_tensor(0).item() == 0.2);
+}

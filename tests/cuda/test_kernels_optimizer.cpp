@@ -113,21 +113,26 @@ TEST_CASE("cuda kernels: fused_sgd_kernel matches ops::fused_sgd_", "[cuda][kern
           // Step 1's gradients are misaligned even in the aligned runs: element accesses there.
           const std::vector<Tensor> g =
               inputs(d, mis || step == 1, -1, 1, static_cast<uint64_t>(10 + 7 * step));
-          const ops::SgdStepOptions o{.lr = 0.1,
+          // A schedule: another rate each step, from device memory on step 1 (the argument then
+          // -1, so a kernel that read it would fail).
+          const ops::SgdStepOptions o{.lr = 0.1 / (1 + step),
                                       .momentum = c.momentum,
                                       .dampening = c.dampening,
                                       .weight_decay = c.weight_decay,
                                       .nesterov = c.nesterov,
                                       .first_step = step == 0};
+          const Tensor lr_device = full({1}, o.lr, {.dtype = DType::f64});
+          const bool from_device = step == 1;
           ops::fused_sgd_(pc, g, momentum ? bc : std::vector<Tensor>(), o);
           cuda::fused_sgd(d, ptrs(pk), cptrs(g), momentum ? ptrs(bk) : std::vector<void*>(),
                           sizes_of(pk),
-                          {.lr = o.lr,
+                          {.lr = from_device ? -1.0 : o.lr,
                            .momentum = o.momentum,
                            .dampening = o.dampening,
                            .weight_decay = o.weight_decay,
                            .nesterov = o.nesterov,
-                           .first_step = o.first_step},
+                           .first_step = o.first_step,
+                           .lr_device = from_device ? lr_device.data<double>() : nullptr},
                           nullptr);
           const std::string at = what + " step " + std::to_string(step);
           require_all_close(pk, pc, tol_for(d), at + " param");
@@ -156,7 +161,8 @@ TEST_CASE("cuda kernels: fused_adam_kernel matches ops::fused_adam_",
           for (int64_t t = 1; t <= 3; ++t) {
             const std::vector<Tensor> g = inputs(d, mis, -1, 1, 20 + 7 * static_cast<uint64_t>(t));
             // With amsgrad a short beta2 lets v fall below its maximum on many elements.
-            const ops::AdamStepOptions o{.lr = 0.01,
+            // A schedule, the rate from device memory on step 2 (the host's scalars then -1).
+            const ops::AdamStepOptions o{.lr = 0.01 * static_cast<double>(t),
                                          .beta1 = 0.9,
                                          .beta2 = amsgrad ? 0.5 : 0.99,
                                          .eps = 1e-6,
@@ -166,17 +172,21 @@ TEST_CASE("cuda kernels: fused_adam_kernel matches ops::fused_adam_",
                                          .step = t};
             ops::fused_adam_(pc, g, mc, vc, amsgrad ? xc : std::vector<Tensor>(), o);
             const ops::AdamStepScalars s = ops::adam_step_scalars(o);
+            const Tensor lr_device = full({1}, o.lr, {.dtype = DType::f64});
+            const bool from_device = t == 2;
             cuda::fused_adam(d, ptrs(pk), cptrs(g), ptrs(mk), ptrs(vk),
                              amsgrad ? ptrs(xk) : std::vector<void*>(), sizes_of(pk),
-                             {.lr = o.lr,
+                             {.lr = from_device ? -1.0 : o.lr,
                               .beta1 = o.beta1,
                               .beta2 = o.beta2,
                               .eps = o.eps,
                               .weight_decay = o.weight_decay,
                               .decoupled = o.decoupled,
                               .amsgrad = o.amsgrad,
-                              .step_size = s.step_size,
-                              .bias2_sqrt = s.bias2_sqrt},
+                              .step_size = from_device ? -1.0 : s.step_size,
+                              .bias2_sqrt = s.bias2_sqrt,
+                              .bias1 = s.bias1,
+                              .lr_device = from_device ? lr_device.data<double>() : nullptr},
                              nullptr);
             const std::string at = what + " step " + std::to_string(t);
             require_all_close(pk, pc, tol_for(d), at + " param");
@@ -418,6 +428,20 @@ TEST_CASE("cuda ops: the optimizer ops refuse f64 on cuda and mixed devices",
                     Catch::Contains("stoke::adam_step_") && Catch::Contains("cpu"));
   CHECK_THROWS_WITH(ops::non_finite_check_and_unscale_({pd}, zeros({1}), full({1}, 1.0)),
                     Catch::Contains("grad 0 is on cuda") && Catch::Contains("found_inf on cpu"));
+  // A device learning rate: one f64 on the parameters' device.
+  const Tensor g = zeros({4}, {.device = kCuda});
+  CHECK_THROWS_WITH(
+      ops::sgd_step_(pd, g, Tensor(), {.lr_tensor = full({1}, 0.1, {.dtype = DType::f64})}),
+      Catch::Contains("stoke::sgd_step_") && Catch::Contains("lr_tensor is on cpu"));
+  CHECK_THROWS_WITH(
+      ops::adam_step_(pd, g, g.clone(), g.clone(),
+                      {.lr_tensor = full({1}, 0.1, {.device = kCuda})}),
+      Catch::Contains("stoke::adam_step_") &&
+          Catch::Contains("expected lr_tensor to be a one-element f64 tensor, got f32"));
+  CHECK_THROWS_WITH(
+      ops::sgd_step_(pd, g, Tensor(),
+                     {.lr_tensor = full({2}, 0.1, {.dtype = DType::f64, .device = kCuda})}),
+      Catch::Contains("one-element f64 tensor, got f64 [2]"));
 }
 
 // The GradScaler's device-side skip: fused_sgd_kernel and fused_adam_kernel return at once when
@@ -425,7 +449,8 @@ TEST_CASE("cuda ops: the optimizer ops refuse f64 on cuda and mixed devices",
 // is its own count, advanced by advance_step_counts_kernel unless found_inf is set. The CPU
 // entry point takes the same decision on the host (it reads the flag and the counts, and groups
 // the tensors by count): the reference. Counts start unequal (0 for some tensors, 2 for others)
-// so that a kernel reading one count for all would differ; step 2 is skipped.
+// so that a kernel reading one count for all would differ; step 2 is skipped. The cuda side also
+// reads its learning rate from device memory (ops' lr_tensor), the CPU side takes it as a value.
 TEST_CASE(
     "cuda kernels: fused_sgd_kernel and fused_adam_kernel skip on found_inf and read each "
     "tensor's step count (advance_step_counts_kernel)",
@@ -460,20 +485,28 @@ TEST_CASE(
       const std::vector<Tensor> g = inputs(d, false, -1, 1, 40 + 7 * step);
       const std::vector<Tensor> p_before = clones(pc), q_before = clones(qc);
       const Tensor fc = full({1}, found[step]), fk = full({1}, found[step], {.device = kCuda});
-      ops::SgdStepOptions so{.lr = 0.1, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01};
+      // A learning rate schedule; on cuda the rate comes from device memory (lr_tensor; the
+      // host's lr then -1, so that a kernel reading it would fail).
+      const double scale = 1.0 / static_cast<double>(step + 1);
+      ops::SgdStepOptions so{
+          .lr = 0.1 * scale, .momentum = 0.9, .dampening = 0.3, .weight_decay = 0.01};
       so.found_inf = fc;
       so.step_counts = cc;
       ops::fused_sgd_(pc, g, bc, so);
       so.found_inf = fk;
       so.step_counts = ck;
+      so.lr_tensor = full({1}, so.lr, {.dtype = DType::f64, .device = kCuda});
+      so.lr = -1;
       ops::fused_sgd_(pk, on_cuda(g), bk, so);
       ops::AdamStepOptions ao{
-          .lr = 0.01, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.03, .decoupled = true};
+          .lr = 0.01 * scale, .beta2 = 0.99, .eps = 1e-6, .weight_decay = 0.03, .decoupled = true};
       ao.found_inf = fc;
       ao.step_counts = ac;
       ops::fused_adam_(qc, g, mc, vc, ao);
       ao.found_inf = fk;
       ao.step_counts = ak;
+      ao.lr_tensor = full({1}, ao.lr, {.dtype = DType::f64, .device = kCuda});
+      ao.lr = -1;
       ops::fused_adam_(qk, on_cuda(g), mk, vk, ao);
       const std::string at = "step " + std::to_string(step);
       require_all_close(pk, pc, tol_for(d), at + " sgd param");
