@@ -288,6 +288,7 @@ Work Communicator::barrier_async() {
 }
 
 Work Communicator::run_async(std::function<void()> fn) {
+  fn = bind_caller_context(std::move(fn));
   auto state = std::make_shared<Work::State>();
   std::vector<Job> finished;  // released here, on the user thread, after the lock
   std::lock_guard<std::mutex> lock(mutex_);

@@ -184,6 +184,10 @@ class Communicator {
   // and kept alive by the engine until the wait. Default: nothing moves before a wait, which runs
   // every pending operation posted up to the waited one, in order, a send next to a receive as one
   // do_sendrecv (so a ring of isend/irecv pairs completes on engines whose sends block).
+  // Wraps a run_async body, on the calling thread, so that it runs on the worker with what the
+  // engine takes from the caller's thread (NCCL: the current CUDA stream, which a CUDA graph's
+  // capture sets). Default: fn unchanged.
+  virtual std::function<void()> bind_caller_context(std::function<void()> fn) { return fn; }
   virtual int64_t do_isend(const Tensor& t, int dst, int tag);
   virtual int64_t do_irecv(const Tensor& t, int src, int tag);
   virtual void do_wait(int64_t id);

@@ -130,8 +130,9 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
   print_model_line(f_, *model_, device_);
   if (f_.cuda_graph) {
     STOKE_CHECK(!dist_.active(), "stoke-train",
-                "--cuda-graph does not work in a job of several ranks yet (DDP's and ZeRO's "
-                "collectives are not captured)");
+                "--cuda-graph does not work in a job of several ranks yet (the MPI engine stages "
+                "collectives through host memory, which a graph cannot hold, and stoke-train's "
+                "capture over NCCL has not run)");
     graph_ = std::make_unique<StepGraph>(device_);
     graph_loss_ = zeros({1}, {.device = device_});
     graph_correct_ = zeros({1}, {.dtype = DType::i64, .device = device_});

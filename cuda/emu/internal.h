@@ -60,6 +60,8 @@ StreamMark enqueue(cudaStream_t stream, std::function<void()> work);
 /// Runs everything `stream` must have finished by now (deferred mode), then `host_work` (may be
 /// empty): a synchronous operation ordered after the stream's work.
 void wait_for(cudaStream_t stream, const std::function<void()>& host_work);
+/// Whether work is deferred (set_deferred_streams): a task then runs under the scheduler's lock.
+bool deferred_streams();
 /// Makes the next work queued on `stream` wait for `mark` (cudaStreamWaitEvent).
 void add_wait(cudaStream_t stream, StreamMark mark);
 /// Runs work until `mark` is reached.

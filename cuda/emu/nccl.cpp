@@ -346,13 +346,10 @@ void complete(Op& op) {
   }
 }
 
-// Runs a group's calls: each stream's earlier work, then every send posted and every collective
-// part published, then the collectives and receives completed in call order, then the sends.
-// Returns the first error.
-ncclResult_t run_group(std::vector<Op>& ops) {
-  std::set<cudaStream_t> streams;
-  for (const Op& op : ops) streams.insert(op.stream);
-  for (cudaStream_t s : streams) detail::wait_for(s, {});
+// Runs a group's calls whose streams' earlier work is done: every send posted and every
+// collective part published, then the collectives and receives completed in call order, then the
+// sends. Returns the first error.
+ncclResult_t run_arrived(std::vector<Op>& ops) {
   for (Op& op : ops)
     if (op.part.kind != Kind::recv) arrive(op);
   // Sends last: a send completes when its receiver has run, which may be this thread (to self,
@@ -368,6 +365,42 @@ ncclResult_t run_group(std::vector<Op>& ops) {
           fail(other.comm, other.result, other.error);
       return fail(op.comm, op.result, op.error);
     }
+  return ncclSuccess;
+}
+
+// Runs a group now, after its streams' earlier work (the emulated collectives run at the call).
+ncclResult_t run_group(std::vector<Op>& ops) {
+  std::set<cudaStream_t> streams;
+  for (const Op& op : ops) streams.insert(op.stream);
+  for (cudaStream_t s : streams) detail::wait_for(s, {});
+  return run_arrived(ops);
+}
+
+// A group on capturing streams is recorded into their capture as one piece of work that runs it
+// at every replay, where the other ranks' replays meet it (as a captured NCCL kernel waits for
+// its peers' on a GPU). A replay's failure is reported at the communicator's next call
+// (fail() keeps it, as ncclCommGetAsyncError would). Otherwise the group runs now.
+ncclResult_t run_or_capture(std::vector<Op>& ops) {
+  const std::uint64_t id = detail::capture_id(ops.front().stream);
+  for (const Op& op : ops)
+    if (detail::capture_id(op.stream) != id)
+      return fail(op.comm, ncclInvalidUsage,
+                  str_cat(kind_name(op.part.kind), " on rank ", op.comm->rank,
+                          ": one group mixes streams of different CUDA graph captures (or "
+                          "captured and uncaptured streams)"));
+  if (id == 0) return run_group(ops);
+  // In deferred mode the replay runs as a task under the stream scheduler's lock, where the
+  // other ranks' replays could never arrive: refused rather than left to hang.
+  if (detail::deferred_streams())
+    return fail(ops.front().comm, ncclInvalidUsage,
+                str_cat(kind_name(ops.front().part.kind), " on rank ", ops.front().comm->rank,
+                        ": the emulator's deferred-streams mode cannot replay a captured "
+                        "collective"));
+  std::function<void()> work = [group = ops] {
+    std::vector<Op> run = group;  // each replay starts from the calls as made
+    (void)run_arrived(run);
+  };
+  detail::capture_work(ops.front().stream, work);
   return ncclSuccess;
 }
 
@@ -411,12 +444,6 @@ ncclResult_t submit(ncclComm* comm, Part part, cudaStream_t stream) {
     return refuse(ncclInvalidArgument,
                   str_cat(p2p ? "peer " : "root ", part.root, " is outside [0, ", n, ")"));
   if (!detail::valid_stream(stream)) return refuse(ncclInvalidArgument, "unknown stream");
-  // The emulated collectives run when they are called, with the other ranks; a graph could only
-  // replay their result. Refused rather than captured wrong (a real NCCL op is capturable).
-  if (detail::capture_id(stream) != 0)
-    return refuse(ncclInvalidUsage,
-                  "the stream is being captured into a CUDA graph, which the "
-                  "emulated NCCL cannot record");
   const std::size_t nn = static_cast<std::size_t>(n);
   if (part.count > SIZE_MAX / es / nn) return refuse(ncclInvalidArgument, "count too large");
   const std::size_t bytes = part.count * es;
@@ -437,7 +464,7 @@ ncclResult_t submit(ncclComm* comm, Part part, cudaStream_t stream) {
   }
   std::vector<Op> one;
   one.push_back(std::move(op));
-  return run_group(one);
+  return run_or_capture(one);
 }
 
 // ncclCommDestroy / ncclCommAbort: the rank leaves its clique (an abort wakes every waiter of
@@ -668,7 +695,8 @@ ncclResult_t ncclGroupEnd() {
   if (const ncclResult_t refused = std::exchange(n::group_error, ncclSuccess);
       refused != ncclSuccess)
     return refused;
-  return n::run_group(ops);
+  if (ops.empty()) return ncclSuccess;
+  return n::run_or_capture(ops);
 }
 
 }  // extern "C"

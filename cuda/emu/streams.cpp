@@ -131,6 +131,12 @@ void wait_for(cudaStream_t stream, const std::function<void()>& host_work) {
   if (host_work) host_work();
 }
 
+bool deferred_streams() {
+  Scheduler& s = scheduler();
+  std::lock_guard lock(s.m);
+  return s.deferred;
+}
+
 void add_wait(cudaStream_t stream, StreamMark mark) {
   Scheduler& s = scheduler();
   std::lock_guard lock(s.m);

@@ -63,7 +63,6 @@ NcclCommunicator::NcclCommunicator(const ncclUniqueId& id, int rank, int size, i
   STOKE_NCCL_CHECK(ncclCommInitRank(&comm_, size, id, rank));
   STOKE_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   STOKE_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
-  compute_ = cuda::current_stream(device);
   if (options_.timeout.count() > 0) watchdog_ = std::thread([this] { watchdog_loop(); });
 }
 
@@ -100,6 +99,7 @@ NcclCommunicator::~NcclCommunicator() {
   for (const Pending& p : pending_)
     if (p.done) cudaEventDestroy(p.done);
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : captured_events_) cudaEventDestroy(e);
   // Requests never waited for: their groups' events (each once).
   for (P2pOp& op : p2p_)
     if (op.group && op.group->unwaited > 0) {
@@ -118,6 +118,10 @@ void NcclCommunicator::check_alive() const {
              " was aborted: ", abort_reason_);
 }
 
+cudaStream_t NcclCommunicator::compute_stream() const {
+  return compute_ != nullptr ? compute_ : cuda::current_stream(device_);
+}
+
 template <class F>
 void NcclCommunicator::run(const std::vector<const Tensor*>& tensors, F&& enqueue,
                            cudaEvent_t completion) {
@@ -127,16 +131,24 @@ void NcclCommunicator::run(const std::vector<const Tensor*>& tensors, F&& enqueu
     STOKE_CHECK(t->device() == Device::cuda(device_), op_label().c_str(),
                 "expected tensors on this rank's GPU cuda:", device_, ", got one on ", t->device());
   STOKE_CUDA_CHECK(cudaSetDevice(device_));
-  STOKE_CUDA_CHECK(cudaEventRecord(ready_, compute_));
+  const cudaStream_t compute = compute_stream();
+  // While a CUDA graph captures the compute stream, the call is recorded, not run (NCCL stream
+  // joins the capture through ready_): nothing for the watchdog to time, as in torch's
+  // ProcessGroupNCCL, and its done event belongs to the graph from now on.
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  STOKE_CUDA_CHECK(cudaStreamIsCapturing(compute, &capture));
+  const bool captured = capture != cudaStreamCaptureStatusNone;
+  STOKE_CUDA_CHECK(cudaEventRecord(ready_, compute));
   STOKE_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
   // The call is in flight from here: the watchdog times it even while NCCL blocks in it.
   uint64_t id;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     id = next_id_++;
-    pending_.push_back({id, nullptr, op_label(),
-                        op_label().find('#') != std::string::npos ? seq_ : -1,
-                        std::chrono::steady_clock::now()});
+    if (!captured)
+      pending_.push_back({id, nullptr, op_label(),
+                          op_label().find('#') != std::string::npos ? seq_ : -1,
+                          std::chrono::steady_clock::now()});
   }
   // A call that fails leaves the watchdog's list (else it would time out and abort later).
   auto forget = [&] {
@@ -163,7 +175,7 @@ void NcclCommunicator::run(const std::vector<const Tensor*>& tensors, F&& enqueu
   cudaEvent_t done = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!free_events_.empty()) {
+    if (!free_events_.empty() && !captured) {
       done = free_events_.back();
       free_events_.pop_back();
     }
@@ -173,10 +185,29 @@ void NcclCommunicator::run(const std::vector<const Tensor*>& tensors, F&& enqueu
   if (completion)
     STOKE_CUDA_CHECK(cudaEventRecord(completion, stream_));
   else
-    STOKE_CUDA_CHECK(cudaStreamWaitEvent(compute_, done, 0));
+    STOKE_CUDA_CHECK(cudaStreamWaitEvent(compute, done, 0));
   std::lock_guard<std::mutex> lock(mutex_);
+  if (captured) {
+    captured_events_.push_back(done);
+    return;
+  }
   for (Pending& p : pending_)
     if (p.id == id) p.done = done;
+}
+
+std::function<void()> NcclCommunicator::bind_caller_context(std::function<void()> fn) {
+  const cudaStream_t caller = cuda::current_stream(device_);
+  return [this, caller, fn = std::move(fn)] {
+    const cudaStream_t before = cuda::current_stream(device_);
+    cuda::set_current_stream(caller, device_);
+    try {
+      fn();
+    } catch (...) {
+      cuda::set_current_stream(before, device_);
+      throw;
+    }
+    cuda::set_current_stream(before, device_);
+  };
 }
 
 void NcclCommunicator::watchdog_loop() {
@@ -328,7 +359,7 @@ void NcclCommunicator::do_wait(int64_t id) {
   std::shared_ptr<P2pGroup> group = std::move(p2p_[i].group);
   p2p_.erase(p2p_.begin() + static_cast<std::ptrdiff_t>(i));
   STOKE_CUDA_CHECK(cudaSetDevice(device_));
-  STOKE_CUDA_CHECK(cudaStreamWaitEvent(compute_, group->done, 0));
+  STOKE_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), group->done, 0));
   if (--group->unwaited == 0) p2p_events_.push_back(group->done);
 }
 

@@ -57,8 +57,9 @@ class NcclCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   int device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
-  // The stream NCCL work is ordered after and before (default: the creating thread's current
-  // stream on the device).
+  // The stream NCCL work is ordered after and before. Default (nullptr): the calling thread's
+  // current stream on the device at each call, as torch's ProcessGroupNCCL does, so that a call
+  // made while a CUDA graph captures (cuda::Graph makes its stream current) joins the capture.
   void set_compute_stream(cudaStream_t stream) { compute_ = stream; }
   // True once the watchdog or an error aborted the communicator.
   bool aborted() const { return aborted_.load(); }
@@ -66,6 +67,8 @@ class NcclCommunicator final : public Communicator {
  protected:
   STOKE_COMMUNICATOR_ENGINE_OVERRIDES
   void on_collective_start(int64_t seq) override { seq_ = seq; }
+  // The worker issues a run_async body's NCCL calls after the caller's current stream.
+  std::function<void()> bind_caller_context(std::function<void()> fn) override;
 
  private:
   // Queues enqueue() (NCCL calls on stream_) between the two events, after checking that every
@@ -82,7 +85,8 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_ = nullptr;
   int rank_ = 0, size_ = 1, local_rank_ = 0, device_ = 0;
   NcclOptions options_;
-  cudaStream_t stream_ = nullptr, compute_ = nullptr;
+  cudaStream_t stream_ = nullptr, compute_ = nullptr;  // compute_: set_compute_stream's
+  cudaStream_t compute_stream() const;
   cudaEvent_t ready_ = nullptr;  // the compute stream's work before an operation
 
   // Operations queued and not yet seen finished by the watchdog: their done event and label.
@@ -98,6 +102,9 @@ class NcclCommunicator final : public Communicator {
   mutable std::mutex mutex_;  // check_alive() reads abort_reason_ under it
   std::vector<Pending> pending_;
   std::vector<cudaEvent_t> free_events_;
+  // The done events of calls made while the compute stream was captured into a CUDA graph: the
+  // graph's replays record them, so they are never reused; destroyed with the communicator.
+  std::vector<cudaEvent_t> captured_events_;
   std::atomic<bool> aborted_{false}, stop_{false};
   std::string abort_reason_;  // under mutex_
 
