@@ -32,9 +32,26 @@ StepGraph::StepGraph(Device) {
 
 StepGraph::~StepGraph() = default;
 
+void StepGraph::note_eager_step(bool vets_checkpoint) {
+  if (warmup_steps_ < kWarmupSteps)
+    ++warmup_steps_;
+  else if (vets_checkpoint)
+    ++checkpoint_steps_;
+  else
+    ++other_shape_steps_;
+  ++eager_steps_;
+}
+
+std::string StepGraph::summary() const {
+  return ::stoke::detail::str_cat(replays_, " steps replayed, ", captures_, " captures, ",
+                                  eager_steps_, " eager (", warmup_steps_, " warm-up, ",
+                                  other_shape_steps_, " of another shape, ", checkpoint_steps_,
+                                  " vetting a checkpoint)");
+}
+
 bool StepGraph::accepts(const DeviceBatch& b) const {
 #if STOKE_HAS_CUDA || STOKE_CUDA_EMU
-  if (eager_steps_ < kWarmupSteps) return false;
+  if (warmup_steps_ < kWarmupSteps) return false;
   const DeviceBatch& s = impl_->inputs;
   return !s.images.defined() ||
          (s.images.shape() == b.images.shape() && s.images.dtype() == b.images.dtype() &&

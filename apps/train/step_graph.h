@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "core/tensor.h"
 #include "evaluate.h"
@@ -34,8 +35,9 @@ class StepGraph {
   // Whether batch `b` can go through the graph: warm-up is over and, once a graph is captured,
   // the batch has its shapes.
   bool accepts(const DeviceBatch& b) const;
-  // Counts an eager step (warm-up, or a batch the graph does not accept).
-  void note_eager_step() { ++eager_steps_; }
+  // Counts an eager step and its reason: warm-up, the step that vets a scheduled checkpoint
+  // (`vets_checkpoint`: its loss is read before the update), or a batch of another shape.
+  void note_eager_step(bool vets_checkpoint);
 
   // Copies `b` into the static inputs, captures `step` (run on the static batch) the first time,
   // and replays the graph.
@@ -43,11 +45,15 @@ class StepGraph {
 
   int64_t captures() const { return captures_; }
   int64_t replays() const { return replays_; }
+  // "N steps replayed, C captures, E eager (W warm-up, S of another shape, K vetting a
+  // checkpoint)": the run's last line about its graph.
+  std::string summary() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
   int64_t eager_steps_ = 0, captures_ = 0, replays_ = 0;
+  int64_t warmup_steps_ = 0, other_shape_steps_ = 0, checkpoint_steps_ = 0;
 };
 
 }  // namespace stoke::train

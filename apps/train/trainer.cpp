@@ -242,10 +242,7 @@ RunTotals Trainer::fit() {
     stop = end_epoch(e);
   }
   profiler_.finish(pos_.global_step);
-  if (graph_)
-    std::printf("graph: %lld steps replayed, %lld captures\n",
-                static_cast<long long>(graph_->replays()),
-                static_cast<long long>(graph_->captures()));
+  if (graph_) std::printf("graph: %s\n", graph_->summary().c_str());
   totals.best_acc = pos_.best_acc;
   totals.seconds = seconds_since(start);
   return totals;

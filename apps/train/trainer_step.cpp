@@ -39,6 +39,7 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
   if (device_.is_cpu() || step_values_.full()) settle_steps("a step's values");
   phase.reset();
   // The weights of a scheduled checkpoint have just given a finite loss: written if it is good.
+  const bool scheduled_vetted = scheduled_.has_value();
   if (scheduled_) write_scheduled_save(settle_steps("a scheduled checkpoint"));
   // Each micro-batch's mean loss is scaled so that k micro-batches of b give the gradient of
   // one batch of k*b (when the micro-batches have equal size).
@@ -49,7 +50,7 @@ void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochSt
   e.images += n;
   phase.reset();
   if (sync) optimizer_step(batch.wait_seconds);
-  if (graph_) graph_->note_eager_step();
+  if (graph_) graph_->note_eager_step(scheduled_vetted);
 }
 
 void Trainer::graph_batch(const data::Batch& batch, const DeviceBatch& b, EpochStats& e) {

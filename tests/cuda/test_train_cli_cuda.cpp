@@ -241,13 +241,25 @@ TEST_CASE(
   INFO(graphed.output);
   REQUIRE(graphed.exit_code == 0);
   CHECK(graphed.output.find("sync debug") == std::string::npos);
-  long long replays = 0, captures = 0;
+  long long replays = 0, captures = 0, eager_steps = 0, warmup = 0, other_shape = 0, vetting = 0;
   const size_t at = graphed.output.rfind("graph: ");  // the run's last line about the graph
   REQUIRE(at != std::string::npos);
-  REQUIRE(std::sscanf(graphed.output.c_str() + at, "graph: %lld steps replayed, %lld captures",
-                      &replays, &captures) == 2);
+  REQUIRE(
+      std::sscanf(graphed.output.c_str() + at,
+                  "graph: %lld steps replayed, %lld captures, %lld eager (%lld warm-up, %lld of "
+                  "another shape, %lld vetting a checkpoint)",
+                  &replays, &captures, &eager_steps, &warmup, &other_shape, &vetting) == 6);
   CHECK(captures == 1);
-  CHECK(replays >= 8);  // of 18 steps: 3 warm-up, 2 last batches and those after a checkpoint
+  // Which steps ran eagerly, and why (each counted once: warm-up, else vetting, else shape). Of
+  // the 18 steps (9 per epoch): 1-3 warm up; a checkpoint after steps 4, 8, 12 and 16 is vetted by
+  // steps 5, 9, 13 and 17 (step 9, epoch 1's last batch of 16, among them); step 18 is epoch 2's
+  // last batch.
+  CHECK(replays + eager_steps == 18);
+  CHECK(warmup == 3);
+  CHECK(vetting == 4);
+  CHECK(other_shape == 1);
+  CHECK(warmup + other_shape + vetting == eager_steps);
+  CHECK(replays == 10);
   // The replays run the eager steps' kernels with the same arguments in the same order (the
   // optimizer's step counts and learning rate read from the device, converted by the same
   // expressions as the eager run's arguments): the same epoch totals, bit for bit.
