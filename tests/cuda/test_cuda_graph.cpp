@@ -334,6 +334,7 @@ TEST_CASE("cuda: CUDA graph: the learning rate in device memory, and what it ref
 // other rank could never arrive: refused, naming the mode.
 TEST_CASE("cuda: CUDA graph: the emulated NCCL records a captured allreduce and runs it per replay",
           "[cuda_graph]") {
+  const bool before = emu::set_deferred_streams(false);  // immediate mode, whatever the run's
   run_nccl(2, [&](dist::NcclCommunicator& c) {
     const Device device = Device::cuda(c.device());
     Tensor t = full({5}, c.rank() + 1.0, {.device = device});
@@ -346,7 +347,7 @@ TEST_CASE("cuda: CUDA graph: the emulated NCCL records a captured allreduce and 
     graph.replay();
     CHECK(t.to_vector<float>() == std::vector<float>(5, 6.f));
   });
-  const bool before = emu::set_deferred_streams(true);
+  emu::set_deferred_streams(true);
   run_nccl(1, [&](dist::NcclCommunicator& c) {
     Tensor t = ones({2}, {.device = Device::cuda(c.device())});
     cuda::Graph graph;
@@ -375,6 +376,8 @@ TEST_CASE(
 #else
   constexpr int kSteps = 8, kWarmup = 3;
 #endif
+  // Immediate mode, whatever the run's: a deferred-streams replay cannot meet the other rank's.
+  const bool deferred_before = emu::set_deferred_streams(false);
   auto job = [&](bool graphed) {
     std::vector<std::vector<std::vector<float>>> weights(2);
     std::vector<size_t> graph_sizes(2, 0);
@@ -417,6 +420,7 @@ TEST_CASE(
   };
   const auto [eager, eager_sizes] = job(false);
   const auto [graphed, sizes] = job(true);
+  emu::set_deferred_streams(deferred_before);
   CHECK(eager[0] == eager[1]);  // DDP keeps the replicas equal
   CHECK(graphed[0] == graphed[1]);
   CHECK(graphed[0] == eager[0]);
