@@ -39,13 +39,13 @@ void StepGraph::note_eager_step(bool vets_checkpoint) {
     ++checkpoint_steps_;
   else
     ++other_shape_steps_;
-  ++eager_steps_;
 }
 
 std::string StepGraph::summary() const {
   return ::stoke::detail::str_cat(replays_, " steps replayed, ", captures_, " captures, ",
-                                  eager_steps_, " eager (", warmup_steps_, " warm-up, ",
-                                  other_shape_steps_, " of another shape, ", checkpoint_steps_,
+                                  warmup_steps_ + other_shape_steps_ + checkpoint_steps_,
+                                  " eager (", warmup_steps_, " warm-up, ", other_shape_steps_,
+                                  " of another shape, ", checkpoint_steps_,
                                   " vetting a checkpoint)");
 }
 

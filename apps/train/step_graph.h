@@ -52,7 +52,8 @@ class StepGraph {
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
-  int64_t eager_steps_ = 0, captures_ = 0, replays_ = 0;
+  int64_t captures_ = 0, replays_ = 0;
+  // The eager steps by reason (each counted once: warm-up, else vetting, else shape).
   int64_t warmup_steps_ = 0, other_shape_steps_ = 0, checkpoint_steps_ = 0;
 };
 

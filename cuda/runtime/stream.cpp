@@ -159,11 +159,13 @@ void set_current_stream(cudaStream_t stream, int device) {
   t_current_streams[static_cast<size_t>(resolve(device))] = stream;
 }
 
-StreamGuard::StreamGuard(const Stream& stream) : device_(stream.device()) {
+StreamGuard::StreamGuard(const Stream& stream) : StreamGuard(stream.handle(), stream.device()) {}
+
+StreamGuard::StreamGuard(cudaStream_t stream, int device) : device_(device) {
   previous_device_ = current_device();
   if (previous_device_ != device_) set_device(device_);
   previous_stream_ = current_stream(device_);
-  set_current_stream(stream.handle(), device_);
+  set_current_stream(stream, device_);
 }
 
 StreamGuard::~StreamGuard() {

@@ -88,6 +88,8 @@ void set_current_stream(cudaStream_t stream, int device = -1);
 class StreamGuard {
  public:
   explicit StreamGuard(const Stream& stream);
+  // The same for a raw handle of `device` (a stream another thread had current, say).
+  StreamGuard(cudaStream_t stream, int device);
   StreamGuard(const StreamGuard&) = delete;
   StreamGuard& operator=(const StreamGuard&) = delete;
   ~StreamGuard();

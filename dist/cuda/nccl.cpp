@@ -198,15 +198,8 @@ void NcclCommunicator::run(const std::vector<const Tensor*>& tensors, F&& enqueu
 std::function<void()> NcclCommunicator::bind_caller_context(std::function<void()> fn) {
   const cudaStream_t caller = cuda::current_stream(device_);
   return [this, caller, fn = std::move(fn)] {
-    const cudaStream_t before = cuda::current_stream(device_);
-    cuda::set_current_stream(caller, device_);
-    try {
-      fn();
-    } catch (...) {
-      cuda::set_current_stream(before, device_);
-      throw;
-    }
-    cuda::set_current_stream(before, device_);
+    const cuda::StreamGuard on_caller_stream(caller, device_);
+    fn();
   };
 }
 
