@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <functional>
+#include <memory>
 #include <thread>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "dist/cuda/nccl.h"
 #include "dist/host_staged.h"
 #include "dist/in_process.h"
+#include "nn/models/models.h"
 
 namespace stoke::test {
 
@@ -44,6 +46,15 @@ inline void run_nccl(int n, const std::function<void(dist::NcclCommunicator&)>& 
     dist::NcclCommunicator comm(id, r, n, r % 2, options);
     fn(comm);
   });
+}
+
+// LeNet-5 initialized from seed 3 on rank c's device: every rank starts from the same weights (the
+// replica the DDP-on-cuda tests train).
+inline std::shared_ptr<nn::Module> lenet5_replica(const dist::NcclCommunicator& c) {
+  Generator init(3);
+  auto model = nn::models::make_model("lenet5", {.generator = &init});
+  model->to(Device::cuda(c.device()));
+  return model;
 }
 
 // n ranks of an in-process group, each staged through host memory (dist::HostStagedCommunicator).

@@ -399,9 +399,7 @@ TEST_CASE(
     std::vector<size_t> graph_sizes(2, 0);
     run_nccl(2, [&](dist::NcclCommunicator& c) {
       const Device device = Device::cuda(c.device());
-      Generator init(3);
-      auto model = nn::models::make_model("lenet5", {.generator = &init});
-      model->to(device);
+      auto model = lenet5_replica(c);
       dist::DistributedDataParallel ddp(model, c);
       nn::optim::SGD opt(model->parameters(),
                          nn::optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});

@@ -146,9 +146,7 @@ TEST_CASE(
   std::vector<RankResult> results(2);  // written by the rank threads, checked here
   run_nccl(2, [&](dist::NcclCommunicator& c) {
     const Device device = Device::cuda(c.device());
-    Generator init(3);
-    auto model = nn::models::make_model("lenet5", {.generator = &init});
-    model->to(device);
+    auto model = lenet5_replica(c);
     dist::DistributedDataParallel ddp(model, c);
     nn::optim::AdamW opt(model->parameters(), nn::optim::AdamWOptions{.lr = 1e-3});
     GradScaler scaler({.init_scale = 1024, .growth_interval = 2});

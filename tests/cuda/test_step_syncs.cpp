@@ -184,9 +184,7 @@ TEST_CASE(
   std::vector<StepCost> costs(2 * kMeasured);  // written by the rank threads, checked here
   run_nccl(2, [&](dist::NcclCommunicator& c) {
     const Device device = Device::cuda(c.device());
-    Generator init(3);
-    auto model = nn::models::make_model("lenet5", {.generator = &init});
-    model->to(device);
+    auto model = lenet5_replica(c);
     dist::DistributedDataParallel ddp(model, c);
     nn::optim::SGD opt(model->parameters(),
                        nn::optim::SGDOptions{.lr = 0.05, .momentum = 0.9, .weight_decay = 5e-4});
