@@ -34,7 +34,11 @@ independent errors along the chain add in quadrature:
 Checks against tau: the loss relative to itself; each tensor row by row (a row: one output channel,
 so that one wrong channel cannot hide in a large tensor), ||stoke - ref|| <= tau max(||ref row||,
 ||ref tensor|| / sqrt(rows)) (a row far smaller than the tensor's typical row is held to the
-tensor's scale); parameters and buffers through the step's change p_k - p_(k-1), plus 2 u |p| per
+tensor's scale). A conv or linear weight gradient dW = sum dy x is held to its sum of magnitudes,
+sum |dy| |x| (the rounding model's own scale, computed in torch's float64 replay) in place of
+|dW|: the two agree where the terms do not cancel, and a depthwise weight gradient summed over
+a batch of 2x2 planes can cancel to a fraction of its terms. Its error reaches SGD's momentum
+buffer and lr times it the parameter (added to their bounds), and AdamW's G below. Parameters and buffers through the step's change p_k - p_(k-1), plus 2 u |p| per
 row for p's float32 storage (the step rounds p, and SGD's momentum buffer before it: an absolute
 error that can dwarf a small change, as torch's float32 replay shows). AdamW divides by sqrt(v):
 an element whose gradient lies within the gradient's error of zero can step either way, so its
@@ -75,7 +79,9 @@ table names each such decision. No flip is tried on a step that passes as is, an
 forgiven.
 
 Exits 1 naming the configuration, step, tensor and both errors when a check fails; 77 (skipped)
-without python3-torch.
+without python3-torch. --plant NAME:STEP:REL has stoke scale one row of a gradient by 1 + REL at
+that step: the ctest case that plants 1% in one row of EfficientNet-B0's depthwise weight
+gradient (a sum of 32 products over 2x2 planes, held to sum |dy| |x|), checks that it fails.
 """
 
 import argparse
@@ -245,6 +251,34 @@ def chain_bound(model, batch):
     return LAMBDA * math.sqrt(D * K) * U, D, K
 
 
+def magnitude_hooks(model, magnitude):
+    """Hooks that fill magnitude[weight's name] with sum |dy| |x| over the terms of each conv and
+    linear weight gradient dW = sum dy x (accumulated over calls): the scale of its rounding
+    error, which the gradient itself understates where its terms cancel."""
+    handles = []
+    for name, mod in model.named_modules():
+        if not isinstance(mod, (nn.Conv2d, nn.Linear)):
+            continue
+
+        def forward(mod, inp, out, key=name + ".weight"):
+            x = inp[0].detach().abs()
+
+            def backward(dy):
+                dy = dy.detach().abs()
+                if isinstance(mod, nn.Conv2d):
+                    t = torch.nn.grad.conv2d_weight(x, mod.weight.shape, dy, mod.stride,
+                                                    mod.padding, mod.dilation, mod.groups)
+                else:
+                    t = dy.reshape(-1, dy.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+                magnitude[key] = magnitude[key] + t if key in magnitude else t
+
+            if out.requires_grad:
+                out.register_hook(backward)
+
+        handles.append(mod.register_forward_hook(forward))
+    return handles
+
+
 def make_optimizer(opt_name, params):
     if opt_name == "sgd":
         return torch.optim.SGD(params, **SGD)
@@ -272,14 +306,20 @@ def torch_step(model, state, order, batch, opt_name, dtype, flips=()):
                             for k, v in st.items()}
     x, y = batch
     HOOK.update(flips=tuple(flips), relu_call=0, pool_call=0, record=[] if not flips else None)
+    magnitude = {}
+    handles = magnitude_hooks(m, magnitude) if dtype == torch.float64 else []
     opt.zero_grad()
     loss = F.cross_entropy(m(x.to(dtype)), y)
     loss.backward()
+    for h in handles:
+        h.remove()
     decisions = HOOK["record"]
     HOOK.update(flips=(), record=None)
     out = {"loss": loss.detach().double().reshape(())}
     for n, p in params.items():
         out["grad." + n] = p.grad.detach().double().clone()
+    for n, t in magnitude.items():
+        out["magnitude." + n] = t
     opt.step()
     for n, p in params.items():
         out["param." + n] = p.detach().double().clone()
@@ -314,8 +354,8 @@ def check_step(ref, got, before, opt_name, tau, grad_scale, order):
     out = [("loss", abs(float(got["loss"]) - float(ref["loss"])) / (tau * abs(float(ref["loss"]))),
             "loss")]
     for key, rv in ref.items():
-        if key == "loss":
-            continue
+        if key == "loss" or key.startswith("magnitude."):
+            continue  # magnitude: the scale of a weight gradient's error, used below
         gv = got.get(key)
         if gv is None or gv.shape != rv.shape:
             out.append(("missing", math.inf, key))
@@ -331,7 +371,11 @@ def check_step(ref, got, before, opt_name, tau, grad_scale, order):
             if float(rv.norm()) <= 1e-9 * grad_scale:
                 out.append(("grad (noise)", float(gv.norm()) / (tau * grad_scale), key))
             else:
-                out.append(("grad", normwise(gv - rv, rv, tau), key))
+                # A conv or linear weight gradient is a sum of products dy x: its error is tau
+                # times sum |dy| |x| (the rounding model's sum of magnitudes), which equals |dW|
+                # only where no terms cancel.
+                scale = ref.get("magnitude." + key[len("grad."):], rv)
+                out.append(("grad", normwise(gv - rv, scale, tau), key))
             continue
         start = before.get(key)
         change = rv - start if start is not None else rv
@@ -355,6 +399,9 @@ def check_step(ref, got, before, opt_name, tau, grad_scale, order):
             # G: the scale of the gradient's error. A noise gradient (below) is held to the model's
             # gradient scale, so its elements may step by up to 5 lr either way.
             G = float(g.abs().max())
+            mag = ref.get("magnitude." + key.split(".", 1)[1])
+            if mag is not None:  # a weight gradient's error scale, as in "grad" above
+                G = max(G, float(mag.max()))
             if float(g.norm()) <= 1e-9 * grad_scale:  # noise, as in "grad" above
                 G = grad_scale
             b = tau * change.abs() + ADAMW["lr"] * torch.clamp(
@@ -368,13 +415,17 @@ def check_step(ref, got, before, opt_name, tau, grad_scale, order):
             # SGD carries the gradient's error into the momentum buffer (buf = m buf + g + wd p) and
             # lr times it into the parameter; a noise gradient's error (tau grad_scale, above) is
             # not tau times the buffer's change, which weight decay alone makes.
-            extra = 0.0
-            g = ref.get("grad." + key.split(".", 1)[1]) if kind == "param" else None
+            # Likewise a weight gradient's error, tau times its row of sum |dy| |x| ("grad"),
+            # where its terms cancel.
+            extra, name = 0.0, key.split(".", 1)[1] if kind == "param" else None
             if kind == "optim":
                 name = order[int(key.split(".")[2])] if key.startswith("optim.state.") else None
-                g = ref.get("grad." + name) if name is not None else None
+            g = ref.get("grad." + name) if name is not None else None
+            carry = SGD["lr"] if kind == "param" else 1.0
             if g is not None and float(g.norm()) <= 1e-9 * grad_scale:  # noise, as in "grad"
-                extra = tau * grad_scale * (SGD["lr"] if kind == "param" else 1.0)
+                extra = tau * grad_scale * carry
+            elif g is not None and "magnitude." + name in ref:
+                extra = tau * carry * rows(ref["magnitude." + name]).norm(dim=1)
             out.append((kind + " change", normwise(gv - rv, change, tau, rv, extra), key))
     return out
 
@@ -451,6 +502,7 @@ def main():
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--configs", default="all", choices=["all", "default"])
     ap.add_argument("--optimizers", default="sgd,adamw", help="comma-separated: sgd, adamw")
+    ap.add_argument("--plant", help="NAME:STEP:REL, passed to the program: an error to catch")
     a = ap.parse_args()
     torch.manual_seed(1234)
     model = build(a.model).double()
@@ -502,7 +554,8 @@ def main():
                     os.makedirs(out, exist_ok=True)
                     p = subprocess.run([a.program, "--model", a.model, "--init", init_path,
                                         "--optimizer", opt_name, "--steps", str(a.steps),
-                                        "--out", out], env=env, capture_output=True, text=True)
+                                        "--out", out] + (["--plant", a.plant] if a.plant else []),
+                                       env=env, capture_output=True, text=True)
                     if p.returncode != 0:
                         failures.append("%s: stoke exited %d: %s" % (name, p.returncode,
                                                                     p.stderr.strip()))

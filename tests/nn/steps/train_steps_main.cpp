@@ -13,6 +13,10 @@
 // init.safetensors may also hold to start from). Dropout and stochastic depth are off (p = 0), so
 // the step is deterministic and torch's twin computes the same function. The thread count and the
 // conv paths come from the environment (STOKE_NUM_THREADS, STOKE_CONV_*), as in any stoke program.
+//
+// --plant NAME:STEP:REL multiplies the first row of parameter NAME's gradient (its first output
+// channel) by 1 + REL at step STEP, before the step is written and taken: a planted error that
+// the comparison must catch (ctest "... catches an error planted in one gradient row").
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -54,7 +58,7 @@ Tensor require(const std::map<std::string, Tensor>& m, const std::string& key,
 }
 
 int run(int argc, char** argv) {
-  std::string model_name, init_path, optimizer = "sgd", out_dir;
+  std::string model_name, init_path, optimizer = "sgd", out_dir, plant;
   int steps = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -70,6 +74,8 @@ int run(int argc, char** argv) {
       steps = std::stoi(v);
     else if (a == "--out")
       out_dir = v;
+    else if (a == "--plant")
+      plant = v;
     else
       STOKE_FAIL("stoke-test-train-steps", "unknown flag ", a);
   }
@@ -103,6 +109,20 @@ int run(int argc, char** argv) {
     if (name.rfind("optim.", 0) == 0) opt_state.emplace_back(name.substr(6), t);
   if (!opt_state.empty()) opt->load_state_dict(opt_state);
 
+  std::string plant_name;
+  int plant_step = 0;
+  double plant_rel = 0;
+  if (!plant.empty()) {
+    const auto c1 = plant.find(':'), c2 = plant.rfind(':');
+    STOKE_CHECK(c1 != std::string::npos && c2 != c1, "stoke-test-train-steps",
+                "--plant expects NAME:STEP:REL, got '", plant, "'");
+    plant_name = plant.substr(0, c1);
+    plant_step = std::stoi(plant.substr(c1 + 1, c2 - c1 - 1));
+    plant_rel = std::stod(plant.substr(c2 + 1));
+    STOKE_CHECK(by_name(model->named_parameters()).count(plant_name) != 0, "stoke-test-train-steps",
+                "--plant names no parameter '", plant_name, "'");
+  }
+
   for (int k = 1; k <= steps; ++k) {
     const std::string key = std::to_string(k);
     const Tensor x = require(init, "x." + key, init_path);
@@ -110,6 +130,10 @@ int run(int argc, char** argv) {
     opt->zero_grad();
     Tensor loss = cross_entropy(model->forward(x), y);
     loss.backward();
+    if (k == plant_step) {
+      NoGradGuard no_grad;
+      mul_(by_name(model->named_parameters()).at(plant_name).grad().select(0, 0), 1 + plant_rel);
+    }
     NamedTensors out;
     out.emplace_back("loss", loss.detach().to(DType::f64));
     for (const auto& [name, p] : model->named_parameters()) {
