@@ -4,6 +4,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/function.h"
+#include "autograd/relu_observer.h"
 #include "ops/creation.h"
 
 namespace stoke {
@@ -196,12 +197,19 @@ Tensor log(const Tensor& x) {
 STOKE_UNARY_MAP(sqrt, "SqrtBackward", y)
 STOKE_UNARY_MAP(rsqrt, "RsqrtBackward", y)
 STOKE_UNARY_MAP(abs, "AbsBackward", x)
-STOKE_UNARY_MAP(relu, "ReluBackward", y)
 STOKE_UNARY_MAP(sigmoid, "SigmoidBackward", y)
 STOKE_UNARY_MAP(tanh, "TanhBackward", y)
 STOKE_UNARY_MAP(silu, "SiluBackward", x)
 STOKE_UNARY_MAP(hardswish, "HardswishBackward", x)
 #undef STOKE_UNARY_MAP
+
+Tensor relu(const Tensor& x) {
+  Tensor y = ops::relu(x);
+  record_unary("ReluBackward", x, y, y,
+               [](const Tensor& g, const Tensor& s) { return ops::relu_backward(g, s); });
+  observe_relu(y);  // a test hook on the decisions at the kink (relu_observer.h)
+  return y;
+}
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
   Tensor y = ops::leaky_relu(x, negative_slope);

@@ -1,8 +1,12 @@
 // nn::GroupNorm and nn::LayerNorm: torch's parameter names and defaults, the forward equals the
 // functional op with the module's parameters in training and evaluation alike (no running
-// statistics), gradients reach the parameters, and bad construction is refused.
+// statistics), gradients reach the parameters, and bad construction is refused. Also the ReLU
+// observer (autograd/relu_observer.h), which sees batch norm's fused ReLU.
 #include <catch2/catch.hpp>
 
+#include <vector>
+
+#include "autograd/relu_observer.h"
 #include "nn/layers.h"
 #include "stoke/stoke.h"
 #include "support/fixture_tensor.h"
@@ -68,4 +72,23 @@ TEST_CASE("nn::LayerNorm: parameters of normalized_shape, forward and gradients"
   nn::LayerNorm plain({4}, {.elementwise_affine = false});
   CHECK(plain.named_parameters().empty());
   CHECK_THROWS_WITH(plain.forward(randn({2, 3})), Catch::Contains("normalized_shape [4]"));
+}
+
+TEST_CASE("relu observer: every ReLU output, batch norm's fused one included, in call order",
+          "[nn][relu_observer]") {
+  nn::BatchNorm2d bn(3);
+  const Tensor x = randn({2, 3, 4, 4});
+  std::vector<Tensor> seen;
+  set_relu_observer([&](const Tensor& y) { seen.push_back(y); });
+  const Tensor a = relu(x);
+  const Tensor b = bn.forward_relu(x);
+  const Tensor c = bn.forward(x);  // no ReLU: not reported
+  set_relu_observer({});
+  const Tensor d = relu(x);  // removed: not reported
+  REQUIRE(seen.size() == 2);
+  // The observer is handed the very outputs (same storage), not copies.
+  CHECK(seen[0].data<float>() == a.data<float>());
+  CHECK(seen[1].data<float>() == b.data<float>());
+  (void)c;
+  (void)d;
 }

@@ -14,6 +14,10 @@
 // the step is deterministic and torch's twin computes the same function. The thread count and the
 // conv paths come from the environment (STOKE_NUM_THREADS, STOKE_CONV_*), as in any stoke program.
 //
+// --decisions 1 also writes "relu.<i>" (U8): whether each element of the step's i-th ReLU output
+// (in call order, batch norm's fused ReLU included) is above zero, the decision stoke's float32
+// took at the kink (autograd/relu_observer.h).
+//
 // --plant NAME:STEP:REL multiplies the first row of parameter NAME's gradient (its first output
 // channel) by 1 + REL at step STEP, before the step is written and taken: a planted error that
 // the comparison must catch (ctest "... catches an error planted in one gradient row").
@@ -22,7 +26,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "autograd/relu_observer.h"
 #include "stoke/stoke.h"
 
 namespace {
@@ -60,6 +66,7 @@ Tensor require(const std::map<std::string, Tensor>& m, const std::string& key,
 int run(int argc, char** argv) {
   std::string model_name, init_path, optimizer = "sgd", out_dir, plant;
   int steps = 5;
+  bool decisions = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     STOKE_CHECK(i + 1 < argc, "stoke-test-train-steps", "flag ", a, " expects a value");
@@ -76,6 +83,8 @@ int run(int argc, char** argv) {
       out_dir = v;
     else if (a == "--plant")
       plant = v;
+    else if (a == "--decisions")
+      decisions = v == "1";
     else
       STOKE_FAIL("stoke-test-train-steps", "unknown flag ", a);
   }
@@ -123,7 +132,12 @@ int run(int argc, char** argv) {
                 "--plant names no parameter '", plant_name, "'");
   }
 
+  std::vector<Tensor> relu_masks;  // this step's ReLU decisions, in call order (--decisions 1)
+  if (decisions)
+    set_relu_observer([&](const Tensor& y) { relu_masks.push_back(gt(y, 0.0).to(DType::u8)); });
+
   for (int k = 1; k <= steps; ++k) {
+    relu_masks.clear();
     const std::string key = std::to_string(k);
     const Tensor x = require(init, "x." + key, init_path);
     const Tensor y = require(init, "y." + key, init_path);
@@ -147,12 +161,15 @@ int run(int argc, char** argv) {
     for (const auto& [name, b] : model->named_buffers())
       out.emplace_back("buffer." + name, b.clone());
     for (const auto& [name, t] : opt->state_dict()) out.emplace_back("optim." + name, t.clone());
+    for (size_t i = 0; i < relu_masks.size(); ++i)
+      out.emplace_back("relu." + std::to_string(i), relu_masks[i]);
     // The parameters' order, which numbers the optimizer's state ("optim.state.<i>. ...").
     std::string order;
     for (const auto& [name, p] : model->named_parameters())
       order += (order.empty() ? "" : ",") + name;
     nn::save_safetensors(out_dir + "/step" + key + ".safetensors", out, {{"parameters", order}});
   }
+  set_relu_observer({});
   return 0;
 }
 
