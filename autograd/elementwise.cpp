@@ -3,8 +3,8 @@
 #include "autograd/elementwise.h"
 
 #include "autograd/autocast.h"
+#include "autograd/elementwise_relu_observer.h"
 #include "autograd/function.h"
-#include "autograd/relu_observer.h"
 #include "ops/creation.h"
 
 namespace stoke {
@@ -207,7 +207,7 @@ Tensor relu(const Tensor& x) {
   Tensor y = ops::relu(x);
   record_unary("ReluBackward", x, y, y,
                [](const Tensor& g, const Tensor& s) { return ops::relu_backward(g, s); });
-  observe_relu(y);  // a test hook on the decisions at the kink (relu_observer.h)
+  observe_relu(y);  // a test hook on the decisions at the kink (elementwise_relu_observer.h)
   return y;
 }
 

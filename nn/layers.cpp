@@ -6,10 +6,10 @@
 #include "autograd/conv2d.h"
 #include "autograd/dropout.h"
 #include "autograd/elementwise.h"
+#include "autograd/elementwise_relu_observer.h"
 #include "autograd/group_norm.h"
 #include "autograd/linalg.h"
 #include "autograd/pool.h"
-#include "autograd/relu_observer.h"
 #include "core/grad_mode.h"
 #include "nn/init.h"
 #include "ops/creation.h"
@@ -136,7 +136,8 @@ Tensor BatchNorm::forward_impl(const Tensor& x, bool fuse_relu) {
                          .momentum = options.momentum,
                          .eps = options.eps,
                          .relu = fuse_relu});
-  if (fuse_relu) observe_relu(y);  // a test hook on the decisions at the kink (relu_observer.h)
+  if (fuse_relu)
+    observe_relu(y);  // a test hook on the decisions at the kink (elementwise_relu_observer.h)
   return y;
 }
 

@@ -1,12 +1,12 @@
 // nn::GroupNorm and nn::LayerNorm: torch's parameter names and defaults, the forward equals the
 // functional op with the module's parameters in training and evaluation alike (no running
 // statistics), gradients reach the parameters, and bad construction is refused. Also the ReLU
-// observer (autograd/relu_observer.h), which sees batch norm's fused ReLU.
+// observer (autograd/elementwise_relu_observer.h), which sees batch norm's fused ReLU.
 #include <catch2/catch.hpp>
 
 #include <vector>
 
-#include "autograd/relu_observer.h"
+#include "autograd/elementwise_relu_observer.h"
 #include "nn/layers.h"
 #include "stoke/stoke.h"
 #include "support/fixture_tensor.h"

@@ -35,16 +35,19 @@ Checks against tau: the loss relative to itself; each tensor row by row (a row: 
 so that one wrong channel cannot hide in a large tensor), ||stoke - ref|| <= tau max(||ref row||,
 ||ref tensor|| / sqrt(rows)) (a row far smaller than the tensor's typical row is held to the
 tensor's scale). A conv or linear weight gradient dW = sum dy x is held to its sum of magnitudes,
-sum |dy| |x| (the rounding model's own scale, computed in torch's float64 replay) in place of
-|dW|: the two agree where the terms do not cancel, and a depthwise weight gradient summed over
-a batch of 8 small planes (2x2 and less) can cancel to a fraction of its terms. Its error reaches SGD's momentum
-buffer and lr times it the parameter (added to their bounds), and AdamW's G below. Parameters and buffers through the step's change p_k - p_(k-1), plus 2 u |p| per
-row for p's float32 storage (the step rounds p, and SGD's momentum buffer before it: an absolute
-error that can dwarf a small change, as torch's float32 replay shows). AdamW divides by sqrt(v):
-an element whose gradient lies within the gradient's error of zero can step either way, so its
-parameter bound is per element,
+sum |dy| |x| (the rounding model's own scale, computed in torch's float64 replay) in place of |dW|:
+the two agree where the terms do not cancel, and a depthwise weight gradient summed over a batch of
+8 small planes (2x2 and less) can cancel to a fraction of its terms. Its error reaches SGD's
+momentum buffer and lr times it the parameter (added to their bounds), and AdamW's G below.
+Parameters and buffers through the step's change p_k - p_(k-1), plus 2 u |p| per row for p's
+float32 storage (the step rounds p, and SGD's momentum buffer before it: an absolute error that can
+dwarf a small change, as torch's float32 replay shows). AdamW divides by sqrt(v): an element whose
+gradient lies within the gradient's error of zero can step either way, so its parameter bound is
+per element,
     |e_i| <= tau |dp_i| + lr min(5, 4 tau G / (|g_i| + eps)),
-G the tensor's largest |gradient| (its error bound tau G against the element's own |g_i|; 5 bounds
+G the tensor's largest |gradient|, or of its sum of magnitudes where larger (a weight gradient's
+sum |dy| |x|, and batch norm's sum |dy| |x_hat| and sum |dy|, which only G takes: check_step says
+why) (its error bound tau G against the element's own |g_i|; 5 bounds
 |m_hat / sqrt(v_hat)| twice over 5 steps of beta1 0.9, beta2 0.999). Gradients that are rounding
 noise in float64 (a conv bias under batch norm: zero in exact arithmetic) are held to the model's
 gradient scale, and so is G for their parameters: AdamW divides such a gradient by its own size,
@@ -69,18 +72,16 @@ bias-gradient change over the whole channel and the layers before it (1.7% of th
 in the case that made this test: ResNet-8, SGD, step 3). A max-pool window whose two largest inputs
 differ by less than their rounding errors likewise sends its gradient to either one (VGG-11, AdamW,
 step 2: two inputs 0.0015 delta apart in the first pool moved 1.3% of the first conv's weight
-gradient). Both results are right to float32 precision; they differ by a decision, not by
-rounding. So when a step fails, the replay first takes stoke's own ReLU decisions (the program's
---decisions 1 writes each ReLU's output mask, autograd/relu_observer.h) for every input within
+gradient). Both results are right to float32 precision; they differ by a decision, not by rounding.
+So when a step fails, the replay first takes stoke's own ReLU decisions (the program's --decisions
+1 writes each ReLU's output mask: autograd/elementwise_relu_observer.h) for every input within
 delta = tau * rms(input) of zero where they differ from float64's, all at once; decisions that
-differ beyond delta are never adopted (the table counts them). If the step still fails, it
-looks for ReLU inputs within delta
-of zero and max-pool windows whose runner-up is within delta of the maximum, and flips those
-decisions in torch, one at a time among the closest 16 (by distance over delta) and then in pairs
-among the closest six, and the step passes if some flip set brings every check within tau (or the
-float32 rule above): the
-table names each such decision. No flip is tried on a step that passes as is, and nothing else is
-forgiven.
+differ beyond delta are never adopted (the table counts them). If the step still fails, it looks
+for ReLU inputs within delta of zero and max-pool windows whose runner-up is within delta of the
+maximum, and flips those decisions in torch, one at a time among the closest 16 (by distance over
+delta) and then in pairs among the closest six, and the step passes if some flip set brings every
+check within tau (or the float32 rule above): the table names each such decision. No flip is tried
+on a step that passes as is, and nothing else is forgiven.
 
 Exits 1 naming the configuration, step, tensor and both errors when a check fails; 77 (skipped)
 without python3-torch. --plant NAME:STEP:REL has stoke scale one row of a gradient by 1 + REL at

@@ -16,7 +16,7 @@
 //
 // --decisions 1 also writes "relu.<i>" (U8): whether each element of the step's i-th ReLU output
 // (in call order, batch norm's fused ReLU included) is above zero, the decision stoke's float32
-// took at the kink (autograd/relu_observer.h).
+// took at the kink (autograd/elementwise_relu_observer.h).
 //
 // --plant NAME:STEP:REL multiplies the first row of parameter NAME's gradient (its first output
 // channel) by 1 + REL at step STEP, before the step is written and taken: a planted error that
@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-#include "autograd/relu_observer.h"
+#include "autograd/elementwise_relu_observer.h"
 #include "stoke/stoke.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "autograd/relu_observer.h"
+#include "autograd/elementwise_relu_observer.h"
 
 #include <atomic>
 #include <utility>
