@@ -1,8 +1,8 @@
 // A hook on the model's decisions at ReLU's kink: every ReLU output (stoke::relu and batch norm's
-// fused ReLU, nn::BatchNorm::forward_relu) in call order. tests/nn/train_vs_torch.py replays
-// PyTorch's float64 step with the decisions stoke's float32 took for inputs within rounding of
-// zero, instead of searching for them (stoke-test-train-steps --decisions). Off by default: one
-// relaxed atomic load per ReLU call, none per element.
+// fused ReLU, stoke::batch_norm with options.relu) in call order. tests/nn/train_vs_torch.py
+// replays PyTorch's float64 step with the decisions stoke's float32 took for inputs within rounding
+// of zero, instead of searching for them (stoke-test-train-steps --decisions). Off by default: one
+// atomic load per ReLU call, none per element.
 #pragma once
 
 #include <functional>

@@ -6,7 +6,6 @@
 #include "autograd/conv2d.h"
 #include "autograd/dropout.h"
 #include "autograd/elementwise.h"
-#include "autograd/elementwise_relu_observer.h"
 #include "autograd/group_norm.h"
 #include "autograd/linalg.h"
 #include "autograd/pool.h"
@@ -131,14 +130,11 @@ Tensor BatchNorm::forward_impl(const Tensor& x, bool fuse_relu) {
     }
   }
   // Without running statistics (track_running_stats=false) both modes normalize with the batch's.
-  Tensor y = batch_norm(x, running_mean, running_var, weight, bias,
-                        {.training = use_batch_stats,
-                         .momentum = options.momentum,
-                         .eps = options.eps,
-                         .relu = fuse_relu});
-  if (fuse_relu)
-    observe_relu(y);  // a test hook on the decisions at the kink (elementwise_relu_observer.h)
-  return y;
+  return batch_norm(x, running_mean, running_var, weight, bias,
+                    {.training = use_batch_stats,
+                     .momentum = options.momentum,
+                     .eps = options.eps,
+                     .relu = fuse_relu});
 }
 
 LayerNorm::LayerNorm(Shape normalized_shape, LayerNormLayerOptions options)

@@ -20,7 +20,8 @@
 //
 // --plant NAME:STEP:REL multiplies the first row of parameter NAME's gradient (its first output
 // channel) by 1 + REL at step STEP, before the step is written and taken: a planted error that
-// the comparison must catch (ctest "... catches an error planted in one gradient row").
+// the comparison must catch (ctest "... with 3% planted in one channel of a depthwise weight
+// gradient fails, naming it").
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -118,18 +119,20 @@ int run(int argc, char** argv) {
     if (name.rfind("optim.", 0) == 0) opt_state.emplace_back(name.substr(6), t);
   if (!opt_state.empty()) opt->load_state_dict(opt_state);
 
-  std::string plant_name;
+  Tensor plant_param;  // --plant's parameter
   int plant_step = 0;
   double plant_rel = 0;
   if (!plant.empty()) {
     const auto c1 = plant.find(':'), c2 = plant.rfind(':');
     STOKE_CHECK(c1 != std::string::npos && c2 != c1, "stoke-test-train-steps",
                 "--plant expects NAME:STEP:REL, got '", plant, "'");
-    plant_name = plant.substr(0, c1);
+    const std::string plant_name = plant.substr(0, c1);
     plant_step = std::stoi(plant.substr(c1 + 1, c2 - c1 - 1));
     plant_rel = std::stod(plant.substr(c2 + 1));
-    STOKE_CHECK(by_name(model->named_parameters()).count(plant_name) != 0, "stoke-test-train-steps",
+    const auto params = by_name(model->named_parameters());
+    STOKE_CHECK(params.count(plant_name) != 0, "stoke-test-train-steps",
                 "--plant names no parameter '", plant_name, "'");
+    plant_param = params.at(plant_name);
   }
 
   std::vector<Tensor> relu_masks;  // this step's ReLU decisions, in call order (--decisions 1)
@@ -146,7 +149,7 @@ int run(int argc, char** argv) {
     loss.backward();
     if (k == plant_step) {
       NoGradGuard no_grad;
-      mul_(by_name(model->named_parameters()).at(plant_name).grad().select(0, 0), 1 + plant_rel);
+      mul_(plant_param.grad().select(0, 0), 1 + plant_rel);
     }
     NamedTensors out;
     out.emplace_back("loss", loss.detach().to(DType::f64));
