@@ -25,7 +25,7 @@ done
 
 # libopenmpi-dev, openmpi-bin: dist::MpiCommunicator (dist/mpi.h) and mpirun for its tests.
 # libpng-dev, libjpeg62-turbo-dev: decoding image folders (data/image_decode.h). clang,
-# libclang-rt-dev: the libFuzzer harnesses (fuzz/, -DSTOKE_FUZZ=ON) and CI's fuzz stage.
+# libclang-rt-dev: the libFuzzer harnesses (fuzz/, -DSTOKE_FUZZ=ON, scripts/fuzz.sh).
 packages=(build-essential cmake catch2 libopenblas-dev zlib1g-dev nlohmann-json3-dev libstb-dev
   libpng-dev libjpeg62-turbo-dev clang libclang-rt-dev dataset-fashion-mnist libopenmpi-dev
   openmpi-bin)
