@@ -215,8 +215,9 @@ constexpr const char* kUsage = R"(usage: stoke-train [flags]
   --cuda-graph            with --device cuda: after 3 eager steps, capture the training step
                           (forward, loss, backward, clipping, loss scaler, optimizer) as one CUDA
                           graph and replay it each step (any --schedule: the optimizer reads
-                          the learning rate from device memory); --optimizer sgd, adam or adamw;
-                          not with --accum or in a job of several ranks yet
+                          the learning rate from device memory; with --accum, one graph per
+                          accumulation group); --optimizer sgd, adam or adamw; not in a job of
+                          several ranks yet
 Output paths (--metrics, --profile, DIR's files) must be regular files or not exist yet, each a
 file of its own: a FIFO, a directory or one path given twice is refused before anything runs.
 Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard).
@@ -454,8 +455,6 @@ Flags parse_flags(int argc, char** argv) {
               "--profile-device times ops on the GPU: it needs --device cuda");
   STOKE_CHECK(!f.cuda_graph || f.device != "cpu", "stoke-train",
               "--cuda-graph captures CUDA work: it needs --device cuda");
-  STOKE_CHECK(!f.cuda_graph || f.accum == 1, "stoke-train",
-              "--cuda-graph does not work with --accum yet (a step is one batch)");
   STOKE_CHECK(
       !f.cuda_graph || f.optimizer == "sgd" || f.optimizer == "adam" || f.optimizer == "adamw",
       "stoke-train", "--cuda-graph with --optimizer ", f.optimizer,

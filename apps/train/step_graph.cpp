@@ -13,7 +13,7 @@ namespace stoke::train {
 
 struct StepGraph::Impl {
   cuda::Graph graph;
-  DeviceBatch inputs;  // the static batch the graph reads
+  std::vector<DeviceBatch> inputs;  // the static batches the graph reads, one per micro-batch
 };
 
 StepGraph::StepGraph(Device device) : impl_(std::make_unique<Impl>()) {
@@ -32,13 +32,18 @@ StepGraph::StepGraph(Device) {
 
 StepGraph::~StepGraph() = default;
 
-void StepGraph::note_eager_step(bool vets_checkpoint) {
-  if (warmup_steps_ < kWarmupSteps)
-    ++warmup_steps_;
-  else if (vets_checkpoint)
-    ++checkpoint_steps_;
-  else
-    ++other_shape_steps_;
+void StepGraph::note_eager_step(Eager why) {
+  switch (why) {
+    case Eager::warmup:
+      ++warmup_steps_;
+      break;
+    case Eager::vetting:
+      ++checkpoint_steps_;
+      break;
+    case Eager::other_shape:
+      ++other_shape_steps_;
+      break;
+  }
 }
 
 std::string StepGraph::summary() const {
@@ -51,25 +56,32 @@ std::string StepGraph::summary() const {
 
 bool StepGraph::accepts(const DeviceBatch& b) const {
 #if STOKE_HAS_CUDA || STOKE_CUDA_EMU
-  if (warmup_steps_ < kWarmupSteps) return false;
-  const DeviceBatch& s = impl_->inputs;
-  return !s.images.defined() ||
-         (s.images.shape() == b.images.shape() && s.images.dtype() == b.images.dtype() &&
-          s.labels.shape() == b.labels.shape() && s.labels.dtype() == b.labels.dtype());
+  if (!warmed_up()) return false;
+  if (impl_->inputs.empty()) return true;
+  const DeviceBatch& s = impl_->inputs.front();
+  return s.images.shape() == b.images.shape() && s.images.dtype() == b.images.dtype() &&
+         s.labels.shape() == b.labels.shape() && s.labels.dtype() == b.labels.dtype();
 #else
   (void)b;
   return false;
 #endif
 }
 
-void StepGraph::run(const DeviceBatch& b, const std::function<void(const DeviceBatch&)>& step) {
+void StepGraph::run(const std::vector<DeviceBatch>& group,
+                    const std::function<void(const std::vector<DeviceBatch>&)>& step) {
 #if STOKE_HAS_CUDA || STOKE_CUDA_EMU
   Impl& g = *impl_;
-  if (!g.inputs.images.defined()) g.inputs = {empty_like(b.images), empty_like(b.labels)};
+  if (g.inputs.empty())
+    for (const DeviceBatch& b : group)
+      g.inputs.push_back({empty_like(b.images), empty_like(b.labels)});
+  STOKE_CHECK(group.size() == g.inputs.size(), "stoke-train", "--cuda-graph: a group of ",
+              group.size(), " batches for a graph captured with ", g.inputs.size());
   {
     NoGradGuard no_grad;
-    g.inputs.images.copy_(b.images);
-    g.inputs.labels.copy_(b.labels);
+    for (size_t i = 0; i < group.size(); ++i) {
+      g.inputs[i].images.copy_(group[i].images);
+      g.inputs[i].labels.copy_(group[i].labels);
+    }
   }
   if (!g.graph.captured()) {
     try {
@@ -83,9 +95,9 @@ void StepGraph::run(const DeviceBatch& b, const std::function<void(const DeviceB
     ++captures_;
   }
   g.graph.replay();
-  ++replays_;
+  replays_ += static_cast<int64_t>(group.size());
 #else
-  (void)b;
+  (void)group;
   (void)step;
 #endif
 }

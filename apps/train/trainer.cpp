@@ -134,8 +134,8 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
                 "collectives through host memory, which a graph cannot hold, and stoke-train's "
                 "capture over NCCL has not run)");
     graph_ = std::make_unique<StepGraph>(device_);
-    graph_loss_ = zeros({1}, {.device = device_});
-    graph_correct_ = zeros({1}, {.dtype = DType::i64, .device = device_});
+    graph_loss_ = zeros({f_.accum}, {.device = device_});
+    graph_correct_ = zeros({f_.accum}, {.dtype = DType::i64, .device = device_});
     no_inf_ = zeros({1}, {.device = device_});
     // The schedule writes the learning rate into device memory between replays, where the
     // optimizer's kernels read it (flags.cpp admits only SGD, Adam and AdamW, which do).

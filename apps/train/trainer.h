@@ -67,8 +67,18 @@ class Trainer {
   void update_weights();
   // The host side after it: the schedule, the step count, step logs, checkpoints, evaluations.
   void after_update(double data_wait_s);
-  // --cuda-graph: the step of a batch that the graph accepts, replayed (step_graph.h).
-  void graph_batch(const data::Batch& batch, const DeviceBatch& b, EpochStats& e);
+  // A batch on the device, waiting in its accumulation group for the graph's replay.
+  struct StagedBatch {
+    DeviceBatch b;
+    int64_t batch, images;
+    double wait_seconds;
+  };
+  // One micro-batch's forward, loss and backward, eagerly; the update after the group's last
+  // batch (`group_end` is one past it).
+  void eager_batch(const StagedBatch& s, int64_t group_end, EpochStats& e);
+  // --cuda-graph: the accumulation group in staged_ (one batch without --accum), replayed
+  // (step_graph.h).
+  void graph_group(EpochStats& e);
   // --clip-grad on the model's gradients (not ZeRO's: it clips its own buffers).
   void clip_gradients();
   std::string progress_text(const EpochStats& e) const;
@@ -157,7 +167,12 @@ class Trainer {
   // and an all-clear found-inf flag: with a graph the optimizer always takes its step counts from
   // the device (step_if_finite), so that a replay advances them.
   std::unique_ptr<StepGraph> graph_;
-  Tensor graph_loss_, graph_correct_, no_inf_;
+  Tensor graph_loss_, graph_correct_, no_inf_;  // the outputs: one element per micro-batch
+  // The current accumulation group's batches so far, whether it goes through the graph, and why
+  // it runs eagerly when it does not.
+  std::vector<StagedBatch> staged_;
+  bool graph_group_ = false;
+  StepGraph::Eager eager_reason_ = StepGraph::Eager::warmup;
 };
 
 }  // namespace stoke::train

@@ -11,70 +11,115 @@
 
 namespace stoke::train {
 
+namespace {
+
+bool same_batch_shapes(const DeviceBatch& a, const DeviceBatch& b) {
+  return a.images.shape() == b.images.shape() && a.images.dtype() == b.images.dtype() &&
+         a.labels.shape() == b.labels.shape() && a.labels.dtype() == b.labels.dtype();
+}
+
+}  // namespace
+
 void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochStats& e) {
   const DeviceBatch b = [&] {
     const profiler::Range phase("h2d", profiler::Category::phase);
     return to_device(batch, device_, finish_);
   }();
-  // A scheduled checkpoint needs this batch's loss before the update (eager: a replay makes both
-  // in one launch).
-  if (graph_ && !scheduled_ && graph_->accepts(b)) {
-    graph_batch(batch, b, e);
-    return;
-  }
   // Accumulation groups count from this run's first batch of the epoch: a resumed run starts at
   // a checkpoint, which follows an optimizer step, so at the start of a group.
   const int64_t group_begin = batch_ / f_.accum * f_.accum;
   const int64_t group_size = std::min(f_.accum, num_batches - group_begin);
-  const bool sync = batch_ + 1 == group_begin + group_size;
+  const StagedBatch staged{b, batch_, batch.labels.numel(), batch.wait_seconds};
+  if (graph_) {
+    // A group goes through the graph whole, or runs eagerly whole: decided at its first batch. A
+    // scheduled checkpoint needs the next batch's loss before the update (eager: a replay makes
+    // both in one launch); the epoch's last group may be shorter than --accum.
+    if (batch_ == group_begin) {
+      staged_.clear();
+      graph_group_ = !scheduled_ && group_size == f_.accum && graph_->accepts(b);
+      eager_reason_ = !graph_->warmed_up() ? StepGraph::Eager::warmup
+                      : scheduled_         ? StepGraph::Eager::vetting
+                                           : StepGraph::Eager::other_shape;
+    }
+    if (graph_group_) {
+      if (staged_.empty() || same_batch_shapes(staged_.front().b, b)) {
+        staged_.push_back(staged);
+        if (static_cast<int64_t>(staged_.size()) == group_size) graph_group(e);
+        return;
+      }
+      // A batch of another shape (the epoch's last) in the group: the group runs eagerly, the
+      // batches before it from their device copies.
+      graph_group_ = false;
+      eager_reason_ = StepGraph::Eager::other_shape;
+      for (const StagedBatch& s : staged_) eager_batch(s, group_begin + group_size, e);
+      staged_.clear();
+    }
+  }
+  eager_batch(staged, group_begin + group_size, e);
+}
+
+void Trainer::eager_batch(const StagedBatch& s, int64_t group_end, EpochStats& e) {
+  const int64_t group_size = group_end - s.batch / f_.accum * f_.accum;
+  const bool sync = s.batch + 1 == group_end;
   std::optional<profiler::Range> phase(std::in_place, "forward", profiler::Category::phase);
   Tensor logits;
-  Tensor loss = forward_loss(b, sync, logits);
-  const int64_t n = batch.labels.numel();
+  Tensor loss = forward_loss(s.b, sync, logits);
   // The loss and the count of correct predictions stay on the device (settle_steps).
-  step_values_.push(loss, {correct_predictions(logits, b.labels)});
-  pending_.push_back({batch_, pos_.global_step, n});
+  step_values_.push(loss, {correct_predictions(logits, s.b.labels)});
+  pending_.push_back({s.batch, pos_.global_step, s.images});
   // On the CPU a read costs nothing: every loss is checked before its backward. On a device the
   // host reads them when it needs them, or when the buffer is full.
   if (device_.is_cpu() || step_values_.full()) settle_steps("a step's values");
   phase.reset();
   // The weights of a scheduled checkpoint have just given a finite loss: written if it is good.
-  const bool scheduled_vetted = scheduled_.has_value();
   if (scheduled_) write_scheduled_save(settle_steps("a scheduled checkpoint"));
   // Each micro-batch's mean loss is scaled so that k micro-batches of b give the gradient of
   // one batch of k*b (when the micro-batches have equal size).
   if (group_size > 1) loss = loss * (1.0 / static_cast<double>(group_size));
   phase.emplace("backward", profiler::Category::phase);
   (scaler_ ? scaler_->scale(loss) : loss).backward();
-  pos_.epoch_seen += n;
-  e.images += n;
+  pos_.epoch_seen += s.images;
+  e.images += s.images;
   phase.reset();
-  if (sync) optimizer_step(batch.wait_seconds);
-  if (graph_) graph_->note_eager_step(scheduled_vetted);
+  if (sync) optimizer_step(s.wait_seconds);
+  if (graph_) graph_->note_eager_step(eager_reason_);
 }
 
-void Trainer::graph_batch(const data::Batch& batch, const DeviceBatch& b, EpochStats& e) {
+void Trainer::graph_group(EpochStats& e) {
+  const auto k = static_cast<int64_t>(staged_.size());
+  std::vector<DeviceBatch> group;
+  for (const StagedBatch& s : staged_) group.push_back(s.b);
   {
     const profiler::Range phase("graph", profiler::Category::phase);
-    graph_->run(b, [&](const DeviceBatch& s) {
-      Tensor logits;
-      const Tensor loss = forward_loss(s, true, logits);
-      {
-        NoGradGuard no_grad;
-        graph_loss_.copy_(loss.detach().reshape({1}).to(DType::f32));
-        graph_correct_.copy_(correct_predictions(logits, s.labels).reshape({1}));
+    graph_->run(group, [&](const std::vector<DeviceBatch>& inputs) {
+      // The eager group's operations in its order (eager_batch), each micro-batch's loss and
+      // correct count also copied into the static outputs.
+      for (int64_t i = 0; i < k; ++i) {
+        Tensor logits;
+        Tensor loss = forward_loss(inputs[static_cast<size_t>(i)], i + 1 == k, logits);
+        {
+          NoGradGuard no_grad;
+          graph_loss_.narrow(0, i, 1).copy_(loss.detach().reshape({1}).to(DType::f32));
+          graph_correct_.narrow(0, i, 1).copy_(
+              correct_predictions(logits, inputs[static_cast<size_t>(i)].labels).reshape({1}));
+        }
+        if (k > 1) loss = loss * (1.0 / static_cast<double>(k));
+        (scaler_ ? scaler_->scale(loss) : loss).backward();
       }
-      (scaler_ ? scaler_->scale(loss) : loss).backward();
       update_weights();
     });
   }
-  const int64_t n = batch.labels.numel();
-  step_values_.push(graph_loss_, {graph_correct_});
-  pending_.push_back({batch_, pos_.global_step, n});
-  if (step_values_.full()) settle_steps("a step's values");
-  pos_.epoch_seen += n;
-  e.images += n;
-  after_update(batch.wait_seconds);
+  for (int64_t i = 0; i < k; ++i) {
+    const StagedBatch& s = staged_[static_cast<size_t>(i)];
+    step_values_.push(graph_loss_.narrow(0, i, 1), {graph_correct_.narrow(0, i, 1)});
+    pending_.push_back({s.batch, pos_.global_step, s.images});
+    if (step_values_.full()) settle_steps("a step's values");
+    pos_.epoch_seen += s.images;
+    e.images += s.images;
+  }
+  const double wait = staged_.back().wait_seconds;
+  staged_.clear();
+  after_update(wait);
 }
 
 void Trainer::update_weights() {
