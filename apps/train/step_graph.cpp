@@ -32,6 +32,11 @@ StepGraph::StepGraph(Device) {
 
 StepGraph::~StepGraph() = default;
 
+bool same_batch_shapes(const DeviceBatch& a, const DeviceBatch& b) {
+  return a.images.shape() == b.images.shape() && a.images.dtype() == b.images.dtype() &&
+         a.labels.shape() == b.labels.shape() && a.labels.dtype() == b.labels.dtype();
+}
+
 void StepGraph::note_eager_step(Eager why) {
   switch (why) {
     case Eager::warmup:
@@ -57,10 +62,7 @@ std::string StepGraph::summary() const {
 bool StepGraph::accepts(const DeviceBatch& b) const {
 #if STOKE_HAS_CUDA || STOKE_CUDA_EMU
   if (!warmed_up()) return false;
-  if (impl_->inputs.empty()) return true;
-  const DeviceBatch& s = impl_->inputs.front();
-  return s.images.shape() == b.images.shape() && s.images.dtype() == b.images.dtype() &&
-         s.labels.shape() == b.labels.shape() && s.labels.dtype() == b.labels.dtype();
+  return impl_->inputs.empty() || same_batch_shapes(impl_->inputs.front(), b);
 #else
   (void)b;
   return false;

@@ -24,6 +24,9 @@
 
 namespace stoke::train {
 
+// Whether two batches have the same shapes and dtypes: one graph serves both.
+bool same_batch_shapes(const DeviceBatch& a, const DeviceBatch& b);
+
 class StepGraph {
  public:
   // Eager steps before the first capture: the optimizer's and the scaler's state is made, and the

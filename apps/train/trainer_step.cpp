@@ -11,15 +11,6 @@
 
 namespace stoke::train {
 
-namespace {
-
-bool same_batch_shapes(const DeviceBatch& a, const DeviceBatch& b) {
-  return a.images.shape() == b.images.shape() && a.images.dtype() == b.images.dtype() &&
-         a.labels.shape() == b.labels.shape() && a.labels.dtype() == b.labels.dtype();
-}
-
-}  // namespace
-
 void Trainer::train_batch(const data::Batch& batch, int64_t num_batches, EpochStats& e) {
   const DeviceBatch b = [&] {
     const profiler::Range phase("h2d", profiler::Category::phase);
