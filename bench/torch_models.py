@@ -175,17 +175,22 @@ def make_model(name, in_channels=1, num_classes=10, input_size=28):
         return VGG(VGG_CONFIGS[name], in_channels, num_classes, input_size)
     if name == "mobilenetv2":
         return MobileNetV2(in_channels, num_classes)
-    if name in ("efficientnet_b0", "convnext_tiny", "convnext_nano"):
+    if name in ("resnet50", "efficientnet_b0", "convnext_tiny", "convnext_nano"):
         return torchvision_model(name, in_channels, num_classes)
     raise ValueError("no torch twin for model %r" % name)
 
 
 def torchvision_model(name, in_channels, num_classes):
-    """torchvision's own EfficientNet-B0 and ConvNeXt (Debian's python3-torchvision), with the
-    stem convolution rebuilt for `in_channels` (and, for convnext_nano, 2x2: 28x28 inputs); the
-    names do not change, so a stoke checkpoint loads with strict=True."""
+    """torchvision's own ResNet-50, EfficientNet-B0 and ConvNeXt (Debian's python3-torchvision),
+    with the stem convolution rebuilt for `in_channels` (and, for convnext_nano, 2x2: 28x28
+    inputs); the names do not change, so a stoke checkpoint loads with strict=True."""
     import torchvision  # only these models need it
     from torchvision.models.convnext import CNBlockConfig, ConvNeXt
+    if name == "resnet50":
+        m = torchvision.models.resnet50(num_classes=num_classes)
+        if in_channels != 3:
+            m.conv1 = nn.Conv2d(in_channels, 64, 7, 2, 3, bias=False)
+        return m
     if name == "efficientnet_b0":
         m = torchvision.models.efficientnet_b0(num_classes=num_classes)
         m.features[0][0] = nn.Conv2d(in_channels, 32, 3, 2, 1, bias=False)
@@ -222,6 +227,27 @@ def load_fashion(root, train):
 
 _SAFETENSORS_DTYPES = {"F32": np.float32, "F64": np.float64, "I64": np.int64, "I32": np.int32,
                        "U8": np.uint8, "F16": np.float16}
+
+
+def save_safetensors(path, tensors):
+    """A plain safetensors writer: the tensors in order, their data end to end (offsets cover the
+    data section exactly, as the reference library requires)."""
+    names = {np.dtype(v): k for k, v in _SAFETENSORS_DTYPES.items()}
+    header, blobs, offset = {}, [], 0
+    for name, t in tensors.items():
+        a = t.detach().cpu().contiguous().numpy()
+        b = a.tobytes()
+        header[name] = {"dtype": names[a.dtype], "shape": list(a.shape),
+                        "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
 
 
 def load_safetensors(path):

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch peer of bench/train_cpu: trains the twin model for a fixed number of steps on random
-inputs of the same shape and prints one JSON line with images/s.
+inputs of the same shape (--size, --channels, --classes) and prints one JSON line with images/s.
 
     /usr/bin/python3 bench/train_cpu_torch.py --model lenet5 --batch 128 --steps 50 --threads 2
 """
@@ -25,13 +25,17 @@ def main():
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--size", type=int, default=28)
+    ap.add_argument("--channels", type=int, default=1)
+    ap.add_argument("--classes", type=int, default=10)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = make_model(a.model)
+    model = make_model(a.model, in_channels=a.channels, num_classes=a.classes,
+                       input_size=a.size)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x = torch.randn(a.batch, 1, 28, 28)
-    y = torch.randint(0, 10, (a.batch,))
+    x = torch.randn(a.batch, a.channels, a.size, a.size)
+    y = torch.randint(0, a.classes, (a.batch,))
 
     def step():
         loss = F.cross_entropy(model(x), y)

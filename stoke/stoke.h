@@ -53,6 +53,7 @@
 #include "nn/module.h"
 #include "nn/optim/optimizer.h"
 #include "nn/optim/scheduler.h"
+#include "nn/throughput.h"
 #include "ops/creation.h"
 #include "ops/math_mode.h"
 

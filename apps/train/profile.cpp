@@ -1,7 +1,5 @@
 #include "profile.h"
 
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 
 #include "core/profiler.h"
@@ -11,26 +9,15 @@
 namespace stoke::train {
 namespace {
 
-// The best of a few 1024^3 f32 matrix products on `device`, in GFLOP/s: the summary's "% peak"
-// is against what this machine's GEMM reaches, not a datasheet figure.
-double measured_matmul_gflops(Device device) {
+// The peak the summary's "% peak" is against: nn::measured_matmul_gflops at 1024^3.
+double peak_gflops(Device device) {
 #if defined(STOKE_TRAIN_EMU)
   // stoke-train-emu's "GPU" is the CUDA emulator on CPU threads: its rate is no peak of anything,
   // and four 1024^3 products there take minutes. A small product keeps the column's format.
-  const int64_t n = 128;
+  return nn::measured_matmul_gflops(device, 128);
 #else
-  const int64_t n = 1024;
+  return nn::measured_matmul_gflops(device, 1024);
 #endif
-  const Tensor a = randn({n, n}, {.device = device}), b = randn({n, n}, {.device = device});
-  double best = 0;
-  for (int i = 0; i < 4; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const double sync = sum(matmul(a, b)).item();  // item() waits for the device
-    (void)sync;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i > 0) best = std::max(best, 2.0 * n * n * n / s / 1e9);  // the first one warms up
-  }
-  return best;
 }
 
 }  // namespace
@@ -64,7 +51,7 @@ void StepProfiler::report(int64_t global_step) {
   recording_ = false;
   done_ = true;
   profiler::write_chrome_trace(path_);
-  const double peak = measured_matmul_gflops(device_);
+  const double peak = peak_gflops(device_);
   std::printf("profile: wrote %s (open it in ui.perfetto.dev or chrome://tracing)\n",
               path_.c_str());
   std::printf("%s", profiler::summary(25, peak).c_str());

@@ -79,6 +79,38 @@ class ResNet : public Module {
   std::shared_ptr<Linear> fc;
 };
 
+// The bottleneck block of torchvision's ImageNet ResNets (v1.5: the stride on the 3x3 conv):
+// 1x1 conv to `planes`, 3x3 conv, 1x1 conv to 4 planes, each with a batch norm, and the 1x1 conv +
+// batch norm "downsample" shortcut where the shape changes. Names as torchvision's Bottleneck.
+class Bottleneck : public Module {
+ public:
+  static constexpr int64_t kExpansion = 4;
+  Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, Generator* gen);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "Bottleneck"; }
+  std::shared_ptr<Conv2d> conv1, conv2, conv3;
+  std::shared_ptr<BatchNorm2d> bn1, bn2, bn3;
+  std::shared_ptr<Sequential> downsample;  // null for an identity shortcut
+};
+
+// torchvision's ImageNet ResNet with bottleneck blocks: a 7x7 stride-2 stem conv, batch norm,
+// ReLU, a 3x3 stride-2 max-pool, four stages of Bottlenecks at 64/128/256/512 planes (x4 out),
+// global average pool and fc; torchvision's names (conv1, bn1, layer1-4, fc) and initialization.
+//   resnet50: stages of 3/4/6/3 blocks; 25,557,032 parameters with 3 input channels and 1000
+//   classes, torchvision.models.resnet50's state_dict loads strictly. Inputs of at least 32x32
+//   for ImageNet's 224x224 geometry (28x28 works too: the last stage sees 1x1).
+class BottleneckResNet : public Module {
+ public:
+  BottleneckResNet(const std::vector<int64_t>& blocks, ModelOptions options);
+  Tensor forward(const Tensor& x) override;
+  std::string name() const override { return "BottleneckResNet"; }
+  std::shared_ptr<Conv2d> conv1;
+  std::shared_ptr<BatchNorm2d> bn1;
+  std::shared_ptr<MaxPool2d> maxpool;
+  std::vector<std::shared_ptr<Sequential>> layers;  // layer1, ..., layer4
+  std::shared_ptr<Linear> fc;
+};
+
 // ResNet-9 of the DAWNBench / airbench family (Myrtle.ai): prep, layer1 (+res1), layer2, layer3
 // (+res3), global pooling, a bias-free linear layer and the 0.125 output scale. Global average
 // pooling replaces the original 4x4 max-pool so that 28x28 inputs work too.
@@ -155,9 +187,9 @@ class ConvNeXt : public Module {
   std::shared_ptr<Sequential> features, classifier;
 };
 
-// Builds a model by name: lenet5, resnet8, resnet8_pool, resnet20, resnet56, resnet18, resnet8_gn,
-// resnet20_gn, resnet18_gn, resnet9, vgg11, vgg16, mobilenetv2, efficientnet_b0, convnext_tiny,
-// convnext_nano. Unknown names are an error listing the known ones.
+// Builds a model by name: lenet5, resnet8, resnet8_pool, resnet20, resnet56, resnet18, resnet50,
+// resnet8_gn, resnet20_gn, resnet18_gn, resnet9, vgg11, vgg16, mobilenetv2, efficientnet_b0,
+// convnext_tiny, convnext_nano. Unknown names are an error listing the known ones.
 std::shared_ptr<Module> make_model(const std::string& name, ModelOptions options = {});
 std::vector<std::string> model_names();
 

@@ -117,9 +117,9 @@ Tensor MobileNetV2::forward(const Tensor& x) {
 }
 
 std::vector<std::string> model_names() {
-  return {"lenet5",      "resnet8",         "resnet8_pool",  "resnet20",     "resnet56", "resnet18",
-          "resnet8_gn",  "resnet20_gn",     "resnet18_gn",   "resnet9",      "vgg11",    "vgg16",
-          "mobilenetv2", "efficientnet_b0", "convnext_tiny", "convnext_nano"};
+  return {"lenet5",   "resnet8",     "resnet8_pool",    "resnet20",      "resnet56",     "resnet18",
+          "resnet50", "resnet8_gn",  "resnet20_gn",     "resnet18_gn",   "resnet9",      "vgg11",
+          "vgg16",    "mobilenetv2", "efficientnet_b0", "convnext_tiny", "convnext_nano"};
 }
 
 std::shared_ptr<Module> make_model(const std::string& name, ModelOptions o) {
@@ -139,6 +139,8 @@ std::shared_ptr<Module> make_model(const std::string& name, ModelOptions o) {
   if (name == "resnet18")
     return std::make_shared<ResNet>(std::vector<int64_t>{2, 2, 2, 2},
                                     std::vector<int64_t>{64, 128, 256, 512}, o);
+  if (name == "resnet50")
+    return std::make_shared<BottleneckResNet>(std::vector<int64_t>{3, 4, 6, 3}, o);
   const ResNetNorm gn{.group_norm = true};
   if (name == "resnet8_gn")
     return std::make_shared<ResNet>(std::vector<int64_t>{1, 1, 1}, std::vector<int64_t>{16, 32, 64},

@@ -32,6 +32,9 @@ TEST_CASE("models: parameter counts match the published ones", "[nn][models]") {
   CHECK(models::make_model("vgg16", cifar)->num_parameters() == 14728266);
   CHECK(models::make_model("vgg11", cifar)->num_parameters() == 9231114);
   CHECK(models::make_model("resnet9", cifar)->num_parameters() == 6573120);
+  // torchvision's resnet50 (3 channels, 1000 classes).
+  CHECK(models::make_model("resnet50", {.in_channels = 3, .num_classes = 1000})->num_parameters() ==
+        25557032);
   // GroupNorm has BatchNorm's weight and bias and no buffers: the same counts.
   CHECK(models::make_model("resnet20_gn", cifar)->num_parameters() == 272474);
   CHECK(models::make_model("resnet18_gn", cifar)->num_parameters() == 11173962);
@@ -104,8 +107,18 @@ TEST_CASE("models: resnet8_pool is ResNet-8 with a 2x2 max-pool between the stem
   CHECK(max_abs_diff(got, (*plain)(x)) > 1e-3);
 }
 
-TEST_CASE("models: EfficientNet-B0 and ConvNeXt keep torchvision's state_dict keys",
+TEST_CASE("models: ResNet-50, EfficientNet-B0 and ConvNeXt keep torchvision's state_dict keys",
           "[nn][models]") {
+  const auto r50 = keys(models::make_model("resnet50")->state_dict());
+  CHECK(r50.size() == 320);  // as torchvision's resnet50: 161 parameters, 159 buffers
+  CHECK(r50.front() == "conv1.weight");
+  CHECK(has(r50, "bn1.num_batches_tracked"));
+  CHECK(has(r50, "layer1.0.downsample.0.weight"));  // 64 -> 256 planes at stride 1
+  CHECK(has(r50, "layer2.0.downsample.1.running_mean"));
+  CHECK(!has(r50, "layer2.1.downsample.0.weight"));
+  CHECK(has(r50, "layer3.5.conv3.weight"));
+  CHECK(has(r50, "layer4.2.bn3.running_var"));
+  CHECK(r50.back() == "fc.bias");
   const auto b0 = keys(models::make_model("efficientnet_b0")->state_dict());
   CHECK(b0.size() == 360);  // as torchvision's efficientnet_b0
   CHECK(b0.front() == "features.0.0.weight");

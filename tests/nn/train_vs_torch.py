@@ -119,7 +119,6 @@ LAMBDA = 3.0
 SGD = dict(lr=0.05, momentum=0.9, weight_decay=5e-4)
 ADAMW = dict(lr=1e-3, weight_decay=1e-2, eps=1e-8)
 CONV_PATHS = ["WINOGRAD", "DIRECT", "BLOCKED", "THIN"]
-DTYPES = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64", np.dtype(np.int64): "I64"}
 
 # --- ReLU and max-pool with recorded inputs and chosen flips (every twin calls F.relu and
 # F.max_pool2d, nn.ReLU and nn.MaxPool2d included). A flip is ("relu", call, element): the
@@ -193,24 +192,7 @@ def pool_near_ties(x, geometry, delta):
 
 
 
-def save_safetensors(path, tensors):
-    """A plain safetensors writer: the tensors in order, their data end to end (offsets cover the
-    data section exactly, as the reference library requires)."""
-    header, blobs, offset = {}, [], 0
-    for name, t in tensors.items():
-        a = t.detach().cpu().contiguous().numpy()
-        b = a.tobytes()
-        header[name] = {"dtype": DTYPES[a.dtype], "shape": list(a.shape),
-                        "data_offsets": [offset, offset + len(b)]}
-        blobs.append(b)
-        offset += len(b)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * (-len(h) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
+save_safetensors = torch_models.save_safetensors
 
 
 def load(path):
