@@ -10,8 +10,10 @@
 
 namespace stoke::nn {
 
-double measured_matmul_gflops(Device device, int64_t n) {
-  const Tensor a = randn({n, n}, {.device = device}), b = randn({n, n}, {.device = device});
+double measured_matmul_gflops(Device device, int64_t n, DType dtype) {
+  Generator gen(0);  // its own: the default generator's draws (dropout's) stay where they were
+  const Tensor a = randn({n, n}, {.device = device}, &gen).to(dtype),
+               b = randn({n, n}, {.device = device}, &gen).to(dtype);
   double best = 0;
   for (int i = 0; i < 4; ++i) {
     const auto t0 = std::chrono::steady_clock::now();

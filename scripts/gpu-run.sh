@@ -111,8 +111,9 @@ for model in lenet5 resnet8; do
     ips=$(sed -nE 's/.*\(([0-9.]+) img\/s, data wait.*/\1/p' "$log" | tail -1)
     launches=$(sed -nE 's/.*per step: ([0-9.]+) kernel launches.*/\1/p' "$log" | tail -1)
     waits=$(sed -nE 's/.*launches, ([0-9.]+) host waits.*/\1/p' "$log" | tail -1)
+    mfu=$(sed -nE 's/.*\| MFU ([0-9.]+)% .*/\1/p' "$log" | tail -1)
     record "$name" "$status" "$took" \
-      "\"test_acc\":${acc:-null},\"img_per_s\":${ips:-null},\"launches_per_step\":${launches:-null},\"host_waits_per_step\":${waits:-null}"
+      "\"test_acc\":${acc:-null},\"img_per_s\":${ips:-null},\"mfu_pct\":${mfu:-null},\"launches_per_step\":${launches:-null},\"host_waits_per_step\":${waits:-null}"
   done
 done
 

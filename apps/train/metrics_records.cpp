@@ -76,6 +76,10 @@ void log_epoch(MetricsLog& metrics, const EpochRecord& e) {
   r["lr"] = e.lr;
   r["rss_mib"] = e.rss_mib;
   r["peak_rss_mib"] = e.peak_rss_mib;
+  r["flops_per_image"] = e.flops_per_image;
+  r["peak_gflops"] = e.peak_gflops;
+  r["peak_dtype"] = e.peak_dtype;
+  r["mfu"] = e.mfu;
   write(metrics, r);
 }
 

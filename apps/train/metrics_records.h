@@ -34,6 +34,11 @@ struct EpochRecord {
   double test_acc5 = -1;  // top-5, with more than 5 classes (else -1, and not logged)
   double time_s = 0, images_per_s = 0, data_wait_s = 0, data_wait_pct = 0, lr = 0;
   double rss_mib = 0, peak_rss_mib = 0;
+  // Model FLOPs per training image (measure_throughput_basis), the device's measured peak
+  // (GFLOP/s) and the MFU: images/s x FLOPs per image over the job's peak, a fraction.
+  double flops_per_image = 0, peak_gflops = 0;
+  std::string peak_dtype = "f32";  // the peak GEMM's dtype
+  double mfu = 0;
 };
 
 // {"type":"epoch",...}: at the end of each epoch.

@@ -4,24 +4,10 @@
 
 #include "core/profiler.h"
 #include "metrics_records.h"
+#include "setup.h"
 #include "stoke/stoke.h"
 
 namespace stoke::train {
-namespace {
-
-// The peak the summary's "% peak" is against: nn::measured_matmul_gflops at 1024^3.
-double peak_gflops(Device device) {
-#if defined(STOKE_TRAIN_EMU)
-  // stoke-train-emu's "GPU" is the CUDA emulator on CPU threads: its rate is no peak of anything,
-  // and four 1024^3 products there take minutes. A small product keeps the column's format.
-  return nn::measured_matmul_gflops(device, 128);
-#else
-  return nn::measured_matmul_gflops(device, 1024);
-#endif
-}
-
-}  // namespace
-
 StepProfiler::StepProfiler(const Flags& f, bool root, Device device, MetricsLog& metrics)
     : path_(f.profile),
       begin_(f.profile_begin),
@@ -51,7 +37,7 @@ void StepProfiler::report(int64_t global_step) {
   recording_ = false;
   done_ = true;
   profiler::write_chrome_trace(path_);
-  const double peak = peak_gflops(device_);
+  const double peak = device_peak_gflops(device_);
   std::printf("profile: wrote %s (open it in ui.perfetto.dev or chrome://tracing)\n",
               path_.c_str());
   std::printf("%s", profiler::summary(25, peak).c_str());

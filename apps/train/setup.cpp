@@ -223,6 +223,32 @@ std::unique_ptr<nn::optim::LRScheduler> make_scheduler(const Flags& f, nn::optim
   return s;
 }
 
+ThroughputBasis measure_throughput_basis(const Flags& f, const Data& data, Device device) {
+  Generator gen(0);  // not the run's generators
+  auto twin = nn::models::make_model(f.model, {.in_channels = data.first.channels,
+                                               .num_classes = data.train_set->num_classes(),
+                                               .input_size = data.first.height,
+                                               .generator = &gen});
+  twin->eval();
+  const Tensor x = zeros({1, data.first.channels, data.first.height, data.first.width});
+  ThroughputBasis b;
+  b.flops_per_image = nn::training_flops([&] { sum(twin->forward(x)).backward(); });
+  // A mixed-precision run on a GPU is held to the tensor cores' peak in its dtype; on the CPU,
+  // autocast's convolutions and products accumulate in f32 kernels, so f32's.
+  if (device.is_cuda() && !f.amp.empty()) b.peak_dtype = f.amp == "fp16" ? DType::f16 : DType::bf16;
+  b.peak_gflops = device_peak_gflops(device, b.peak_dtype);
+  return b;
+}
+
+double device_peak_gflops(Device device, DType dtype) {
+#if defined(STOKE_TRAIN_EMU)
+  (void)dtype;
+  return nn::measured_matmul_gflops(device, 128);
+#else
+  return nn::measured_matmul_gflops(device, 1024, dtype);
+#endif
+}
+
 void print_model_line(const Flags& f, const nn::Module& model, Device device) {
   std::printf(
       "model: %s, %lld parameters on %s | %s%s lr %g, batch %lld x %lld accum, %lld epochs, %d "

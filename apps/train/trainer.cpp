@@ -85,10 +85,12 @@ void print_epoch_line(const EpochRecord& r, int64_t epochs, double eval_seconds)
   if (r.test_acc5 >= 0) std::snprintf(top5, sizeof top5, " (top-5 %.2f%%)", r.test_acc5);
   std::printf(
       "epoch %lld/%lld: train loss %.4f acc %.2f%% | test loss %.4f acc %.2f%%%s | %.1f s "
-      "(%.0f img/s, data wait %.1f%%), eval %.1f s, rss %.0f MiB (peak %.0f)\n",
+      "(%.0f img/s, data wait %.1f%%), eval %.1f s, rss %.0f MiB (peak %.0f) | MFU %.1f%% "
+      "(%.3g GFLOP/img, peak %.0f GFLOP/s %s)\n",
       static_cast<long long>(r.epoch), static_cast<long long>(epochs), r.train_loss, r.train_acc,
       r.test_loss, r.test_acc, top5, r.time_s, r.images_per_s, r.data_wait_pct, eval_seconds,
-      r.rss_mib, r.peak_rss_mib);
+      r.rss_mib, r.peak_rss_mib, 100 * r.mfu, r.flops_per_image / 1e9, r.peak_gflops,
+      r.peak_dtype.c_str());
   std::fflush(stdout);
 }
 
@@ -113,6 +115,7 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
       best_path_(in_checkpoint_dir(f_, "best.safetensors")),
       kill_at_step_(kill_at_step_from_env(dist_.rank)),
       profiler_(f_, dist_.root(), device_, metrics_),
+      throughput_(measure_throughput_basis(f_, data_, device_)),
       amp_(amp_dtype(f_)),
       finish_{.normalize = data_.normalize,
               .dtype = amp_.value_or(DType::f32),
@@ -375,7 +378,14 @@ bool Trainer::end_epoch(const EpochStats& e) {
                            .data_wait_pct = 100.0 * per_second(e.data_wait, e.seconds),
                            .lr = opt_->lr(),
                            .rss_mib = rss.current,
-                           .peak_rss_mib = rss.peak};
+                           .peak_rss_mib = rss.peak,
+                           .flops_per_image = throughput_.flops_per_image,
+                           .peak_gflops = throughput_.peak_gflops,
+                           .peak_dtype = dtype_name(throughput_.peak_dtype),
+                           // the job's images over the job's peak (each rank's device measured
+                           // alike)
+                           .mfu = per_second(images, e.seconds) * throughput_.flops_per_image /
+                                  std::max(throughput_.peak_gflops * 1e9 * dist_.size, 1.0)};
   print_epoch_line(record, f_.epochs, eval_seconds);
   if (zero_) {
     const dist::ZeroMemoryReport m = zero_->memory_report();

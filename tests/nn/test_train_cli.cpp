@@ -59,11 +59,10 @@ TEST_CASE("stoke-train: a diverging run stops at the first non-finite loss", "[n
       dir.string());
   INFO(r.output);
   CHECK(r.exit_code == 1);
-  CHECK_THAT(
-      r.output,
-      (Catch::Contains("the training loss is nan") || Catch::Contains("the training loss is inf") ||
-       Catch::Contains("the training loss is -inf")) &&
-          Catch::Contains("the last finite loss was") && Catch::Contains("step "));
+  CHECK_THAT(r.output, (Catch::Contains("the training loss is nan") ||
+                        Catch::Contains("the training loss is inf") ||
+                        Catch::Contains("the training loss is -inf")) &&
+                           Catch::Contains("the last finite loss was") && Catch::Contains("step "));
   // At lr 1e6 the first step's update already explodes the weights (the next loss is ~1e24): no
   // checkpoint of this run is good, so none is written and none is named (the last one written,
   // whose weights gave the nan, used to be named; test_train_resume.cpp resumes from a good one).
@@ -544,6 +543,31 @@ TEST_CASE("stoke-train: the epoch's RSS peak is never below its current RSS", "[
   const auto rs = records(m);
   REQUIRE(rs.size() == 1);
   CHECK(rs[0]["rss_mib"].get<double>() <= rs[0]["peak_rss_mib"].get<double>());
+}
+
+TEST_CASE("stoke-train: the epoch line and record give the model's FLOPs per image and the MFU",
+          "[nn][train]") {
+  const TempDir tmp("stoke-mfu");
+  const fs::path m = tmp.path / "m.jsonl";
+  const Run r = run_train(kQuick + " --metrics " + m.string());
+  REQUIRE(r.exit_code == 0);
+  const auto rs = records(m);
+  REQUIRE(rs.size() == 1);
+  // LeNet-5 on 1x28x28, closed form (2 FLOPs per multiply-add): forward conv1 28*28*6*25,
+  // conv2 10*10*16*6*25, fc 400*120 + 120*84 + 84*10 multiply-adds; backward twice that, less
+  // conv1's input gradient (the image needs none).
+  const double conv1 = 2.0 * 28 * 28 * 6 * 25, conv2 = 2.0 * 10 * 10 * 16 * 6 * 25,
+               fc = 2.0 * (400 * 120 + 120 * 84 + 84 * 10);
+  CHECK(rs[0]["flops_per_image"].get<double>() == 3 * (conv1 + conv2 + fc) - conv1);
+  const double peak = rs[0]["peak_gflops"].get<double>();
+  CHECK(peak > 0);
+  CHECK(rs[0]["peak_dtype"].get<std::string>() == "f32");
+  // The MFU is images/s x FLOPs over the peak (one process): the same three doubles, rounded
+  // once more by the division and by JSON's 17 digits.
+  const double want =
+      rs[0]["images_per_s"].get<double>() * rs[0]["flops_per_image"].get<double>() / (peak * 1e9);
+  CHECK(rs[0]["mfu"].get<double>() == Approx(want).epsilon(1e-12));
+  CHECK_THAT(r.output, Catch::Contains("| MFU ") && Catch::Contains("(0.00226 GFLOP/img, peak "));
 }
 
 TEST_CASE("stoke-train: with more than 5 classes the test also reports top-5 accuracy",
