@@ -119,6 +119,66 @@ TEST_CASE("stoke-train --device cuda trains LeNet-5 in emu to the CPU's losses",
   fs::remove_all(dir);
 }
 
+TEST_CASE(
+    "stoke-train --device cuda --amp fp16|bf16 trains LeNet-5 in emu to CPU autocast's losses",
+    "[train_cuda_cli][amp]") {
+#if defined(__SANITIZE_THREAD__)
+  WARN("skipped under ThreadSanitizer (minutes there; the kernels have their own tests)");
+  return;
+#endif
+  const fs::path data = fashion_mnist();
+  if (data.empty()) return;
+  const std::string amp = GENERATE(std::string("fp16"), std::string("bf16"));
+  INFO("--amp " << amp);
+  const fs::path dir = fresh_dir("stoke-train-emu-amp-" + amp);
+  const std::string common =
+      " --model lenet5 --epochs 1 --limit-train 24 --limit-test 8 --batch 8 --lr 0.05 "
+      "--seed 7 --log-every 1 --no-progress --workers 2 --amp " +
+      amp;
+  const Run cpu =
+      run(std::string(STOKE_TRAIN_EXE) + common + " --metrics " + (dir / "cpu.jsonl").string());
+  INFO(cpu.output);
+  REQUIRE(cpu.exit_code == 0);
+  const Run emu = run("STOKE_EMU_STREAMS=deferred " + std::string(STOKE_TRAIN_EMU_EXE) + common +
+                      " --device cuda --metrics " + (dir / "cuda.jsonl").string());
+  INFO(emu.output);
+  REQUIRE(emu.exit_code == 0);
+
+  // The bound. Both devices cast the same f32 values to the same half values, and each conv and
+  // linear layer sums in f32 in its own order (within 70u of each other, u = 2^-24: the fp32 case
+  // above) and rounds its output to the half format (unit roundoff u_h: 2^-11 f16, 2^-8 bf16). So
+  // an output differs only where the two f32 sums straddle a rounding boundary, with probability
+  // p = 70u / 2u_h per element, and then by one half ulp (2u_h relative). A rounded tensor of n
+  // elements has s <= np + 3 sqrt(np) + 3 straddles (a Chernoff margin for small counts), so a
+  // relative norm error 2u_h sqrt(s / n), largest for LeNet's smallest (fc3's 8 x 10 outputs):
+  // <= 0.5 u_h. Fifteen rounded tensors per step (5 layers' outputs, input and weight
+  // gradients), three steps, first-order errors adding: losses within 3 * 15 * 0.5 u_h = 22.5 u_h
+  // relative of max(1, |loss|) (f16 0.011, bf16 0.088).
+  const double u_h = amp == "fp16" ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
+  const double tol = 22.5 * u_h;
+  const auto want = metric(dir / "cpu.jsonl", "step", "loss");
+  const auto got = metric(dir / "cuda.jsonl", "step", "loss");
+  REQUIRE(want.size() == 3);  // 24 images, batches of 8
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("step " << i + 1 << ": cuda " << got[i] << ", cpu " << want[i]);
+    CHECK(std::isfinite(got[i]));
+    CHECK(std::abs(got[i] - want[i]) <= tol * std::max(1.0, std::abs(want[i])));
+  }
+  CHECK(want.front() != want.back());  // it trained
+  // The GradScaler's decisions agree (fp16): the same scale after every step, none skipped here.
+  const auto want_scale = metric(dir / "cpu.jsonl", "step", "loss_scale");
+  const auto got_scale = metric(dir / "cuda.jsonl", "step", "loss_scale");
+  CHECK(got_scale == want_scale);
+  CHECK(want_scale.size() == (amp == "fp16" ? 3u : 0u));
+  const auto want_test = metric(dir / "cpu.jsonl", "epoch", "test_loss");
+  const auto got_test = metric(dir / "cuda.jsonl", "epoch", "test_loss");
+  REQUIRE(want_test.size() == 1);
+  REQUIRE(got_test.size() == 1);
+  CHECK(std::abs(got_test[0] - want_test[0]) <= tol * std::max(1.0, std::abs(want_test[0])));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("stoke-train --device cuda trains a 512-image LeNet-5 epoch in emu's fiber mode",
           "[train_cuda_cli][epoch]") {
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
