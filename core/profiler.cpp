@@ -69,6 +69,7 @@ Registry& registry() {
 thread_local std::shared_ptr<ThreadBuffer> t_buffer;
 thread_local std::string t_name;
 thread_local double t_next_flops = 0;
+thread_local double t_next_bus_bytes = 0;
 // Per open step range of this thread: the device activity and allocations when it opened.
 thread_local std::vector<std::pair<DeviceActivity, size_t>> t_step_marks;
 
@@ -137,22 +138,25 @@ std::string json_escape(const char* s) {
 }  // namespace
 
 const char* category_name(Category c) {
-  static constexpr const char* names[] = {"op",   "backward", "phase", "step", "copy",
-                                          "comm", "data",     "pool",  "user", "device"};
+  static constexpr const char* names[] = {"op",   "backward", "phase",      "step",
+                                          "copy", "comm",     "collective", "data",
+                                          "pool", "user",     "device"};
   static_assert(std::size(names) == enum_count(Category::device));
   return enum_name(c, names, "?");
 }
 
 void detail::begin(const char* name, Category category) {
   ThreadBuffer& b = buffer();
-  const double flops = t_next_flops;
+  const double flops = t_next_flops, bus_bytes = t_next_bus_bytes;
   t_next_flops = 0;
+  t_next_bus_bytes = 0;
   const int64_t t = clock_ns();
   if (category == Category::step)
     t_step_marks.emplace_back(device_activity(), device_system_allocs());
   std::lock_guard<std::mutex> lock(b.mutex);
   b.open.push_back(b.events.size());
-  b.events.push_back({name, category, t, -1, flops, static_cast<int>(b.open.size()) - 1, b.tid});
+  b.events.push_back(
+      {name, category, t, -1, flops, static_cast<int>(b.open.size()) - 1, b.tid, bus_bytes});
 }
 
 const char* detail::intern(const std::string& name) {
@@ -214,6 +218,10 @@ void detail::end() {
 
 void detail::set_next_flops(double flops) {
   t_next_flops = flops;
+}
+
+void detail::set_next_bus_bytes(double bytes) {
+  t_next_bus_bytes = bytes;
 }
 
 void set_thread_name(const std::string& name) {
@@ -349,6 +357,10 @@ std::string chrome_trace_json() {
       std::snprintf(ts, sizeof ts, "%.3f", static_cast<double>(e.begin_ns) / 1e3);
       std::string args;
       if (e.flops > 0) args = ::stoke::detail::str_cat(",\"args\":{\"flops\":", e.flops, "}");
+      if (e.bus_bytes > 0 && e.end_ns > e.begin_ns)  // bytes per ns: GB/s
+        args = ::stoke::detail::str_cat(
+            ",\"args\":{\"bus_bytes\":", e.bus_bytes,
+            ",\"busbw_GBps\":", e.bus_bytes / static_cast<double>(e.end_ns - e.begin_ns), "}");
       emit(::stoke::detail::str_cat("{\"ph\":\"B\",\"pid\":1,\"tid\":", t.tid, ",\"ts\":", ts,
                                     ",\"name\":\"", json_escape(e.name), "\",\"cat\":\"",
                                     category_name(e.category), "\"", args, "}"));
@@ -409,7 +421,40 @@ std::vector<OpStat> op_stats() {
 
 StepBreakdown step_breakdown() {
   StepBreakdown out;
-  for (const ThreadEvents& t : snapshot()) {
+  const std::vector<ThreadEvents> threads = snapshot();
+  // Communication: the steps' intervals (every thread's, merged), and each thread's own.
+  std::vector<std::pair<int64_t, int64_t>> all_steps;
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> own_steps(threads.size());
+  for (size_t i = 0; i < threads.size(); ++i)
+    for (const Event& e : threads[i].events)
+      if (e.category == Category::step && e.end_ns >= 0) {
+        all_steps.emplace_back(e.begin_ns, e.end_ns);
+        own_steps[i].emplace_back(e.begin_ns, e.end_ns);
+      }
+  std::sort(all_steps.begin(), all_steps.end());
+  std::vector<std::pair<int64_t, int64_t>> merged;
+  for (const auto& s : all_steps)
+    if (!merged.empty() && s.first <= merged.back().second)
+      merged.back().second = std::max(merged.back().second, s.second);
+    else
+      merged.push_back(s);
+  auto overlap_ms = [](const std::vector<std::pair<int64_t, int64_t>>& steps, const Event& e) {
+    int64_t ns = 0;
+    for (const auto& [b, en] : steps)
+      ns += std::max<int64_t>(0, std::min(en, e.end_ns) - std::max(b, e.begin_ns));
+    return static_cast<double>(ns) / 1e6;
+  };
+  auto is_comm = [](const Event* e) {
+    return e && (e->category == Category::comm || e->category == Category::collective);
+  };
+  for (size_t i = 0; i < threads.size(); ++i) {
+    walk(threads[i].events, [&](const Event& e, const Event* parent) {
+      if (!is_comm(&e) || is_comm(parent)) return;  // the outermost communication ranges
+      if (e.category == Category::collective) out.comm_ms += overlap_ms(merged, e);
+      out.exposed_comm_ms += overlap_ms(own_steps[i], e);
+    });
+  }
+  for (const ThreadEvents& t : threads) {
     walk(t.events, [&](const Event& e, const Event* parent) {
       const double ms = static_cast<double>(e.end_ns - e.begin_ns) / 1e6;
       if (e.category == Category::step) {
@@ -462,6 +507,11 @@ std::string summary(int top, double peak_gflops) {
     };
     for (const auto& [name, ms] : steps.phases) row(name, ms);
     row("(other)", steps.other_ms);
+    if (steps.comm_ms > 0 || steps.exposed_comm_ms > 0) {
+      out += "  communication (beside the phases above, overlapping them):\n";
+      row("collectives", steps.comm_ms);
+      row("exposed (waited for)", steps.exposed_comm_ms);
+    }
     std::snprintf(line, sizeof line,
                   "  per step: %.1f kernel launches, %.2f host waits on the device (%.2f more "
                   "expected: metric reads, checkpoints), %.2f device allocations\n",

@@ -25,16 +25,18 @@ namespace stoke::profiler {
 
 // What a range is; the summary groups by it and the trace colours by it.
 enum class Category : uint8_t {
-  op,        // an ops:: backend call (forward kernels, also those run by a backward)
-  backward,  // an autograd node's backward
-  phase,     // a part of a training step: data wait, h2d, forward, backward, comm, optimizer
-  step,      // one training step (the phases' parent)
-  copy,      // host <-> device copies
-  comm,      // waiting for communication
-  data,      // the data loader's work
-  pool,      // a thread-pool task
-  user,      // anything else
-  device,    // an op's time on a device (CUDA events), on the device's own track
+  op,          // an ops:: backend call (forward kernels, also those run by a backward)
+  backward,    // an autograd node's backward
+  phase,       // a part of a training step: data wait, h2d, forward, backward, comm, optimizer
+  step,        // one training step (the phases' parent)
+  copy,        // host <-> device copies
+  comm,        // waiting for communication (dist::Work::wait)
+  collective,  // a collective's run (allreduce, reduce_scatter, ...) on the thread that ran it,
+               // with its bus bytes (next_range_bus_bytes)
+  data,        // the data loader's work
+  pool,        // a thread-pool task
+  user,        // anything else
+  device,      // an op's time on a device (CUDA events), on the device's own track
 };
 const char* category_name(Category c);
 
@@ -67,6 +69,7 @@ void begin(const char* name, Category category);
 void begin_interned(const std::string& name, Category category);
 void end();
 void set_next_flops(double flops);
+void set_next_bus_bytes(double bytes);
 }  // namespace detail
 
 // Whether ranges are being recorded.
@@ -100,6 +103,14 @@ inline void next_range_flops(double flops) {
   if (enabled()) detail::set_next_flops(flops);
 }
 
+// The next range opened on this thread is a collective that moved `bytes` by nccl-tests' bus
+// accounting (allreduce 2 (n-1)/n of the buffer, reduce_scatter and allgather (n-1)/n of the whole
+// buffer, broadcast all of it): its bytes / time is the bus bandwidth, comparable across algorithms
+// and rank counts. The trace shows both.
+inline void next_range_bus_bytes(double bytes) {
+  if (enabled()) detail::set_next_bus_bytes(bytes);
+}
+
 // The name of this thread's track ("training", "loader worker 2", "pool worker 1"). Cheap when
 // the profiler is off: kept for when this thread first records.
 void set_thread_name(const std::string& name);
@@ -123,6 +134,7 @@ struct Event {
   double flops;              // 0: not said
   int depth;                 // nesting depth on its thread, 0 outermost
   int tid;                   // the thread's track
+  double bus_bytes = 0;      // a collective's (next_range_bus_bytes); 0: not said
 };
 // Every recorded range, each thread's in the order opened. Safe while other threads record.
 std::vector<Event> events();
@@ -156,6 +168,11 @@ struct StepBreakdown {
   // ranges): host waits on the device outside and inside ExpectedSync scopes, kernel launches
   // (STOKE_LAUNCH), and device allocations that reached cudaMalloc (core/sync_debug.h).
   int64_t syncs = 0, expected_syncs = 0, launches = 0, device_allocs = 0;
+  // Communication, summed over the steps: the collectives' time within the steps (the outermost
+  // Category::collective ranges of any thread, clipped to the steps), and the part the steps
+  // waited for (comm waits and collectives on a step's own thread, inside the step): what the
+  // overlap with computation did not hide.
+  double comm_ms = 0, exposed_comm_ms = 0;
 };
 StepBreakdown step_breakdown();
 

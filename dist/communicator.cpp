@@ -35,14 +35,36 @@ Communicator::~Communicator() {
   stop_worker();
 }
 
-Communicator::Scope::Scope(Communicator& comm, const char* name)
+double bus_bytes(BusPattern pattern, const Tensor& whole, int ranks) {
+  if (!whole.defined() || ranks < 1) return 0;
+  const double bytes =
+      static_cast<double>(whole.numel()) * static_cast<double>(whole.element_size());
+  const double spread = static_cast<double>(ranks - 1) / ranks;
+  switch (pattern) {
+    case BusPattern::allreduce:
+      return 2 * spread * bytes;
+    case BusPattern::sharded:
+      return spread * bytes;
+    case BusPattern::broadcast:
+      return bytes;
+  }
+  return 0;
+}
+
+Communicator::Scope::Scope(Communicator& comm, const char* name, double bus_bytes)
     : comm_(comm), saved_label_(comm.label_), seq_(comm.next_seq_++) {
   comm_.label_ = detail::str_cat(name, " #", seq_);
+  if (comm_.scope_depth_ == 0 && profiler::enabled()) {
+    profiler::next_range_bus_bytes(bus_bytes);
+    profiler::detail::begin(name, profiler::Category::collective);
+    profiled_ = true;
+  }
   ++comm_.scope_depth_;
   comm_.on_collective_start(seq_);
 }
 
 Communicator::Scope::~Scope() {
+  if (profiled_) profiler::detail::end();
   --comm_.scope_depth_;
   comm_.label_ = std::move(saved_label_);
 }
@@ -229,7 +251,7 @@ void Communicator::do_sendrecv(const Tensor& out, int dst, Tensor& in, int src, 
 
 void Communicator::allreduce(Tensor& t, ReduceOp op) {
   run_in_order([&] {
-    Scope scope(*this, "allreduce");
+    Scope scope(*this, "allreduce", bus_bytes(BusPattern::allreduce, t, size()));
     check_tensor(t, label_, "the tensor");
     do_allreduce(t, op);
   });
@@ -237,7 +259,7 @@ void Communicator::allreduce(Tensor& t, ReduceOp op) {
 
 void Communicator::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp op) {
   run_in_order([&] {
-    Scope scope(*this, "reduce_scatter");
+    Scope scope(*this, "reduce_scatter", bus_bytes(BusPattern::sharded, input, size()));
     check_sharded(*this, input, output, true);
     do_reduce_scatter(input, output, op);
   });
@@ -245,7 +267,7 @@ void Communicator::reduce_scatter(const Tensor& input, Tensor& output, ReduceOp 
 
 void Communicator::allgather(const Tensor& input, Tensor& output) {
   run_in_order([&] {
-    Scope scope(*this, "allgather");
+    Scope scope(*this, "allgather", bus_bytes(BusPattern::sharded, output, size()));
     check_sharded(*this, input, output, false);
     do_allgather(input, output);
   });
@@ -253,7 +275,7 @@ void Communicator::allgather(const Tensor& input, Tensor& output) {
 
 void Communicator::broadcast(Tensor& t, int root) {
   run_in_order([&] {
-    Scope scope(*this, "broadcast");
+    Scope scope(*this, "broadcast", bus_bytes(BusPattern::broadcast, t, size()));
     check_tensor(t, label_, "the tensor");
     check_peer(*this, root, "root");
     do_broadcast(t, root);

@@ -23,6 +23,12 @@ namespace stoke::dist {
 enum class ReduceOp { sum, avg, max };
 const char* reduce_op_name(ReduceOp op);
 
+// A collective's bus bytes, as nccl-tests counts them (its bus bandwidth is these over the time):
+// allreduce moves 2 (n - 1) / n of the buffer, reduce_scatter and allgather (n - 1) / n of the
+// whole buffer (the reduce_scatter's input, the allgather's output), broadcast all of it.
+enum class BusPattern { allreduce, sharded, broadcast };
+double bus_bytes(BusPattern pattern, const Tensor& whole, int ranks);
+
 struct AllreduceModel;  // dist/tuner.h: the calibrated cost model, cached per communicator
 
 // A pending non-blocking send or receive (Communicator::isend/irecv). Communicator::wait completes
@@ -147,7 +153,10 @@ class Communicator {
   // it in the errors this communicator throws until the returned scope ends.
   class Scope {
    public:
-    Scope(Communicator& comm, const char* name);
+    // The outermost scope of a collective is also a profiler range (Category::collective) named
+    // `name` (a string literal), with `bus_bytes` (bus_bytes(): nccl-tests' accounting) for the
+    // trace's bus bandwidth.
+    Scope(Communicator& comm, const char* name, double bus_bytes = 0);
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
@@ -157,6 +166,7 @@ class Communicator {
     Communicator& comm_;
     std::string saved_label_;
     int64_t seq_;
+    bool profiled_ = false;
   };
   // "allreduce #12" inside a collective, else the point-to-point call's name ("recv").
   const std::string& op_label() const { return label_; }

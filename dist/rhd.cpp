@@ -146,7 +146,8 @@ std::vector<int64_t> rank_blocks(int ranks, int64_t block) {
 
 void rhd_allreduce(Communicator& comm, Tensor& t, ReduceOp op, const CollectiveOptions& options) {
   comm.run_in_order([&] {
-    Communicator::Scope scope(comm, "rhd_allreduce");
+    Communicator::Scope scope(comm, "rhd_allreduce",
+                              bus_bytes(BusPattern::allreduce, t, comm.size()));
     internal::check_contiguous(t, comm.op_label(), "the tensor");
     internal::check_reducible(t, comm.op_label());
     const int n = comm.size();
@@ -165,7 +166,8 @@ void rhd_allreduce(Communicator& comm, Tensor& t, ReduceOp op, const CollectiveO
 void rhd_reduce_scatter(Communicator& comm, const Tensor& input, Tensor& output, ReduceOp op,
                         const CollectiveOptions& options) {
   comm.run_in_order([&] {
-    Communicator::Scope scope(comm, "rhd_reduce_scatter");
+    Communicator::Scope scope(comm, "rhd_reduce_scatter",
+                              bus_bytes(BusPattern::sharded, input, comm.size()));
     const std::string& label = comm.op_label();
     internal::check_sharded(comm, input, output, true);
     const int n = comm.size(), r = comm.rank();
@@ -190,7 +192,8 @@ void rhd_reduce_scatter(Communicator& comm, const Tensor& input, Tensor& output,
 void rhd_allgather(Communicator& comm, const Tensor& input, Tensor& output,
                    const CollectiveOptions& options) {
   comm.run_in_order([&] {
-    Communicator::Scope scope(comm, "rhd_allgather");
+    Communicator::Scope scope(comm, "rhd_allgather",
+                              bus_bytes(BusPattern::sharded, output, comm.size()));
     internal::check_sharded(comm, input, output, false);
     const int n = comm.size(), r = comm.rank();
     Tensor flat = output.view({output.numel()});

@@ -89,7 +89,8 @@ RingChunk ring_chunk(int64_t numel, int ranks, int chunk) {
 
 void ring_allreduce(Communicator& comm, Tensor& t, ReduceOp op, const RingOptions& options) {
   comm.run_in_order([&] {
-    Communicator::Scope scope(comm, "ring_allreduce");
+    Communicator::Scope scope(comm, "ring_allreduce",
+                              bus_bytes(BusPattern::allreduce, t, comm.size()));
     internal::check_contiguous(t, comm.op_label(), "the tensor");
     internal::check_reducible(t, comm.op_label());
     const int n = comm.size();
@@ -104,7 +105,8 @@ void ring_allreduce(Communicator& comm, Tensor& t, ReduceOp op, const RingOption
 void ring_reduce_scatter(Communicator& comm, const Tensor& input, Tensor& output, ReduceOp op,
                          const RingOptions& options) {
   comm.run_in_order([&] {
-    Communicator::Scope scope(comm, "ring_reduce_scatter");
+    Communicator::Scope scope(comm, "ring_reduce_scatter",
+                              bus_bytes(BusPattern::sharded, input, comm.size()));
     const std::string& label = comm.op_label();
     internal::check_sharded(comm, input, output, true);
     const int n = comm.size();
@@ -124,7 +126,8 @@ void ring_reduce_scatter(Communicator& comm, const Tensor& input, Tensor& output
 void ring_allgather(Communicator& comm, const Tensor& input, Tensor& output,
                     const RingOptions& options) {
   comm.run_in_order([&] {
-    Communicator::Scope scope(comm, "ring_allgather");
+    Communicator::Scope scope(comm, "ring_allgather",
+                              bus_bytes(BusPattern::sharded, output, comm.size()));
     internal::check_sharded(comm, input, output, false);
     const int n = comm.size();
     Tensor flat = output.view({output.numel()});

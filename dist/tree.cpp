@@ -218,7 +218,8 @@ TreeLinks binomial_tree(int ranks, int rank) {
 
 void tree_allreduce(Communicator& comm, Tensor& t, ReduceOp op, const CollectiveOptions& options) {
   comm.run_in_order([&] {
-    Communicator::Scope scope(comm, "tree_allreduce");
+    Communicator::Scope scope(comm, "tree_allreduce",
+                              bus_bytes(BusPattern::allreduce, t, comm.size()));
     internal::check_contiguous(t, comm.op_label(), "the tensor");
     internal::check_reducible(t, comm.op_label());
     if (comm.size() == 1) return;  // nothing to reduce, nothing to divide (avg over one rank)

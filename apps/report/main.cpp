@@ -225,6 +225,15 @@ int main(int argc, char** argv) {
     body << stacked_bar(
         "Step breakdown (ms per step, " + std::to_string(profiled_steps) + " profiled steps)",
         phases);
+  if (m.comm_ms && m.exposed_comm_ms && std::isfinite(*m.comm_ms) &&
+      std::isfinite(*m.exposed_comm_ms)) {
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "<p>Communication per step: collectives %.3f ms, of which the step waited for "
+                  "%.3f ms (the rest overlapped the computation).</p>\n",
+                  *m.comm_ms, *m.exposed_comm_ms);
+    body << text;
+  }
   nlohmann::json series = {{"step_loss", points_json(step_loss)},
                            {"eval_loss", points_json(eval_loss)},
                            {"eval_acc", points_json(eval_acc)},

@@ -75,6 +75,8 @@ void read_record(const Line& line, MetricsSeries& out) {
       line.fail(std::string("\"phase_ms\" is a JSON ") + phases->type_name() +
                 ", expected an object of numbers");
     out.phases.clear();
+    out.comm_ms = line.number_at("comm_ms");
+    out.exposed_comm_ms = line.number_at("exposed_comm_ms");
     out.profiled_steps = steps && *steps >= 0 && *steps < 1e15 ? static_cast<int64_t>(*steps) : 0;
     for (const auto& [name, ms] : phases->items()) {
       if (ms.is_null()) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -23,6 +24,9 @@ struct MetricsSeries {
   // The last profile record's step breakdown (ms per step, in the order written) and its steps.
   std::vector<std::pair<std::string, double>> phases;
   int64_t profiled_steps = 0;
+  // Its communication per step (ms): the collectives' time and the part the step waited for;
+  // both absent (nullopt) when no collective ran in a profiled step.
+  std::optional<double> comm_ms, exposed_comm_ms;
   int64_t missing = 0;  // values that were null or absent: no point drawn for them
 };
 

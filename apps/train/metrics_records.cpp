@@ -44,7 +44,8 @@ void log_eval(MetricsLog& metrics, int64_t step, double test_loss, double test_a
 }
 
 void log_profile(MetricsLog& metrics, int64_t step, int64_t steps, double step_ms,
-                 const std::vector<std::pair<std::string, double>>& phase_ms, double other_ms) {
+                 const std::vector<std::pair<std::string, double>>& phase_ms, double other_ms,
+                 double comm_ms, double exposed_comm_ms) {
   if (!metrics.is_open()) return;
   Record r;
   r["type"] = "profile";
@@ -55,6 +56,10 @@ void log_profile(MetricsLog& metrics, int64_t step, int64_t steps, double step_m
   for (const auto& [name, ms] : phase_ms) phases[name] = ms;
   phases["(other)"] = other_ms;
   r["phase_ms"] = phases;
+  if (comm_ms > 0 || exposed_comm_ms > 0) {
+    r["comm_ms"] = comm_ms;
+    r["exposed_comm_ms"] = exposed_comm_ms;
+  }
   write(metrics, r);
 }
 

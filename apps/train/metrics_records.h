@@ -46,7 +46,10 @@ void log_epoch(MetricsLog& metrics, const EpochRecord& r);
 
 // {"type":"profile",...}: stoke-train --profile's step breakdown (ms per step of each phase) at the
 // step where the profile ended, for stoke-report's stacked bar.
+// comm_ms, exposed_comm_ms: the collectives' time and the part the step waited for, per step
+// (profiler::StepBreakdown), written when a collective ran.
 void log_profile(MetricsLog& metrics, int64_t step, int64_t steps, double step_ms,
-                 const std::vector<std::pair<std::string, double>>& phase_ms, double other_ms);
+                 const std::vector<std::pair<std::string, double>>& phase_ms, double other_ms,
+                 double comm_ms = 0, double exposed_comm_ms = 0);
 
 }  // namespace stoke::train

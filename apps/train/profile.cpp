@@ -49,7 +49,8 @@ void StepProfiler::report(int64_t global_step) {
     const double n = static_cast<double>(b.steps);
     std::vector<std::pair<std::string, double>> per_step;
     for (const auto& [name, ms] : b.phases) per_step.emplace_back(name, ms / n);
-    log_profile(metrics_, global_step, b.steps, b.step_ms / n, per_step, b.other_ms / n);
+    log_profile(metrics_, global_step, b.steps, b.step_ms / n, per_step, b.other_ms / n,
+                b.comm_ms / n, b.exposed_comm_ms / n);
   }
 }
 

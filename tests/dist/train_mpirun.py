@@ -25,6 +25,10 @@ usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE [STOKE_TRAIN_EMU]
                the uninterrupted job. AdamW, whose state is what ZeRO shards.
   amp          mpirun -np 2 --amp fp16 (the scaler's found-inf flag MAX-allreduced) trains, and
                each step record's loss scale follows its skipped steps.
+  profile      mpirun -np 2 --profile: rank 0's trace has each DDP bucket allreduce as a
+               "collective" range with its bus bandwidth, its summary and profile record the
+               collectives' time per step and the part the step waited for (no more than the
+               collectives' time plus the waits, no more than the step), and stoke-report shows it.
   cuda         mpirun -np 2 of stoke-train built against cuda/emu (STOKE_TRAIN_EMU) with --device
                cuda: rank r on emulated device r, gradients through MPI staged in host memory (the
                path of a build without NCCL), trains like one CPU process on the whole batch.
@@ -286,6 +290,34 @@ def zero(tmp):
           ", ".join(f"{k} {v:.2g}" for k, v in worst.items()))
 
 
+def profile(tmp):
+    report = sys.argv[4]
+    p, _ = run(["--epochs", "1", "--limit-train", "1024", "--batch", "64", "--threads", "1",
+                "--profile", f"{tmp}/trace.json", "--profile-steps", "2:6",
+                "--metrics", f"{tmp}/m.jsonl"], np=2)
+    require(p.returncode == 0, "mpirun -np 2 --profile failed", p)
+    with open(f"{tmp}/trace.json") as f:
+        trace = json.load(f)["traceEvents"]
+    colls = [e for e in trace if e.get("cat") == "collective" and e.get("ph") == "B"]
+    require(colls and all(e["args"]["bus_bytes"] > 0 and e["args"]["busbw_GBps"] > 0
+                          for e in colls), "the trace's collectives carry their bus bandwidth")
+    require("collectives" in p.stdout and "exposed (waited for)" in p.stdout,
+            "the summary has the communication rows", p)
+    prof = records(f"{tmp}/m.jsonl", "profile")
+    require(len(prof) == 1, "one profile record")
+    r = prof[0]
+    require(0 < r["comm_ms"] and 0 <= r["exposed_comm_ms"] <= r["step_ms"],
+            f"communication per step: {r.get('comm_ms')} ms, exposed {r.get('exposed_comm_ms')} "
+            f"ms, step {r['step_ms']} ms")
+    out = subprocess.run([report, "--metrics", f"{tmp}/m.jsonl", "--out", f"{tmp}/r.html"],
+                         capture_output=True, text=True)
+    require(out.returncode == 0, "stoke-report failed", out)
+    with open(f"{tmp}/r.html") as f:
+        require("Communication per step: collectives" in f.read(), "the page shows it")
+    print(f"profile: {len(colls)} collective ranges; per step {r['comm_ms']:.3f} ms of "
+          f"collectives, {r['exposed_comm_ms']:.3f} ms waited for, of {r['step_ms']:.3f} ms")
+
+
 def cuda(tmp):
     emu = sys.argv[4]
     small = ["--epochs", "1", "--limit-train", "16", "--limit-test", "8", "--no-progress",
@@ -313,4 +345,4 @@ def cuda(tmp):
 
 with tempfile.TemporaryDirectory() as tmp:
     {"equivalence": equivalence, "amp": amp, "resume": resume, "resize": resize,
-     "stalled": stalled, "zero": zero, "cuda": cuda}[CASE](tmp)
+     "stalled": stalled, "zero": zero, "cuda": cuda, "profile": profile}[CASE](tmp)
