@@ -459,7 +459,7 @@ void ZeroOptimizer::zero_grad() {
   s.synced = false;
 }
 
-double ZeroOptimizer::clip_grad_norm_(double max_norm) {
+Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
   State& s = *state_;
   NoGradGuard no_grad;
   s.sync_gradients();
@@ -481,7 +481,7 @@ double ZeroOptimizer::clip_grad_norm_(double max_norm) {
   const double coef = max_norm / (norm + 1e-6);
   if (coef < 1)
     for (const Tensor& g : shards) ops::mul_(g, coef);
-  return norm;
+  return full({1}, norm, {.dtype = DType::f64});
 }
 
 int ZeroOptimizer::stage() const {

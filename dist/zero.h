@@ -102,8 +102,9 @@ class ZeroOptimizer : public nn::optim::Optimizer {
   void zero_grad() override;
 
   // Collective: the global L2 norm of the averaged gradients (each rank's shard squared, summed
-  // over the ranks), scaling them to at most max_norm; returns the norm before clipping.
-  double clip_grad_norm_(double max_norm);
+  // over the ranks), scaling them to at most max_norm; returns the norm before clipping (a
+  // one-element f64 CPU tensor: the norm is read to compute the coefficient).
+  Tensor clip_grad_norm_(double max_norm) override;
 
   // Collective: the wrapped optimizer's state for the whole parameters, with the keys that the
   // unsharded optimizer uses ("state.<i>.exp_avg", ...), gathered onto every rank (rank 0 writes

@@ -79,8 +79,6 @@ class Trainer {
   // --cuda-graph: the accumulation group in staged_ (one batch without --accum), replayed
   // (step_graph.h).
   void graph_group(EpochStats& e);
-  // --clip-grad on the model's gradients (not ZeRO's: it clips its own buffers).
-  void clip_gradients();
   std::string progress_text(const EpochStats& e) const;
   // Evaluates, logs and checkpoints at the end of an epoch; true when early stopping ends the run.
   bool end_epoch(const EpochStats& e);

@@ -120,7 +120,7 @@ void Trainer::update_weights() {
       // (--amp fp16 and --zero are refused together: flags.cpp.)
       if (f_.clip_grad > 0) {
         scaler_->unscale_(*opt_);
-        clip_gradients();
+        opt_->clip_grad_norm_(f_.clip_grad);
       }
       // Skipped when a gradient is inf/NaN (on any rank): on a device decided there, without a
       // read (the scale and skip count are read with the metrics).
@@ -130,12 +130,7 @@ void Trainer::update_weights() {
         scaler_->step_on_device(*opt_);
       scaler_->update();
     } else {
-      if (f_.clip_grad > 0) {
-        if (zero_)
-          zero_->clip_grad_norm_(f_.clip_grad);  // the parameters' gradients are in its buffers
-        else
-          clip_gradients();
-      }
+      if (f_.clip_grad > 0) opt_->clip_grad_norm_(f_.clip_grad);  // ZeRO's: in its shards
       if (graph_)
         opt_->step_if_finite(no_inf_);  // the step counts on the device, as a replay needs
       else
@@ -143,15 +138,6 @@ void Trainer::update_weights() {
     }
     opt_->zero_grad();
   }
-}
-
-void Trainer::clip_gradients() {
-  // On a device the norm and the coefficient stay there (no host read in the step); on the CPU
-  // the norm is read (free) and computed in f64.
-  if (device_.is_cpu())
-    nn::optim::clip_grad_norm_(opt_->params(), f_.clip_grad);
-  else
-    nn::optim::clip_grad_norm_no_sync_(opt_->params(), f_.clip_grad);
 }
 
 Tensor Trainer::forward_loss(const DeviceBatch& b, bool sync, Tensor& logits) {

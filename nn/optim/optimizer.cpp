@@ -425,6 +425,10 @@ void Adam::load_state_dict(const NamedTensors& state) {
   check_no_leftovers(m, "Adam::load_state_dict");
 }
 
+Tensor Optimizer::clip_grad_norm_(double max_norm) {
+  return clip_grad_norm_no_sync_(params_, max_norm);
+}
+
 Tensor clip_grad_norm_no_sync_(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
   std::vector<Tensor> grads;

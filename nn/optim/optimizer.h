@@ -49,6 +49,11 @@ class Optimizer {
   virtual void step_if_finite(const Tensor& found_inf);
   // Sets gradients to none (dist::ZeroOptimizer also zeroes the flat gradients it keeps).
   virtual void zero_grad();
+  // Scales this optimizer's gradients so that their global L2 norm is at most max_norm and returns
+  // the norm before clipping: clip_grad_norm_no_sync_ over params() (on a GPU without a host read;
+  // on the CPU in f64). dist::ZeroOptimizer overrides it: its gradients live in its shards, the
+  // norm summed over the ranks. So a training loop clips the same way with or without ZeRO.
+  virtual Tensor clip_grad_norm_(double max_norm);
 
   // The live learning rates and weight decays, per group (schedulers scale each group's rate from
   // its own initial value). lr() is group 0's; set_lr() sets every group's.

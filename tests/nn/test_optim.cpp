@@ -222,6 +222,18 @@ TEST_CASE("clip_grad_norm_ scales gradients to the global norm", "[nn][optim]") 
   CHECK(optim::clip_grad_norm_({a, b}, 10.0) == Approx(1.0).epsilon(4e-7));  // no change below
 }
 
+TEST_CASE("Optimizer::clip_grad_norm_ clips its own parameters' gradients", "[nn][optim]") {
+  Tensor a = zeros({2}, {.requires_grad = true}), b = zeros({1}, {.requires_grad = true});
+  optim::SGD opt({a, b}, {.lr = 0.1});
+  a.set_grad(from_vector<float>({3, 0}, {2}));
+  b.set_grad(from_vector<float>({4}, {1}));
+  const Tensor norm = opt.clip_grad_norm_(1.0);  // a CPU tensor: the f64 norm, read
+  CHECK(norm.item() == 5.0);                     // sqrt(9 + 16): exact
+  // The coefficient as above: within 3.2e-7 relative of 0.6 and 0.8.
+  CHECK(a.grad().to_vector<float>()[0] == Approx(0.6).epsilon(4e-7));
+  CHECK(b.grad().to_vector<float>()[0] == Approx(0.8).epsilon(4e-7));
+}
+
 TEST_CASE("gradient accumulation over k micro-batches equals one batch of k*b",
           "[nn][optim][accum]") {
   Generator g(5);
