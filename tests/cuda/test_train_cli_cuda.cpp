@@ -69,6 +69,37 @@ fs::path fresh_dir(const std::string& name) {
   return dir;
 }
 
+// Runs stoke-train on the CPU and stoke-train-emu --device cuda (guarded device memory, streams
+// out of order) with the same flags, into dir/cpu.jsonl and dir/cuda.jsonl; checks that the three
+// steps' losses and the test loss agree within tol relative of max(1, |loss|), and that the loss
+// moved (the steps trained: not three evaluations of the initial weights).
+void compare_cpu_and_emu(const fs::path& dir, const std::string& common, double tol) {
+  const Run cpu =
+      run(std::string(STOKE_TRAIN_EXE) + common + " --metrics " + (dir / "cpu.jsonl").string());
+  INFO(cpu.output);
+  REQUIRE(cpu.exit_code == 0);
+  const Run emu = run("STOKE_EMU_STREAMS=deferred " + std::string(STOKE_TRAIN_EMU_EXE) + common +
+                      " --device cuda --metrics " + (dir / "cuda.jsonl").string());
+  INFO(emu.output);
+  REQUIRE(emu.exit_code == 0);
+  CHECK(emu.output.find("cuda") != std::string::npos);
+  const auto want = metric(dir / "cpu.jsonl", "step", "loss");
+  const auto got = metric(dir / "cuda.jsonl", "step", "loss");
+  REQUIRE(want.size() == 3);  // 24 images, batches of 8
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    INFO("step " << i + 1 << ": cuda " << got[i] << ", cpu " << want[i]);
+    CHECK(std::isfinite(got[i]));
+    CHECK(std::abs(got[i] - want[i]) <= tol * std::max(1.0, std::abs(want[i])));
+  }
+  CHECK(want.front() != want.back());
+  const auto want_test = metric(dir / "cpu.jsonl", "epoch", "test_loss");
+  const auto got_test = metric(dir / "cuda.jsonl", "epoch", "test_loss");
+  REQUIRE(want_test.size() == 1);
+  REQUIRE(got_test.size() == 1);
+  CHECK(std::abs(got_test[0] - want_test[0]) <= tol * std::max(1.0, std::abs(want_test[0])));
+}
+
 }  // namespace
 
 TEST_CASE("stoke-train --device cuda trains LeNet-5 in emu to the CPU's losses",
@@ -82,40 +113,14 @@ TEST_CASE("stoke-train --device cuda trains LeNet-5 in emu to the CPU's losses",
   const fs::path data = fashion_mnist();
   if (data.empty()) return;
   const fs::path dir = fresh_dir("stoke-train-emu");
-  const std::string common =
-      " --model lenet5 --epochs 1 --limit-train 24 --limit-test 8 --batch 8 --lr 0.05 "
-      "--seed 7 --log-every 1 --no-progress --workers 2";
-  const Run cpu =
-      run(std::string(STOKE_TRAIN_EXE) + common + " --metrics " + (dir / "cpu.jsonl").string());
-  INFO(cpu.output);
-  REQUIRE(cpu.exit_code == 0);
-  // Guarded device memory is the emulator's default; streams run out of order here.
-  const Run emu = run("STOKE_EMU_STREAMS=deferred " + std::string(STOKE_TRAIN_EMU_EXE) + common +
-                      " --device cuda --metrics " + (dir / "cuda.jsonl").string());
-  INFO(emu.output);
-  REQUIRE(emu.exit_code == 0);
-  CHECK(emu.output.find("cuda") != std::string::npos);
-
-  const auto want = metric(dir / "cpu.jsonl", "step", "loss");
-  const auto got = metric(dir / "cuda.jsonl", "step", "loss");
-  REQUIRE(want.size() == 3);  // 24 images, batches of 8
-  REQUIRE(got.size() == want.size());
   // The kernels sum in other orders than the CPU's: a layer's outputs (at most K = 400 products
   // of random sign) within 6u sqrt(K / 3) ||w x|| ~ 3.5u sqrt(K) = 70u = 4e-6 relative of their
   // values (u = 2^-24), ~10 such sums forward and back per step, carried over three steps of lr
   // 0.05: losses within 1e-4 relative (of max(1, |loss|)).
-  for (size_t i = 0; i < want.size(); ++i) {
-    INFO("step " << i + 1 << ": cuda " << got[i] << ", cpu " << want[i]);
-    CHECK(std::isfinite(got[i]));
-    CHECK(std::abs(got[i] - want[i]) <= 1e-4 * std::max(1.0, std::abs(want[i])));
-  }
-  // The loss moved: the steps did train (not three evaluations of the initial weights).
-  CHECK(want.front() != want.back());
-  const auto want_test = metric(dir / "cpu.jsonl", "epoch", "test_loss");
-  const auto got_test = metric(dir / "cuda.jsonl", "epoch", "test_loss");
-  REQUIRE(want_test.size() == 1);
-  REQUIRE(got_test.size() == 1);
-  CHECK(std::abs(got_test[0] - want_test[0]) <= 1e-4 * std::max(1.0, std::abs(want_test[0])));
+  compare_cpu_and_emu(dir,
+                      " --model lenet5 --epochs 1 --limit-train 24 --limit-test 8 --batch 8 "
+                      "--lr 0.05 --seed 7 --log-every 1 --no-progress --workers 2",
+                      1e-4);
   fs::remove_all(dir);
 }
 
@@ -131,19 +136,6 @@ TEST_CASE(
   const std::string amp = GENERATE(std::string("fp16"), std::string("bf16"));
   INFO("--amp " << amp);
   const fs::path dir = fresh_dir("stoke-train-emu-amp-" + amp);
-  const std::string common =
-      " --model lenet5 --epochs 1 --limit-train 24 --limit-test 8 --batch 8 --lr 0.05 "
-      "--seed 7 --log-every 1 --no-progress --workers 2 --amp " +
-      amp;
-  const Run cpu =
-      run(std::string(STOKE_TRAIN_EXE) + common + " --metrics " + (dir / "cpu.jsonl").string());
-  INFO(cpu.output);
-  REQUIRE(cpu.exit_code == 0);
-  const Run emu = run("STOKE_EMU_STREAMS=deferred " + std::string(STOKE_TRAIN_EMU_EXE) + common +
-                      " --device cuda --metrics " + (dir / "cuda.jsonl").string());
-  INFO(emu.output);
-  REQUIRE(emu.exit_code == 0);
-
   // The bound. Both devices cast the same f32 values to the same half values, and each conv and
   // linear layer sums in f32 in its own order (within 70u of each other, u = 2^-24: the fp32 case
   // above) and rounds its output to the half format (unit roundoff u_h: 2^-11 f16, 2^-8 bf16). So
@@ -155,27 +147,16 @@ TEST_CASE(
   // gradients), three steps, first-order errors adding: losses within 3 * 15 * 0.5 u_h = 22.5 u_h
   // relative of max(1, |loss|) (f16 0.011, bf16 0.088).
   const double u_h = amp == "fp16" ? std::ldexp(1.0, -11) : std::ldexp(1.0, -8);
-  const double tol = 22.5 * u_h;
-  const auto want = metric(dir / "cpu.jsonl", "step", "loss");
-  const auto got = metric(dir / "cuda.jsonl", "step", "loss");
-  REQUIRE(want.size() == 3);  // 24 images, batches of 8
-  REQUIRE(got.size() == want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    INFO("step " << i + 1 << ": cuda " << got[i] << ", cpu " << want[i]);
-    CHECK(std::isfinite(got[i]));
-    CHECK(std::abs(got[i] - want[i]) <= tol * std::max(1.0, std::abs(want[i])));
-  }
-  CHECK(want.front() != want.back());  // it trained
+  compare_cpu_and_emu(dir,
+                      " --model lenet5 --epochs 1 --limit-train 24 --limit-test 8 --batch 8 "
+                      "--lr 0.05 --seed 7 --log-every 1 --no-progress --workers 2 --amp " +
+                          amp,
+                      22.5 * u_h);
   // The GradScaler's decisions agree (fp16): the same scale after every step, none skipped here.
   const auto want_scale = metric(dir / "cpu.jsonl", "step", "loss_scale");
   const auto got_scale = metric(dir / "cuda.jsonl", "step", "loss_scale");
   CHECK(got_scale == want_scale);
   CHECK(want_scale.size() == (amp == "fp16" ? 3u : 0u));
-  const auto want_test = metric(dir / "cpu.jsonl", "epoch", "test_loss");
-  const auto got_test = metric(dir / "cuda.jsonl", "epoch", "test_loss");
-  REQUIRE(want_test.size() == 1);
-  REQUIRE(got_test.size() == 1);
-  CHECK(std::abs(got_test[0] - want_test[0]) <= tol * std::max(1.0, std::abs(want_test[0])));
   fs::remove_all(dir);
 }
 
