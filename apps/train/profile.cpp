@@ -8,13 +8,15 @@
 #include "stoke/stoke.h"
 
 namespace stoke::train {
-StepProfiler::StepProfiler(const Flags& f, bool root, Device device, MetricsLog& metrics)
+StepProfiler::StepProfiler(const Flags& f, bool root, Device device, const ThroughputBasis& peak,
+                           MetricsLog& metrics)
     : path_(f.profile),
       begin_(f.profile_begin),
       end_(f.profile_end),
       enabled_(root && !f.profile.empty()),
       device_times_(f.profile_device),
       device_(device),
+      peak_(peak),
       metrics_(metrics) {}
 
 void StepProfiler::before_batch(int64_t global_step) {
@@ -37,12 +39,12 @@ void StepProfiler::report(int64_t global_step) {
   recording_ = false;
   done_ = true;
   profiler::write_chrome_trace(path_);
-  const double peak = device_peak_gflops(device_);
   std::printf("profile: wrote %s (open it in ui.perfetto.dev or chrome://tracing)\n",
               path_.c_str());
-  std::printf("%s", profiler::summary(25, peak).c_str());
-  std::printf("  (%% peak: against %.0f GFLOP/s, the best 1024^3 f32 matmul measured on %s now)\n",
-              peak, device_.str().c_str());
+  std::printf("%s", profiler::summary(25, peak_.peak_gflops).c_str());
+  std::printf(
+      "  (%% peak: against %.0f GFLOP/s, the best 1024^3 %s matmul measured on %s at start)\n",
+      peak_.peak_gflops, dtype_name(peak_.peak_dtype), device_.str().c_str());
   std::fflush(stdout);
   const profiler::StepBreakdown b = profiler::step_breakdown();
   if (b.steps > 0) {

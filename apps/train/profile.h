@@ -10,12 +10,15 @@
 #include "core/device.h"
 #include "flags.h"
 #include "run_dir.h"
+#include "setup.h"
 
 namespace stoke::train {
 
 class StepProfiler {
  public:
-  StepProfiler(const Flags& f, bool root, Device device, MetricsLog& metrics);
+  // `peak`: the run's measured matmul rate (measure_throughput_basis), the summary's "% peak".
+  StepProfiler(const Flags& f, bool root, Device device, const ThroughputBasis& peak,
+               MetricsLog& metrics);
   // Around each batch, with the number of optimizer steps done so far.
   void before_batch(int64_t global_step);
   void after_batch(int64_t global_step);
@@ -29,6 +32,7 @@ class StepProfiler {
   const bool enabled_;
   const bool device_times_;
   const Device device_;
+  const ThroughputBasis& peak_;
   MetricsLog& metrics_;
   bool recording_ = false, done_ = false;
 };

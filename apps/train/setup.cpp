@@ -223,6 +223,22 @@ std::unique_ptr<nn::optim::LRScheduler> make_scheduler(const Flags& f, nn::optim
   return s;
 }
 
+namespace {
+
+// nn::measured_matmul_gflops on `device` at 1024^3 in `dtype` (128^3 and f32 in stoke-train-emu,
+// whose "GPU" is the emulator on CPU threads: its rate is no peak of anything, and 1024^3
+// products there take minutes; the small product keeps the columns' format).
+double device_peak_gflops(Device device, DType dtype) {
+#if defined(STOKE_TRAIN_EMU)
+  (void)dtype;
+  return nn::measured_matmul_gflops(device, 128);
+#else
+  return nn::measured_matmul_gflops(device, 1024, dtype);
+#endif
+}
+
+}  // namespace
+
 ThroughputBasis measure_throughput_basis(const Flags& f, const Data& data, Device device) {
   Generator gen(0);  // not the run's generators
   auto twin = nn::models::make_model(f.model, {.in_channels = data.first.channels,
@@ -238,15 +254,6 @@ ThroughputBasis measure_throughput_basis(const Flags& f, const Data& data, Devic
   if (device.is_cuda() && !f.amp.empty()) b.peak_dtype = f.amp == "fp16" ? DType::f16 : DType::bf16;
   b.peak_gflops = device_peak_gflops(device, b.peak_dtype);
   return b;
-}
-
-double device_peak_gflops(Device device, DType dtype) {
-#if defined(STOKE_TRAIN_EMU)
-  (void)dtype;
-  return nn::measured_matmul_gflops(device, 128);
-#else
-  return nn::measured_matmul_gflops(device, 1024, dtype);
-#endif
 }
 
 void print_model_line(const Flags& f, const nn::Module& model, Device device) {

@@ -49,17 +49,13 @@ std::unique_ptr<nn::optim::LRScheduler> make_scheduler(const Flags& f, nn::optim
 // What the epoch line's MFU is made of: the model's FLOPs per training image (nn::training_flops
 // of one zero image through a CPU twin of the model in eval mode: the convolutions' and linear
 // layers' forward and backward, as in training; the run's model, data and generators untouched)
-// and the peak of `device` (device_peak_gflops).
+// and the peak of `device`: nn::measured_matmul_gflops at 1024^3 (128^3 in stoke-train-emu, whose
+// emulated GPU has no peak to speak of), measured once at start; --profile's "% peak" uses it too.
 struct ThroughputBasis {
   double flops_per_image = 0, peak_gflops = 0;
   DType peak_dtype = DType::f32;  // the GEMM's dtype: --amp's on a GPU, else f32
 };
 ThroughputBasis measure_throughput_basis(const Flags& f, const Data& data, Device device);
-
-// nn::measured_matmul_gflops on `device` at 1024^3 in `dtype` (128^3 and f32 in stoke-train-emu,
-// whose "GPU" is the emulator on CPU threads: its rate is no peak of anything, and 1024^3
-// products there take minutes; the small product keeps the columns' format).
-double device_peak_gflops(Device device, DType dtype = DType::f32);
 
 // The "model:" line: model, parameters, device, optimizer and the run's shape.
 void print_model_line(const Flags& f, const nn::Module& model, Device device);

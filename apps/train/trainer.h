@@ -128,8 +128,8 @@ class Trainer {
   std::unique_ptr<nn::optim::LRScheduler> sched_;
   const std::string last_path_, best_path_;  // empty without --checkpoint
   const int64_t kill_at_step_;               // the crash-and-resume tests' hook; 0 = off
-  StepProfiler profiler_;                    // --profile
   const ThroughputBasis throughput_;         // the epoch line's MFU: FLOPs per image, peak
+  StepProfiler profiler_;                    // --profile (its "% peak" is throughput_'s)
   const std::optional<DType> amp_;           // --amp: the autocast dtype
   // Training batches: normalized to the --amp dtype (autocast's convs take it as is), and with
   // --augment on the device, cropped and flipped in the same pass.

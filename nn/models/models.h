@@ -97,8 +97,8 @@ class Bottleneck : public Module {
 // ReLU, a 3x3 stride-2 max-pool, four stages of Bottlenecks at 64/128/256/512 planes (x4 out),
 // global average pool and fc; torchvision's names (conv1, bn1, layer1-4, fc) and initialization.
 //   resnet50: stages of 3/4/6/3 blocks; 25,557,032 parameters with 3 input channels and 1000
-//   classes, torchvision.models.resnet50's state_dict loads strictly. Inputs of at least 32x32
-//   for ImageNet's 224x224 geometry (28x28 works too: the last stage sees 1x1).
+//   classes, torchvision.models.resnet50's state_dict loads strictly. Any input of at least
+//   28x28 (its planes shrink 32-fold: 28x28 reaches 1x1 in the last stage, 224x224 7x7).
 class BottleneckResNet : public Module {
  public:
   BottleneckResNet(const std::vector<int64_t>& blocks, ModelOptions options);
