@@ -484,6 +484,16 @@ Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
   return full({1}, norm, {.dtype = DType::f64});
 }
 
+std::vector<Tensor> ZeroOptimizer::gradients_to_unscale() {
+  State& s = *state_;
+  NoGradGuard no_grad;
+  s.sync_gradients();
+  std::vector<Tensor> shards;
+  for (const Bucket& b : s.buckets)
+    if (b.chunk > 0) shards.push_back(s.shard_grad(b));
+  return shards;
+}
+
 int ZeroOptimizer::stage() const {
   return state_->options.stage;
 }

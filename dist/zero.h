@@ -29,7 +29,10 @@
 // then step the shard and all-gather the updated parameters bucket by bucket.
 //
 // After backward the parameters have no .grad (their gradients are in the flat buffers): clip
-// with clip_grad_norm_() here, not nn::optim::clip_grad_norm_.
+// with clip_grad_norm_() here, not nn::optim::clip_grad_norm_. Loss scaling works as on any
+// optimizer: GradScaler::unscale_ and step() take this rank's averaged gradient shards
+// (gradients_to_unscale()), and the scaler's found_inf_reducer (a MAX allreduce) makes every rank
+// skip the same steps, as under DDP.
 #pragma once
 
 #include <cstdint>
@@ -105,6 +108,9 @@ class ZeroOptimizer : public nn::optim::Optimizer {
   // over the ranks), scaling them to at most max_norm; returns the norm before clipping (a
   // one-element f64 CPU tensor: the norm is read to compute the coefficient).
   Tensor clip_grad_norm_(double max_norm) override;
+  // Collective (the reductions of this step complete first): this rank's averaged gradient
+  // shards, padding included (zeros), for the GradScaler to unscale and check.
+  std::vector<Tensor> gradients_to_unscale() override;
 
   // Collective: the wrapped optimizer's state for the whole parameters, with the keys that the
   // unsharded optimizer uses ("state.<i>.exp_avg", ...), gathered onto every rank (rank 0 writes

@@ -117,7 +117,7 @@ void Trainer::update_weights() {
   {
     if (scaler_) {
       // Clipping sees the true gradients: unscale first (the step then does not unscale again).
-      // (--amp fp16 and --zero are refused together: flags.cpp.)
+      // Under ZeRO both work on this rank's gradient shard (the optimizer's own overrides).
       if (f_.clip_grad > 0) {
         scaler_->unscale_(*opt_);
         opt_->clip_grad_norm_(f_.clip_grad);

@@ -115,13 +115,8 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   NoGradGuard no_grad;
   // The gradients by device: one unscale pass and one flag each.
   std::vector<std::pair<Device, std::vector<Tensor>>> by_device;
-  for (const Tensor& p : opt.params()) {
-    Tensor g = p.grad();
-    if (!g.defined()) continue;
-    if (!g.is_contiguous()) {
-      g = g.contiguous();
-      p.set_grad(g);
-    }
+  // The optimizer's own view of its gradients: the parameters' .grad, or ZeRO's shards.
+  for (const Tensor& g : opt.gradients_to_unscale()) {
     auto it = std::find_if(by_device.begin(), by_device.end(),
                            [&](const auto& d) { return d.first == g.device(); });
     if (it == by_device.end()) it = by_device.insert(by_device.end(), {g.device(), {}});

@@ -53,8 +53,9 @@ class GradScaler {
 
   // loss * scale (the loss itself when disabled).
   Tensor scale(const Tensor& loss) const;
-  // Unscales the gradients of opt's parameters in place and records the found-inf flags. At most
-  // once per optimizer between update()s; gradients that are not contiguous are made so.
+  // Unscales opt's gradients in place (opt.gradients_to_unscale(): the parameters' .grad, made
+  // contiguous; a dist::ZeroOptimizer's shards) and records the found-inf flags. At most once per
+  // optimizer between update()s.
   void unscale_(optim::Optimizer& opt);
   // Unscales if unscale_ was not called, then calls opt.step() unless a gradient was inf/NaN
   // (on any rank, with found_inf_reducer). Returns true when the step was skipped. It reads the

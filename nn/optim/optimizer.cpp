@@ -429,6 +429,16 @@ Tensor Optimizer::clip_grad_norm_(double max_norm) {
   return clip_grad_norm_no_sync_(params_, max_norm);
 }
 
+std::vector<Tensor> Optimizer::gradients_to_unscale() {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params_) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(contiguous_grad(p));
+    p.set_grad(grads.back());  // scaled in place by the caller
+  }
+  return grads;
+}
+
 Tensor clip_grad_norm_no_sync_(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
   std::vector<Tensor> grads;

@@ -54,6 +54,11 @@ class Optimizer {
   // on the CPU in f64). dist::ZeroOptimizer overrides it: its gradients live in its shards, the
   // norm summed over the ranks. So a training loop clips the same way with or without ZeRO.
   virtual Tensor clip_grad_norm_(double max_norm);
+  // The gradients that step() reads, complete and contiguous, to be scaled in place (the
+  // GradScaler's unscale_): each parameter's .grad that is defined (made contiguous and set back
+  // where it was not). dist::ZeroOptimizer overrides it with its gradient shards, after the
+  // reductions in flight finish. So loss scaling works the same way with or without ZeRO.
+  virtual std::vector<Tensor> gradients_to_unscale();
 
   // The live learning rates and weight decays, per group (schedulers scale each group's rate from
   // its own initial value). lr() is group 0's; set_lr() sets every group's.

@@ -1,11 +1,14 @@
 // dist::ZeroOptimizer over in-process ranks (threads): stages 1 and 2 against DDP with the
 // unsharded optimizer on the same data (SGD-momentum and AdamW, N = 2 and 3, native and ring
-// collectives, clipping, accumulation), checkpoints that resume at another world size or without
-// ZeRO, and the memory report against the formulas of docs/design.md ("ZeRO").
+// collectives, clipping, accumulation, dynamic loss scaling), checkpoints that resume at another
+// world size or without ZeRO, and the memory report against the formulas of docs/design.md
+// ("ZeRO").
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <optional>
 
 #include "dist/zero.h"
 #include "dist_util.h"
@@ -72,13 +75,29 @@ struct RunOptions {
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::native;
   const std::vector<Tensor>* start_params = nullptr;  // else Mlp(1 + rank): rank 0's is kept
   const nn::NamedTensors* start_state = nullptr;      // a consolidated optimizer state
+  // Dynamic loss scaling (kScaler), the found-inf flag MAX-allreduced as stoke-train does; the
+  // step decided on the host (GradScaler::step) or on the device (step_on_device).
+  bool scaler = false, scaler_on_device = false;
 };
+
+// Grows every 4 clean steps, so that growth and backoff both happen within 50 steps.
+constexpr nn::amp::GradScalerOptions kScaler{.init_scale = 1024, .growth_interval = 4};
+// With the scaler: at these steps the last rank's gradient of b.bias[0] is made +inf before the
+// data-parallel wrapper sees it (a post-accumulate hook registered first). Under DDP the
+// all-reduced gradient is inf on every rank; under ZeRO it lands in its owner's shard only (rank
+// 0's: b.bias is packed first), so the ranks' own flags differ and only the MAX makes them agree.
+constexpr int kInfSteps[] = {6, 7, 23};
 
 struct RunResult {
   std::vector<Tensor> params;            // rank 0's, at the end
   nn::NamedTensors state;                // the consolidated optimizer state, at the end
   std::vector<ZeroMemoryReport> memory;  // per rank (ZeRO)
   bool replicas_equal = true;
+  // With the scaler, rank 0's: the scale after each step, and the skipped steps.
+  std::vector<double> scales;
+  int64_t skipped = 0;
+  // Steps at which the ranks' own found-inf flags (before the MAX allreduce) differed.
+  int disagreements = 0;
 };
 
 // One run over `ranks` threads; every rank takes its contiguous share of each batch.
@@ -87,6 +106,8 @@ RunResult run(const RunOptions& o) {
   result.memory.resize(static_cast<size_t>(o.ranks));
   std::vector<std::vector<Tensor>> finals(static_cast<size_t>(o.ranks));
   std::vector<nn::NamedTensors> states(static_cast<size_t>(o.ranks));
+  // Each rank's own found-inf flag per step, written by its thread only.
+  std::vector<std::vector<float>> local_flags(static_cast<size_t>(o.ranks));
   run_ranks(o.ranks, [&](Communicator& c) {
     auto model = std::make_shared<Mlp>(1 + static_cast<uint64_t>(c.rank()));
     if (o.start_params) {
@@ -94,6 +115,14 @@ RunResult run(const RunOptions& o) {
       const auto ps = model->parameters();
       for (size_t i = 0; i < ps.size(); ++i) Tensor(ps[i]).copy_((*o.start_params)[i]);
     }
+    int step = -1;
+    if (o.scaler && c.rank() == o.ranks - 1)
+      model->b->bias.register_post_accumulate_grad_hook([&step](const Tensor& p) {
+        if (std::find(std::begin(kInfSteps), std::end(kInfSteps), step) == std::end(kInfSteps))
+          return;
+        NoGradGuard no_grad;
+        fill_(p.grad().narrow(0, 0, 1), std::numeric_limits<double>::infinity());
+      });
     std::unique_ptr<DistributedDataParallel> ddp;
     std::unique_ptr<nn::optim::Optimizer> opt;
     ZeroOptimizer* zero = nullptr;
@@ -119,15 +148,26 @@ RunResult run(const RunOptions& o) {
       opt = std::move(z);
     }
     if (o.start_state) opt->load_state_dict(*o.start_state);
+    std::optional<nn::amp::GradScaler> scaler;
+    if (o.scaler) {
+      scaler.emplace(kScaler);
+      scaler->found_inf_reducer = [&c, &local_flags](Tensor& f) {
+        local_flags[static_cast<size_t>(c.rank())].push_back(
+            static_cast<float>(f.to(Device::cpu()).item()));
+        c.allreduce(f, ReduceOp::max);
+      };
+    }
     const int64_t share = kBatch / o.ranks, micro = share / o.accum;
     for (int s = o.first_step; s < o.first_step + o.steps; ++s) {
+      step = s;
       const Data d = batch(s);
       for (int m = 0; m < o.accum; ++m) {
         const int64_t begin = c.rank() * share + m * micro;
         const Tensor x = d.x.narrow(0, begin, micro), y = d.y.narrow(0, begin, micro);
         auto pass = [&] {
           const Tensor out = ddp ? ddp->forward(x) : model->forward(x);
-          mul(cross_entropy(out, y), 1.0 / o.accum).backward();
+          const Tensor loss = mul(cross_entropy(out, y), 1.0 / o.accum);
+          (scaler ? scaler->scale(loss) : loss).backward();
         };
         if (ddp && m + 1 < o.accum) {
           auto guard = ddp->no_sync();
@@ -136,15 +176,26 @@ RunResult run(const RunOptions& o) {
           pass();
         }
       }
+      if (scaler && o.clip > 0) scaler->unscale_(*opt);  // clip the true gradients
       if (o.clip > 0) {
         if (zero)
           zero->clip_grad_norm_(o.clip);
         else
           nn::optim::clip_grad_norm_(model->parameters(), o.clip);
       }
-      opt->step();
+      if (scaler) {
+        if (o.scaler_on_device)
+          scaler->step_on_device(*opt);
+        else
+          scaler->step(*opt);
+        scaler->update();
+        if (c.rank() == 0) result.scales.push_back(scaler->get_scale());
+      } else {
+        opt->step();
+      }
       opt->zero_grad();
     }
+    if (scaler && c.rank() == 0) result.skipped = scaler->skipped_steps();
     finals[static_cast<size_t>(c.rank())] = snapshot(*model);
     states[static_cast<size_t>(c.rank())] = opt->state_dict();  // collective for ZeRO
     if (zero) result.memory[static_cast<size_t>(c.rank())] = zero->memory_report();
@@ -154,6 +205,12 @@ RunResult run(const RunOptions& o) {
       result.replicas_equal = result.replicas_equal && same_bytes(finals[r][i], finals[0][i]);
   result.params = finals[0];
   result.state = states[0];
+  for (size_t k = 0; k < local_flags[0].size(); ++k)
+    for (size_t r = 1; r < local_flags.size(); ++r)
+      if (local_flags[r].at(k) != local_flags[0][k]) {
+        ++result.disagreements;
+        break;
+      }
   return result;
 }
 
@@ -231,6 +288,51 @@ TEST_CASE(
   CHECK_THROWS_WITH(
       run({.ranks = 2, .stage = 1, .steps = 1, .algorithm = AllreduceAlgorithm::tree}),
       Catch::Contains("which a tree has no form of"));
+}
+
+TEST_CASE(
+    "dist: zero: GradScaler over ZeRO-1 and ZeRO-2 unscales the shards and skips on every rank "
+    "as DDP does (SGD, AdamW with clipping, N = 2 and 3)",
+    "[zero][amp]") {
+  for (Opt opt : {Opt::sgd, Opt::adamw})
+    for (int ranks : {2, 3}) {
+      // AdamW clips too: unscale_ first, then ZeRO's clip over the shards.
+      const RunOptions ours{
+          .ranks = ranks, .opt = opt, .clip = opt == Opt::adamw ? 0.5 : 0.0, .scaler = true};
+      const RunResult ddp = run(ours);
+      REQUIRE(ddp.replicas_equal);
+      // The planted steps skip, and no other (the model's gradients are far from overflowing).
+      REQUIRE(ddp.skipped == 3);
+      // 1024, x2 after steps 3 (4 clean), backoff at 6 and 7, x2 after 11, 15, 19, backoff at 23
+      REQUIRE(ddp.scales.at(5) == 2048);
+      REQUIRE(ddp.scales.at(7) == 512);
+      REQUIRE(ddp.scales.at(22) == 4096);
+      REQUIRE(ddp.scales.at(23) == 2048);
+      CHECK(ddp.disagreements == 0);  // DDP's ranks check the same all-reduced gradients
+      for (int stage : {1, 2})
+        for (bool on_device : {false, true}) {
+          INFO((opt == Opt::sgd ? "SGD" : "AdamW") << ", N = " << ranks << ", stage " << stage
+                                                   << (on_device ? ", step_on_device" : ", step"));
+          RunOptions z = ours;
+          z.stage = stage;
+          z.scaler_on_device = on_device;
+          const RunResult got = run(z);
+          CHECK(got.replicas_equal);
+          // Each rank checks only its shard: the planted infs were seen by rank 0 only, and every
+          // rank still skipped those steps (the flags' MAX), or the replicas would differ.
+          CHECK(got.disagreements == 3);
+          CHECK(got.skipped == ddp.skipped);
+          CHECK(got.scales == ddp.scales);
+          if (opt == Opt::sgd) {
+            // Bit for bit, as in the case above: the same sums, and unscaling multiplies each
+            // element by the same power of two.
+            CHECK(relative_diff(got.params, ddp.params) == 0);
+          } else {
+            // The clip's norm adds the shards' partial sums (kFewUlps says why).
+            CHECK(relative_diff(got.params, ddp.params) <= kFewUlps);
+          }
+        }
+    }
 }
 
 TEST_CASE("dist: zero: a checkpoint of N = 2 resumes at N = 4, at N = 1 and without ZeRO",

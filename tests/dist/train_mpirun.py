@@ -24,7 +24,9 @@ usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE [STOKE_TRAIN_EMU]
                without ZeRO (the checkpoint holds the consolidated optimizer state), ending like
                the uninterrupted job. AdamW, whose state is what ZeRO shards.
   amp          mpirun -np 2 --amp fp16 (the scaler's found-inf flag MAX-allreduced) trains, and
-               each step record's loss scale follows its skipped steps.
+               each step record's loss scale follows its skipped steps; with --zero 1 and
+               --zero 2 (the scaler unscales and checks each rank's gradient shard) every step's
+               loss, scale and skip count equal DDP's bit for bit.
   profile      mpirun -np 2 --profile: rank 0's trace has each DDP bucket allreduce as a
                "collective" range with its bus bandwidth, its summary and profile record the
                collectives' time per step and the part the step waited for (no more than the
@@ -145,9 +147,23 @@ def amp(tmp):
     # f16 gradients are of a mean over 64 samples, twice those over 128, and overflow at other
     # steps; after 32 steps one skip more or less moves the test loss by ~0.1 (measured, as much
     # as f16 against f32 in one process).
+    # ZeRO at two ranks computes DDP's numbers: each averaged gradient element is one addition of
+    # the two ranks' values (the same in either order) divided by 2, by MPI's reduce-scatter as by
+    # its all-reduce (dist/mpi.cpp: SUM, then finish()), and unscaling multiplies it by the same
+    # power of two; the skip is the MAX of the ranks' flags either way. So equal bit for bit.
+    for stage in ("1", "2"):
+        p, _ = run(["--metrics", f"{tmp}/zero{stage}.jsonl", "--zero", stage] + log, np=2)
+        require(p.returncode == 0, f"mpirun -np 2 --amp fp16 --zero {stage} failed", p)
+        require(f"ZeRO-{stage}" in p.stdout, "the dist: line names ZeRO", p)
+        zero = records(f"{tmp}/zero{stage}.jsonl", "step")
+        require(len(zero) == len(got), f"--zero {stage}: one step record per optimizer step")
+        for r, want in zip(zero, got):
+            for key in ("loss", "loss_scale", "skipped_steps"):
+                require(r[key] == want[key], f"--amp fp16 --zero {stage}, step {r['step']}: {key} "
+                        f"{r[key]} against DDP's {want[key]}")
     print(f"amp: np 2 x 64 --amp fp16 trained, {got[-1]['skipped_steps']} skipped step(s), scale "
           f"{got[-1]['loss_scale']:g}, train loss {epochs[0]['train_loss']:.3f} -> "
-          f"{epochs[1]['train_loss']:.3f}")
+          f"{epochs[1]['train_loss']:.3f}; --zero 1 and 2 equal it step for step")
 
 
 def resume(tmp):
