@@ -3,12 +3,14 @@
 #include "dist/ddp.h"
 
 #include <algorithm>
+#include <optional>
 #include <sstream>
 #include <unordered_set>
 
 #include "autograd/node.h"
 #include "core/error.h"
 #include "core/grad_mode.h"
+#include "dist/buffer_broadcast.h"
 #include "ops/creation.h"
 
 namespace stoke::dist {
@@ -83,53 +85,11 @@ void broadcast_from_rank0(Communicator& comm, const Tensor& t) {
   }
 }
 
-// The module's buffers of one dtype and device, packed so that one broadcast moves them all (the
-// broadcast before every training forward would otherwise be one collective per buffer: a
-// ResNet-18 has 60 of them, half i64 batch counters).
-struct BufferGroup {
-  std::vector<Tensor> buffers;
-  std::vector<int64_t> offsets;
-  Tensor flat;
-};
-
-std::vector<BufferGroup> group_buffers(const nn::Module& m) {
-  std::vector<BufferGroup> groups;
-  for (const auto& named : m.named_buffers()) {
-    const Tensor& b = named.second;  // not a structured binding: clang 14 cannot capture one
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const BufferGroup& g) {
-      return g.buffers.front().dtype() == b.dtype() && g.buffers.front().device() == b.device();
-    });
-    if (it == groups.end()) it = groups.insert(groups.end(), BufferGroup{});
-    it->offsets.push_back(it->buffers.empty() ? 0
-                                              : it->offsets.back() + it->buffers.back().numel());
-    it->buffers.push_back(b.detach());
-  }
-  for (BufferGroup& g : groups)
-    g.flat = empty({g.offsets.back() + g.buffers.back().numel()},
-                   {.dtype = g.buffers.front().dtype(), .device = g.buffers.front().device()});
-  return groups;
-}
-
-// Rank 0's buffers into every rank's, one broadcast per group.
-void broadcast_buffers(Communicator& comm, std::vector<BufferGroup>& groups) {
-  for (BufferGroup& g : groups) {
-    const bool root = comm.rank() == 0;
-    if (root)
-      for (size_t k = 0; k < g.buffers.size(); ++k)
-        g.flat.narrow(0, g.offsets[k], g.buffers[k].numel()).copy_(g.buffers[k].reshape({-1}));
-    comm.broadcast(g.flat, 0);
-    if (!root)
-      for (size_t k = 0; k < g.buffers.size(); ++k)
-        g.buffers[k].copy_(
-            g.flat.narrow(0, g.offsets[k], g.buffers[k].numel()).reshape(g.buffers[k].shape()));
-  }
-}
-
 }  // namespace
 
 struct DistributedDataParallel::State {
   Communicator* comm = nullptr;
-  std::vector<BufferGroup> buffer_groups;
+  std::optional<BufferBroadcast> buffers;  // packed per dtype and device
   DdpOptions options;
   std::vector<std::string> names;
   std::vector<Tensor> params;
@@ -305,8 +265,8 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> mod
     s.names.push_back(name);
     s.params.push_back(p);
   }
-  s.buffer_groups = group_buffers(*module_);
-  broadcast_buffers(comm, s.buffer_groups);
+  s.buffers.emplace(*module_);
+  (*s.buffers)(comm);
   // Reverse registration order: backward reaches the last layers first.
   std::vector<int64_t> order(s.params.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(order.size() - 1 - i);
@@ -348,8 +308,7 @@ Tensor DistributedDataParallel::forward(const Tensor& input) {
         "find_unused_parameters = true"));
   }
   s.start_iteration();
-  if (s.options.broadcast_buffers && module_->is_training())
-    broadcast_buffers(comm_, s.buffer_groups);
+  if (s.options.broadcast_buffers && module_->is_training()) (*s.buffers)(comm_);
   Tensor out = module_->forward(input);
   s.prepared = s.require_sync && GradMode::is_enabled() && !s.params.empty();
   if (s.prepared && s.options.find_unused_parameters) {

@@ -155,6 +155,7 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
         {.stage = static_cast<int>(f_.zero),
          .algorithm = dist::parse_allreduce_algorithm(f_.allreduce, "--allreduce")});
     zero_ = zero.get();
+    zero_buffers_.emplace(*model_);
     sched_.reset();  // it holds the plain optimizer
     opt_ = std::move(zero);
     sched_ = make_scheduler(f_, *opt_, (data_.train->num_batches() + f_.accum - 1) / f_.accum);

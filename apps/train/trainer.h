@@ -10,6 +10,7 @@
 
 #include "checkpoints.h"
 #include "device_values.h"
+#include "dist/buffer_broadcast.h"
 #include "dist/ddp.h"
 #include "dist/zero.h"
 #include "distributed.h"
@@ -125,6 +126,9 @@ class Trainer {
   std::unique_ptr<dist::DistributedDataParallel> ddp_;  // in a job of several ranks, no --zero
   std::unique_ptr<nn::optim::Optimizer> opt_;
   dist::ZeroOptimizer* zero_ = nullptr;  // opt_, with --zero in a job of several ranks
+  // With --zero: rank 0's buffers into every rank's before each training forward, one broadcast
+  // per dtype (DDP does its own).
+  std::optional<dist::BufferBroadcast> zero_buffers_;
   std::unique_ptr<nn::optim::LRScheduler> sched_;
   const std::string last_path_, best_path_;  // empty without --checkpoint
   const int64_t kill_at_step_;               // the crash-and-resume tests' hook; 0 = off

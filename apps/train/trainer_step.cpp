@@ -149,11 +149,7 @@ Tensor Trainer::forward_loss(const DeviceBatch& b, bool sync, Tensor& logits) {
 }
 
 Tensor Trainer::forward(const Tensor& images, bool sync) {
-  if (zero_ && model_->is_training())
-    for (const auto& [name, b] : model_->named_buffers()) {
-      Tensor t = b.detach();
-      dist_.gradient_comm().broadcast(t, 0);
-    }
+  if (zero_buffers_ && model_->is_training()) (*zero_buffers_)(dist_.gradient_comm());
   if (!ddp_) return (*model_)(images);
   if (sync) return (*ddp_)(images);
   auto no_sync = ddp_->no_sync();  // a micro-batch of --accum: gradients stay local

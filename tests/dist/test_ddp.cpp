@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "dist/buffer_broadcast.h"
 #include "dist_util.h"
 
 using namespace stoke;
@@ -347,6 +348,47 @@ TEST_CASE("dist: DDP broadcasts rank 0's parameters and buffers and keeps the mo
   CHECK(weights[1] == std::vector<float>{5.f, 5.f, 5.f});
   CHECK(keys[0] == std::vector<std::string>{"weight", "bias", "running_mean", "running_var",
                                             "num_batches_tracked"});
+}
+
+TEST_CASE(
+    "dist: BufferBroadcast gives every rank rank 0's buffers, one broadcast per dtype (N = 3)",
+    "[ddp][zero]") {
+  // Two batch norms: f32 running statistics and i64 counters, 6 buffers in 2 groups.
+  struct TwoNorms : nn::Module {
+    std::shared_ptr<nn::BatchNorm2d> a, b;
+    TwoNorms() {
+      a = register_module("a", std::make_shared<nn::BatchNorm2d>(3));
+      b = register_module("b", std::make_shared<nn::BatchNorm2d>(5));
+    }
+    Tensor forward(const Tensor& x) override { return b->forward(a->forward(x)); }
+  };
+  std::vector<std::vector<Tensor>> got(3);
+  std::vector<size_t> groups(3);
+  run_ranks(3, [&](Communicator& c) {
+    auto m = std::make_shared<TwoNorms>();
+    BufferBroadcast buffers(*m);
+    groups[static_cast<size_t>(c.rank())] = buffers.groups();
+    for (int round = 0; round < 2; ++round) {  // the staging tensors reused
+      Generator gen(10 * static_cast<uint64_t>(c.rank()) + static_cast<uint64_t>(round));
+      for (auto& [name, t] : m->named_buffers()) {
+        Tensor b = t.detach();
+        if (b.dtype() == DType::i64)
+          fill_(b, 7.0 + c.rank() + 3 * round);
+        else
+          b.copy_(randn(b.shape(), {}, &gen));
+      }
+      buffers(c);
+    }
+    for (auto& [name, t] : m->named_buffers())
+      got[static_cast<size_t>(c.rank())].push_back(t.detach().clone());
+  });
+  CHECK(groups == std::vector<size_t>{2, 2, 2});
+  for (size_t r = 1; r < 3; ++r)
+    for (size_t k = 0; k < got[0].size(); ++k) {
+      INFO("rank " << r << ", buffer " << k);
+      CHECK(same_bytes(got[r][k], got[0][k]));
+    }
+  CHECK(got[0][2].to_vector<int64_t>() == std::vector<int64_t>{10});  // rank 0's round 2 counter
 }
 
 TEST_CASE("dist: DDP refuses ranks whose models differ, naming the first difference", "[ddp]") {
