@@ -6,9 +6,14 @@
 //
 //   OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe -np N
 //       build/bench/stoke-bench-zero [--steps 3] [--batch 2] [--model resnet18] [--bucket-mb 25]
+//       [--precision f32,fp16]
 //
 // Per configuration: one warm-up step, then --steps timed steps (forward, backward, step,
-// zero_grad; a barrier before each; the slowest rank's time; the median is shown). Memory, per
+// zero_grad; a barrier before each; the slowest rank's time; the median is shown). fp16: the
+// forward in an f16 autocast region and the GradScaler (scale, unscale and found-inf over DDP's
+// gradients or ZeRO's shards, the flag MAX-allreduced, step, update), as stoke-train --amp fp16
+// runs it; the parameters, gradients and optimizer state stay f32 (ZeRO over f16 parameters with
+// f32 master weights is not built). Memory, per
 // rank, after the last step:
 //   params / grads / optim / comm: ZeroOptimizer::memory_report() (the storages it holds); for DDP
 //     the parameters' and the optimizer state's storages, the gradients' (read before zero_grad)
@@ -16,16 +21,18 @@
 //   alloc: this process's CPU allocator, live bytes after the step (model, optimizer, buffers,
 //     the batch and whatever the allocator rounds up), and its peak so far in the process (the
 //     configurations run in order: DDP, ZeRO-1, ZeRO-2 for SGD, then for AdamW).
-// Only rank 0 prints.
+// Only rank 0 prints: the table, then one JSON line.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "core/allocator.h"
 #include "core/error.h"
 #include "core/parallel.h"
@@ -44,6 +51,7 @@ struct Args {
   int64_t batch = 2;  // per rank
   std::string model = "resnet18";
   double bucket_mb = 25;  // DDP's and ZeRO's bucket cap (both default to 25 MiB)
+  std::vector<std::string> precisions = {"f32", "fp16"};
 };
 
 Args parse(int argc, char** argv) {
@@ -62,15 +70,26 @@ Args parse(int argc, char** argv) {
       a.model = value();
     else if (k == "--bucket-mb")
       a.bucket_mb = std::max(0.001, std::atof(value().c_str()));
-    else
+    else if (k == "--precision") {
+      a.precisions.clear();
+      std::string list = value();
+      for (size_t at = 0; at <= list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        const std::string p = list.substr(at, comma - at);
+        STOKE_CHECK(p == "f32" || p == "fp16", "stoke-bench-zero", "--precision: unknown '", p,
+                    "' (known: f32, fp16)");
+        a.precisions.push_back(p);
+        at = comma + 1;
+      }
+    } else
       STOKE_FAIL("stoke-bench-zero", "unknown flag '", k,
-                 "' (known: --steps, --batch, --model, --bucket-mb)");
+                 "' (known: --steps, --batch, --model, --bucket-mb, --precision)");
   }
   return a;
 }
 
 struct Row {
-  std::string config;
+  std::string config, precision;
   double step_ms = 0;
   double params = 0, grads = 0, optim = 0, comm = 0, alloc = 0, peak = 0;  // MiB
 };
@@ -99,7 +118,8 @@ void release_finished_jobs(dist::Communicator& comm) {
 }
 
 // One configuration: stage 0 is DDP with the plain optimizer.
-Row run(dist::Communicator& comm, const Args& a, const std::string& opt_kind, int stage) {
+Row run(dist::Communicator& comm, const Args& a, const std::string& opt_kind, int stage,
+        const std::string& precision) {
   release_finished_jobs(comm);
   Generator gen(1);
   auto model = nn::models::make_model(
@@ -117,22 +137,40 @@ Row run(dist::Communicator& comm, const Args& a, const std::string& opt_kind, in
     zero = z.get();
     opt = std::move(z);
   }
+  const bool fp16 = precision == "fp16";
+  std::optional<nn::amp::GradScaler> scaler;
+  if (fp16) {
+    scaler.emplace();
+    scaler->found_inf_reducer = [&comm](Tensor& f) { comm.allreduce(f, dist::ReduceOp::max); };
+  }
   Row row;
   row.config = (stage == 0 ? std::string("ddp") : dist::zero_stage_name(stage)) + " " + opt_kind;
+  row.precision = precision;
   std::vector<double> times;
   int64_t ddp_grad_bytes = 0;
   for (int s = 0; s <= a.steps; ++s) {
     comm.barrier();
     const auto t0 = std::chrono::steady_clock::now();
-    const Tensor out = ddp ? ddp->forward(x) : model->forward(x);
-    cross_entropy(out, y).backward();
+    Tensor loss;
+    {
+      std::optional<autocast> region;
+      if (fp16) region.emplace(Device::Type::cpu, AutocastOptions{.dtype = DType::f16});
+      const Tensor out = ddp ? ddp->forward(x) : model->forward(x);
+      loss = cross_entropy(out, y);
+    }
+    (scaler ? scaler->scale(loss) : loss).backward();
     if (!zero) {
       std::unordered_set<const Storage*> seen;
       std::vector<Tensor> grads;
       for (const Tensor& p : model->parameters()) grads.push_back(p.grad());
       ddp_grad_bytes = storage_bytes(grads, seen);
     }
-    opt->step();
+    if (scaler) {
+      scaler->step(*opt);
+      scaler->update();
+    } else {
+      opt->step();
+    }
     opt->zero_grad();
     double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -210,24 +248,50 @@ int main(int argc, char** argv) {
     dist::MpiCommunicator comm;
     set_num_threads(1);
     std::vector<Row> rows;
-    for (const char* opt : {"sgd", "adamw"})
-      for (int stage : {0, 1, 2}) rows.push_back(run(comm, a, opt, stage));
+    for (const std::string& precision : a.precisions)
+      for (const char* opt : {"sgd", "adamw"})
+        for (int stage : {0, 1, 2}) rows.push_back(run(comm, a, opt, stage, precision));
     if (comm.rank() == 0) {
       std::printf(
           "stoke-bench-zero: %s, batch %lld per rank, N = %d, buckets of %g MiB, %d timed steps "
           "(median)\n",
           a.model.c_str(), static_cast<long long>(a.batch), comm.size(), a.bucket_mb, a.steps);
-      std::printf("%-12s %9s | %8s %8s %8s %8s %8s | %8s %8s\n", "config", "step ms", "params",
-                  "grads", "optim", "comm", "total", "alloc", "peak");
-      for (const Row& r : rows)
-        std::printf("%-12s %9.1f | %8.1f %8.1f %8.1f %8.1f %8.1f | %8.1f %8.1f\n", r.config.c_str(),
-                    r.step_ms, r.params, r.grads, r.optim, r.comm,
-                    r.params + r.grads + r.optim + r.comm, r.alloc, r.peak);
+      std::printf("%-12s %-5s %9s | %8s %8s %8s %8s %8s | %8s %8s\n", "config", "prec", "step ms",
+                  "params", "grads", "optim", "comm", "total", "alloc", "peak");
+      std::vector<std::string> json_rows;
+      for (const Row& r : rows) {
+        const double total = r.params + r.grads + r.optim + r.comm;
+        std::printf("%-12s %-5s %9.1f | %8.1f %8.1f %8.1f %8.1f %8.1f | %8.1f %8.1f\n",
+                    r.config.c_str(), r.precision.c_str(), r.step_ms, r.params, r.grads, r.optim,
+                    r.comm, total, r.alloc, r.peak);
+        json_rows.push_back(bench::JsonObject()
+                                .add("config", r.config)
+                                .add("precision", r.precision)
+                                .add("step_ms", r.step_ms)
+                                .add("params_mib", r.params)
+                                .add("grads_mib", r.grads)
+                                .add("optim_mib", r.optim)
+                                .add("comm_mib", r.comm)
+                                .add("total_mib", total)
+                                .add("alloc_mib", r.alloc)
+                                .add("peak_mib", r.peak)
+                                .str());
+      }
       std::printf(
           "(MiB per rank. alloc: this process's CPU allocator after the step, live bytes with "
           "its rounding of large blocks to a quarter power of two, the batch and the model's "
           "buffers; peak: its high-water mark so far in this process)\n");
       print_projection();
+      std::printf("%s\n", bench::JsonObject()
+                              .add("bench", "zero")
+                              .add("model", a.model)
+                              .add("ranks", comm.size())
+                              .add("batch_per_rank", static_cast<double>(a.batch))
+                              .add("bucket_mb", a.bucket_mb)
+                              .add("steps", a.steps)
+                              .raw("rows", bench::json_array(json_rows))
+                              .str()
+                              .c_str());
     }
     return 0;
   } catch (const std::exception& e) {
