@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "core/error.h"
 #include "core/grad_mode.h"
@@ -14,6 +15,21 @@
 #include "ops/optimizer.h"
 
 namespace stoke::dist {
+
+std::string memory_line(const nn::optim::Optimizer& opt) {
+  const auto* zero = dynamic_cast<const ZeroOptimizer*>(&opt);
+  if (!zero) return {};
+  const ZeroMemoryReport m = zero->memory_report();
+  constexpr double kMiB = 1024.0 * 1024.0;
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "%s memory per rank: optimizer state %.2f MiB, gradients %.2f MiB, parameters "
+                "%.2f MiB, communication %.2f MiB (rank 0 steps %lld of %lld parameters)",
+                zero_stage_name(zero->stage()).c_str(), m.optimizer_state_bytes / kMiB,
+                m.gradient_bytes / kMiB, m.parameter_bytes / kMiB, m.communication_bytes / kMiB,
+                static_cast<long long>(m.owned_parameters), static_cast<long long>(m.parameters));
+  return text;
+}
 
 std::string zero_stage_name(int stage) {
   return "zero" + std::to_string(stage);

@@ -116,6 +116,7 @@ class ZeroOptimizer : public nn::optim::Optimizer {
   // unsharded optimizer uses ("state.<i>.exp_avg", ...), gathered onto every rank (rank 0 writes
   // it). Loads into a plain optimizer, or into a ZeroOptimizer at any world size.
   nn::NamedTensors state_dict() const override;
+  bool state_dict_is_collective() const override { return true; }
   // Takes this rank's slices of a consolidated state (any world size's, or a plain optimizer's).
   void load_state_dict(const nn::NamedTensors& state) override;
 
@@ -142,5 +143,9 @@ std::unique_ptr<ZeroOptimizer> make_zero_optimizer(const nn::optim::Optimizer& p
 
 // "zero1", "zero2": the stage's name in bench output and the epoch line.
 std::string zero_stage_name(int stage);
+
+// One line on what this rank holds, "zero2 memory per rank: optimizer state 0.12 MiB, ..." (no
+// newline), for a ZeroOptimizer; empty for any other optimizer.
+std::string memory_line(const nn::optim::Optimizer& opt);
 
 }  // namespace stoke::dist

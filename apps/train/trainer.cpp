@@ -154,7 +154,6 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
         *opt_, dist_.gradient_comm(),
         {.stage = static_cast<int>(f_.zero),
          .algorithm = dist::parse_allreduce_algorithm(f_.allreduce, "--allreduce")});
-    zero_ = zero.get();
     zero_buffers_.emplace(*model_);
     sched_.reset();  // it holds the plain optimizer
     opt_ = std::move(zero);
@@ -388,15 +387,8 @@ bool Trainer::end_epoch(const EpochStats& e) {
                            .mfu = per_second(images, e.seconds) * throughput_.flops_per_image /
                                   std::max(throughput_.peak_gflops * 1e9 * dist_.size, 1.0)};
   print_epoch_line(record, f_.epochs, eval_seconds);
-  if (zero_) {
-    const dist::ZeroMemoryReport m = zero_->memory_report();
-    constexpr double kMiB = 1024.0 * 1024.0;
-    std::printf(
-        "  %s memory per rank: optimizer state %.2f MiB, gradients %.2f MiB, parameters "
-        "%.2f MiB, communication %.2f MiB (rank 0 steps %lld of %lld parameters)\n",
-        dist::zero_stage_name(zero_->stage()).c_str(), m.optimizer_state_bytes / kMiB,
-        m.gradient_bytes / kMiB, m.parameter_bytes / kMiB, m.communication_bytes / kMiB,
-        static_cast<long long>(m.owned_parameters), static_cast<long long>(m.parameters));
+  if (const std::string memory = dist::memory_line(*opt_); !memory.empty()) {  // ZeRO's
+    std::printf("  %s\n", memory.c_str());
     std::fflush(stdout);
   }
   const ExpectedSync reading("the epoch line's loss scale");
@@ -532,11 +524,10 @@ void Trainer::save_position(const Position& p, const GeneratorState& rng,
   job.epoch_loss_sum = totals[0];
   job.epoch_correct = static_cast<int64_t>(totals[1]);
   job.epoch_seen = static_cast<int64_t>(totals[2]);
-  if (zero_) {
-    const nn::NamedTensors state = opt_->state_dict();  // collective: every rank gathers
+  // ZeRO's state_dict gathers the shards (every rank calls it); a plain optimizer's is rank 0's.
+  if (dist_.root() || opt_->state_dict_is_collective()) {
+    const nn::NamedTensors state = opt_->state_dict();
     if (dist_.root()) save_last(last_path_, model_state, state, scaler_.get(), job, rng, f_);
-  } else if (dist_.root()) {
-    save_last(last_path_, model_state, opt_->state_dict(), scaler_.get(), job, rng, f_);
   }
   last_good_ = last_path_ + " (step " + std::to_string(p.global_step) + ")";
 }

@@ -125,7 +125,6 @@ class Trainer {
   std::shared_ptr<nn::Module> model_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;  // in a job of several ranks, no --zero
   std::unique_ptr<nn::optim::Optimizer> opt_;
-  dist::ZeroOptimizer* zero_ = nullptr;  // opt_, with --zero in a job of several ranks
   // With --zero: rank 0's buffers into every rank's before each training forward, one broadcast
   // per dtype (DDP does its own).
   std::optional<dist::BufferBroadcast> zero_buffers_;

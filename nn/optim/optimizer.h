@@ -90,6 +90,9 @@ class Optimizer {
   // "state.<param index>.<buffer>" (e.g. "state.3.momentum_buffer", "state.0.exp_avg") plus
   // "state.<i>.step" for Adam; scalar hyper-parameters are not included (they come from code).
   virtual NamedTensors state_dict() const = 0;
+  // Whether state_dict() is a collective that every rank of a data-parallel job must call
+  // (dist::ZeroOptimizer gathers its shards in it); a plain optimizer's is local.
+  virtual bool state_dict_is_collective() const { return false; }
   // Restores state saved by state_dict(); reports missing or mismatched entries.
   virtual void load_state_dict(const NamedTensors& state) = 0;
 

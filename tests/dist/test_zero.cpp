@@ -434,6 +434,28 @@ TEST_CASE("dist: zero: refuses stage 3, and ranks whose models differ", "[zero]"
                     Catch::Contains("the parameters differ across ranks"));
 }
 
+TEST_CASE("dist: zero: says its state_dict is collective and prints its memory line", "[zero]") {
+  std::string line;
+  bool collective = false;
+  run_ranks(1, [&](Communicator& c) {
+    Mlp m(1);
+    ZeroOptimizer z(
+        m.parameters(), c,
+        [](std::vector<nn::optim::ParamGroup> g) { return make_optimizer(Opt::sgd, std::move(g)); },
+        {.stage = 2});
+    collective = z.state_dict_is_collective();
+    line = memory_line(z);
+  });
+  CHECK(collective);
+  // SGD-momentum: one f32 buffer per parameter, Ψ = 616 elements on the one rank.
+  CHECK(line.rfind("zero2 memory per rank: optimizer state 0.00 MiB", 0) == 0);
+  CHECK(line.find("(rank 0 steps 616 of 616 parameters)") != std::string::npos);
+  Mlp plain_model(1);
+  const auto plain = make_optimizer(Opt::sgd, groups_of(plain_model));
+  CHECK_FALSE(plain->state_dict_is_collective());
+  CHECK(memory_line(*plain).empty());
+}
+
 namespace {
 
 // 100 -> 200 -> 10: 22,210 parameters, every buffer of them under the CPU allocator's 256 KiB
