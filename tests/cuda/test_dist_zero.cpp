@@ -1,11 +1,14 @@
 // dist::ZeroOptimizer on cuda tensors in the emulator: ranks as threads on its two devices over
 // emu's NCCL, stages 1 and 2 against DDP with the plain optimizer (SGD-momentum and AdamW, N = 2
-// and 3, native and ring collectives), then a consolidated checkpoint resumed at another N.
+// and 3, native and ring collectives), with the GradScaler deciding on the device as stoke-train
+// --device cuda --amp fp16 does, then a consolidated checkpoint resumed at another N.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
+#include <optional>
 #include <vector>
 
 #include "dist/cuda/nccl.h"
@@ -48,11 +51,19 @@ std::unique_ptr<nn::optim::Optimizer> make_opt(bool adamw, std::vector<nn::optim
 struct Result {
   std::vector<Tensor> params;  // rank 0's, on the CPU
   nn::NamedTensors state;      // on the CPU
+  double scale = 0;            // with the scaler: rank 0's, at the end
+  int64_t skipped = 0;
 };
+
+// With the scaler: grows every 4 clean steps; at kInfSteps the last rank's gradient of b.bias[0]
+// is made +inf before DDP or ZeRO sees it (a post-accumulate hook registered first). Under ZeRO it
+// lands in rank 0's shard only (b.bias is packed first), so only the flag's MAX tells the others.
+constexpr nn::amp::GradScalerOptions kScaler{.init_scale = 1024, .growth_interval = 4};
+constexpr int kInfSteps[] = {2, 3};
 
 // stage 0: DDP and the plain optimizer.
 Result train(int ranks, int stage, bool adamw, AllreduceAlgorithm algo, int first, int steps,
-             const Result* start = nullptr) {
+             const Result* start = nullptr, bool scaler = false) {
   Result out;
   run_nccl(ranks, [&](NcclCommunicator& c) {
     const Device dev = Device::cuda(c.device());
@@ -63,6 +74,19 @@ Result train(int ranks, int stage, bool adamw, AllreduceAlgorithm algo, int firs
       for (size_t i = 0; i < ps.size(); ++i) Tensor(ps[i]).copy_(start->params[i]);
     }
     model->to(dev);
+    int step = -1;
+    if (scaler && c.rank() == ranks - 1)
+      model->b->bias.register_post_accumulate_grad_hook([&step](const Tensor& p) {
+        if (std::find(std::begin(kInfSteps), std::end(kInfSteps), step) == std::end(kInfSteps))
+          return;
+        NoGradGuard no_grad;
+        fill_(p.grad().narrow(0, 0, 1), std::numeric_limits<double>::infinity());
+      });
+    std::optional<nn::amp::GradScaler> amp;
+    if (scaler) {
+      amp.emplace(kScaler);
+      amp->found_inf_reducer = [&c](Tensor& f) { c.allreduce(f, ReduceOp::max); };
+    }
     std::unique_ptr<DistributedDataParallel> ddp;
     std::unique_ptr<nn::optim::Optimizer> opt;
     ZeroOptimizer* zero = nullptr;
@@ -82,18 +106,30 @@ Result train(int ranks, int stage, bool adamw, AllreduceAlgorithm algo, int firs
     if (start) opt->load_state_dict(start->state);
     const int64_t share = kBatch / ranks;
     for (int s = first; s < first + steps; ++s) {
+      step = s;
       Generator gen(100 + static_cast<uint64_t>(s));
       const Tensor x = randn({kBatch, 6}, {}, &gen);
       const Tensor y = randint(0, 3, {kBatch}, {.dtype = DType::i64}, &gen);
       const Tensor xs = x.narrow(0, c.rank() * share, share).to(dev);
       const Tensor ys = y.narrow(0, c.rank() * share, share).to(dev);
-      cross_entropy(ddp ? ddp->forward(xs) : model->forward(xs), ys).backward();
+      const Tensor loss = cross_entropy(ddp ? ddp->forward(xs) : model->forward(xs), ys);
+      (amp ? amp->scale(loss) : loss).backward();
+      if (amp) amp->unscale_(*opt);  // clip the true gradients (ZeRO's: its shards)
       if (zero)
         zero->clip_grad_norm_(1.0);
       else
         nn::optim::clip_grad_norm_(model->parameters(), 1.0);
-      opt->step();
+      if (amp) {
+        amp->step_on_device(*opt);  // decided on the device, as stoke-train does on cuda
+        amp->update();
+      } else {
+        opt->step();
+      }
       opt->zero_grad();
+    }
+    if (amp && c.rank() == 0) {
+      out.scale = amp->get_scale();
+      out.skipped = amp->skipped_steps();
     }
     nn::NamedTensors state = opt->state_dict();
     if (c.rank() == 0) {
@@ -149,6 +185,29 @@ TEST_CASE("dist: zero (emu): ZeRO-1 and ZeRO-2 on cuda tensors over NCCL equal D
 TEST_CASE("dist: zero (emu): ZeRO-1 and ZeRO-2 on cuda tensors over NCCL equal DDP, AdamW",
           "[zero][nccl_dist]") {
   check_equal_to_ddp(true);
+}
+
+TEST_CASE(
+    "dist: zero (emu): the GradScaler over ZeRO-1 and ZeRO-2 shards on cuda tensors skips on every "
+    "rank and equals DDP with it (N = 2 and 3)",
+    "[zero][nccl_dist][amp]") {
+  const int steps = emu_steps();
+  for (int ranks : {2, 3}) {
+    const AllreduceAlgorithm algo =
+        ranks == 3 ? AllreduceAlgorithm::ring : AllreduceAlgorithm::native;
+    const Result ddp = train(ranks, 0, true, algo, 0, steps, nullptr, true);
+    // Steps 2 and 3 skip (1024 -> 512 -> 256); from step 4 every 4 clean steps double it.
+    REQUIRE(steps >= 4);
+    REQUIRE(ddp.skipped == 2);
+    REQUIRE(ddp.scale == 256.0 * std::pow(2.0, (steps - 4) / 4));
+    for (int stage : {1, 2}) {
+      INFO("N = " << ranks << ", stage " << stage << ", " << steps << " steps");
+      const Result z = train(ranks, stage, true, algo, 0, steps, nullptr, true);
+      CHECK(z.skipped == ddp.skipped);
+      CHECK(z.scale == ddp.scale);
+      CHECK(relative_diff(z.params, ddp.params) <= kFewUlps);  // kFewUlps says why
+    }
+  }
 }
 
 TEST_CASE("dist: zero (emu): a checkpoint of N = 2 on cuda resumes at N = 3", "[zero][nccl_dist]") {
