@@ -188,19 +188,13 @@ int parse_args(int argc, char** argv, Args& a) {
       a.gpus = int_value("--gpus", 1);
     } else if (s == "--algos") {
       const std::string v = value("--algos");
-      a.algos.clear();
-      size_t start = 0;
-      while (start <= v.size()) {
-        const size_t comma = std::min(v.find(',', start), v.size());
-        const std::string name = v.substr(start, comma - start);
+      a.algos = bench::split_commas(v);
+      for (const std::string& name : a.algos)
         if (std::find(std::begin(kAlgoNames), std::end(kAlgoNames), name) == std::end(kAlgoNames)) {
           std::cerr << kProg << ": --algos: unknown algorithm '" << name
                     << "' (native, ring, ring_blocking, tree, rhd, auto)\n";
           return 2;
         }
-        a.algos.push_back(name);
-        start = comma + 1;
-      }
     } else if (s == "--no-arg-check") {
       a.check_args = false;
     } else if (s == "--quick") {

@@ -16,6 +16,18 @@
 
 namespace stoke::bench {
 
+// The items of a comma-separated flag value, empty ones included ("a,,b": "a", "", "b"), so that
+// the caller's check of each name also refuses a stray comma.
+inline std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> items;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    items.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return items;
+}
+
 // Wall-clock milliseconds since an arbitrary origin (monotonic).
 inline double now_ms() {
   using clock = std::chrono::steady_clock;

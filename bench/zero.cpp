@@ -71,16 +71,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--bucket-mb")
       a.bucket_mb = std::max(0.001, std::atof(value().c_str()));
     else if (k == "--precision") {
-      a.precisions.clear();
-      std::string list = value();
-      for (size_t at = 0; at <= list.size();) {
-        const size_t comma = std::min(list.find(',', at), list.size());
-        const std::string p = list.substr(at, comma - at);
+      a.precisions = bench::split_commas(value());
+      for (const std::string& p : a.precisions)
         STOKE_CHECK(p == "f32" || p == "fp16", "stoke-bench-zero", "--precision: unknown '", p,
                     "' (known: f32, fp16)");
-        a.precisions.push_back(p);
-        at = comma + 1;
-      }
     } else
       STOKE_FAIL("stoke-bench-zero", "unknown flag '", k,
                  "' (known: --steps, --batch, --model, --bucket-mb, --precision)");

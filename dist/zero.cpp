@@ -125,6 +125,14 @@ Tensor ZeroOptimizer::State::shard_grad(const Bucket& b) const {
                             : f.shard_grads.narrow(0, b.shard_begin, b.chunk);
 }
 
+std::vector<Tensor> ZeroOptimizer::State::synced_shard_grads() {
+  sync_gradients();
+  std::vector<Tensor> shards;
+  for (const Bucket& b : buckets)
+    if (b.chunk > 0) shards.push_back(shard_grad(b));
+  return shards;
+}
+
 Tensor ZeroOptimizer::State::shard_params(const Bucket& b) const {
   return flats[b.flat].params.narrow(0, b.begin + rank * b.chunk, b.chunk);
 }
@@ -478,10 +486,7 @@ void ZeroOptimizer::zero_grad() {
 Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
   State& s = *state_;
   NoGradGuard no_grad;
-  s.sync_gradients();
-  std::vector<Tensor> shards;
-  for (const Bucket& b : s.buckets)
-    if (b.chunk > 0) shards.push_back(s.shard_grad(b));
+  const std::vector<Tensor> shards = s.synced_shard_grads();
   // One pass per flat (dtype and device), then the ranks' sums added.
   double mine = 0;
   for (size_t f = 0; f < s.flats.size(); ++f) {
@@ -501,13 +506,8 @@ Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
 }
 
 std::vector<Tensor> ZeroOptimizer::gradients_to_unscale() {
-  State& s = *state_;
   NoGradGuard no_grad;
-  s.sync_gradients();
-  std::vector<Tensor> shards;
-  for (const Bucket& b : s.buckets)
-    if (b.chunk > 0) shards.push_back(s.shard_grad(b));
-  return shards;
+  return state_->synced_shard_grads();
 }
 
 int ZeroOptimizer::stage() const {

@@ -90,6 +90,9 @@ struct ZeroOptimizer::State {
   void drain() noexcept;
 
   Tensor shard_grad(const Bucket& b) const;
+  // This step's reductions finished (sync_gradients), then every non-empty bucket's shard of the
+  // averaged gradients: what clipping and the loss scaler work on.
+  std::vector<Tensor> synced_shard_grads();
   Tensor shard_params(const Bucket& b) const;
   void reduce_scatter(const Tensor& in, Tensor& out);
   void allgather(const Tensor& in, Tensor& out);

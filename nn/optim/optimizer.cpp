@@ -27,6 +27,16 @@ Tensor contiguous_grad(const Tensor& p) {
   return g.is_contiguous() ? g : g.contiguous();
 }
 
+std::vector<Tensor> contiguous_grads_in_place(const std::vector<Tensor>& params) {
+  std::vector<Tensor> grads;
+  for (const Tensor& p : params) {
+    if (!p.grad().defined()) continue;
+    grads.push_back(contiguous_grad(p));
+    p.set_grad(grads.back());
+  }
+  return grads;
+}
+
 Tensor zeros_like_param(const Tensor& p) {
   return zeros(p.shape(), {.dtype = p.dtype(), .device = p.device()});
 }
@@ -430,26 +440,17 @@ Tensor Optimizer::clip_grad_norm_(double max_norm) {
 }
 
 std::vector<Tensor> Optimizer::gradients_to_unscale() {
-  std::vector<Tensor> grads;
-  for (const Tensor& p : params_) {
-    if (!p.grad().defined()) continue;
-    grads.push_back(contiguous_grad(p));
-    p.set_grad(grads.back());  // scaled in place by the caller
-  }
-  return grads;
+  return contiguous_grads_in_place(params_);
 }
 
 Tensor clip_grad_norm_no_sync_(const std::vector<Tensor>& params, double max_norm) {
   NoGradGuard no_grad;
-  std::vector<Tensor> grads;
+  const std::vector<Tensor> grads = contiguous_grads_in_place(params);  // scaled in place below
   std::optional<Device> device;
   bool one_device = true;
-  for (const auto& p : params) {
-    if (!p.grad().defined()) continue;
-    grads.push_back(contiguous_grad(p));
-    p.set_grad(grads.back());  // scaled in place below
-    if (!device) device = grads.back().device();
-    one_device = one_device && grads.back().device() == *device;
+  for (const Tensor& g : grads) {
+    if (!device) device = g.device();
+    one_device = one_device && g.device() == *device;
   }
   if (!device || device->is_cpu() || !one_device) {
     const double norm = clip_grad_norm_(params, max_norm);

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "nn/named_tensors.h"
@@ -12,6 +13,9 @@ namespace stoke::nn::optim::detail {
 
 // p's gradient, contiguous, checked to match p's dtype and device.
 Tensor contiguous_grad(const Tensor& p);
+// The defined gradients of `params`, each made contiguous and set back as the parameter's .grad,
+// so that scaling them in place scales what step() reads (unscaling, clipping).
+std::vector<Tensor> contiguous_grads_in_place(const std::vector<Tensor>& params);
 // Zero state shaped, typed and placed like p.
 Tensor zeros_like_param(const Tensor& p);
 std::map<std::string, Tensor> by_name(const NamedTensors& state);
