@@ -146,11 +146,18 @@ std::optional<DType> target_dtype(AutocastPolicy policy, std::initializer_list<c
     case AutocastPolicy::lower:
       return d.dtype;
     case AutocastPolicy::f32:
+    case AutocastPolicy::mixed_norm:
       return DType::f32;
     case AutocastPolicy::promote:
       return promoted_dtype(ts);
   }
   return std::nullopt;
+}
+
+bool keeps_first_operand(AutocastPolicy policy, std::initializer_list<const Tensor*> ts) {
+  if (policy != AutocastPolicy::mixed_norm || ts.size() == 0) return false;
+  const Tensor* input = *ts.begin();
+  return input && input->defined() && input->device().type == Device::Type::cuda;
 }
 
 Tensor cast(const Tensor& t, DType target, AutocastPolicy policy) {
@@ -160,6 +167,7 @@ Tensor cast(const Tensor& t, DType target, AutocastPolicy policy) {
       if (t.dtype() != DType::f32) return t;  // f64 stays f64, as in torch
       break;
     case AutocastPolicy::f32:
+    case AutocastPolicy::mixed_norm:
       if (!is_low(t.dtype())) return t;
       break;
     case AutocastPolicy::promote:

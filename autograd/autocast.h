@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 #include "core/tensor.h"
 
@@ -30,6 +31,11 @@ enum class AutocastPolicy : uint8_t {
   lower,    // cast f32 operands to the region's dtype (f16 or bf16): the matrix products
   f32,      // cast f16/bf16 operands to f32: softmax, losses, reductions, normalization statistics
   promote,  // cast every floating operand to the widest among them (f16 with bf16 gives f32)
+  // Batch norm. On cuda the input keeps its dtype and the other floating operands (weight, bias,
+  // running statistics) become f32: the kernels read f16/bf16 activations with f32 statistics, as
+  // cuDNN's and torch's mixed batch norm do, so no cast pass runs over the activations. On the CPU,
+  // whose kernels take per-channel tensors in the input's dtype and have no f16 arithmetic: as f32.
+  mixed_norm,
 };
 
 // The policy table: every entry point named here consults it (tests/autograd/test_autocast.cpp
@@ -54,7 +60,7 @@ inline constexpr std::array<AutocastEntry, 25> kAutocastPolicy{{
     {"sum", AutocastPolicy::f32},
     {"mean", AutocastPolicy::f32},
     {"var", AutocastPolicy::f32},
-    {"batch_norm", AutocastPolicy::f32},
+    {"batch_norm", AutocastPolicy::mixed_norm},
     {"group_norm", AutocastPolicy::f32},
     {"layer_norm", AutocastPolicy::f32},
     {"exp", AutocastPolicy::f32},
@@ -127,6 +133,9 @@ class Suspend {
 // dtype among them); nullopt: leave them (no operand on a device with autocast on, or no policy).
 std::optional<DType> target_dtype(AutocastPolicy policy, std::initializer_list<const Tensor*> ts);
 
+// Whether `op`'s first operand keeps its dtype while the others are cast (mixed_norm on cuda).
+bool keeps_first_operand(AutocastPolicy policy, std::initializer_list<const Tensor*> ts);
+
 // t cast to `target` as the policy says: only floating operands; `lower` casts f32 ones only (f64
 // stays, as in torch), through the cast cache for leaves that require grad.
 Tensor cast(const Tensor& t, DType target, AutocastPolicy policy);
@@ -146,13 +155,20 @@ const T& cast_arg(const T& v, std::optional<DType>, AutocastPolicy) {
   return v;
 }
 
+template <class F, size_t... I, class... A>
+auto call_indexed(F&& f, std::index_sequence<I...>, std::optional<DType> target, bool keep_first,
+                  AutocastPolicy policy, const A&... args) {
+  return f(cast_arg(args, I == 0 && keep_first ? std::nullopt : target, policy)...);
+}
+
 // Calls f(args...) with the tensor arguments cast per the op's policy and autocast suspended.
 template <class F, class... A>
 auto call(std::string_view op, F&& f, const A&... args) {
   const AutocastPolicy policy = autocast_policy(op);
   const std::optional<DType> target = target_dtype(policy, {tensor_ptr(args)...});
+  const bool keep_first = keeps_first_operand(policy, {tensor_ptr(args)...});
   const Suspend suspend;
-  return f(cast_arg(args, target, policy)...);
+  return call_indexed(f, std::index_sequence_for<A...>{}, target, keep_first, policy, args...);
 }
 
 }  // namespace autocast_detail

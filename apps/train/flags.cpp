@@ -202,7 +202,8 @@ constexpr const char* kUsage = R"(usage: stoke-train [flags]
   --device cpu|cuda|cuda:I  --allow-cpu-fallback   --no-progress
   --tf32                  let f32 matmul/conv on CUDA use TF32 tensor cores (~1e-3 rel. error)
   --amp fp16|bf16         mixed precision: convs and matmuls in fp16/bf16 under autocast, losses
-                          and normalization in f32; fp16 scales the loss (dynamic GradScaler)
+                          and normalization in f32 (batch norm on cuda: fp16/bf16 activations,
+                          f32 statistics); fp16 scales the loss (dynamic GradScaler)
   --profile FILE          record optimizer steps A..B-1 (--profile-steps A:B, default 10:30, or
                           fewer if the run is shorter; A and B each @--profile-steps@, A < B) as
                           a Chrome trace in FILE (open it in ui.perfetto.dev or chrome://tracing)

@@ -164,8 +164,11 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
     if (const auto m = dist_.gradient_comm().cached_allreduce_model())
       std::printf("dist: allreduce auto: %s", dist::describe(*m).c_str());
   if (amp_) {
-    std::printf("amp: %s autocast (convs and matmuls in %s, losses and normalization in f32), ",
-                f_.amp.c_str(), dtype_name(*amp_));
+    const std::string bn = device_.is_cuda() ? std::string("; batch norm on ") + dtype_name(*amp_) +
+                                                   " activations with f32 statistics"
+                                             : std::string();
+    std::printf("amp: %s autocast (convs and matmuls in %s, losses and normalization in f32%s), ",
+                f_.amp.c_str(), dtype_name(*amp_), bn.c_str());
     if (scaler_)
       std::printf("dynamic loss scaling from %g\n", scaler_->get_scale());
     else

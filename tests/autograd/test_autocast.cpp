@@ -23,8 +23,8 @@ TEST_CASE("autocast: every op of the policy table runs in the table's precision"
       auto it = samples.find(std::string(e.op));
       // A new table entry needs a sample here (tests/autograd/autocast_util.h).
       REQUIRE(it != samples.end());
-      // The operands the policy acts on: f32 for `lower`, the low dtype for `f32`, one of each
-      // for `promote` (the wider, f32, wins).
+      // The operands the policy acts on: f32 for `lower`, the low dtype for `f32` and
+      // `mixed_norm` (f32 on the CPU), one of each for `promote` (the wider, f32, wins).
       const DType main = e.policy == AutocastPolicy::lower ? DType::f32 : low;
       std::vector<Tensor> leaves;
       Tensor out;
@@ -36,7 +36,7 @@ TEST_CASE("autocast: every op of the policy table runs in the table's precision"
       CHECK(out.dtype() == want);
       // Outside a region a product keeps its operands' dtype and a binary op still promotes (the
       // f32 ops' mixed operands, an f16 input with f32 statistics, are a region's business).
-      if (e.policy != AutocastPolicy::f32) {
+      if (e.policy == AutocastPolicy::lower || e.policy == AutocastPolicy::promote) {
         std::vector<Tensor> plain_leaves;
         const Tensor plain =
             it->second({.main = main, .other = DType::f32, .device = Device::cpu()}, plain_leaves);
