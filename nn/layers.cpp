@@ -115,8 +115,10 @@ Tensor BatchNorm::forward_relu(const Tensor& x) {
 }
 
 Tensor norm_relu(Module& norm, const Tensor& x) {
-  if (auto* bn = dynamic_cast<BatchNorm*>(&norm)) return bn->forward_relu(x);
-  return relu(norm.forward(x));
+  // Fused unless the norm has forward hooks, which must see its output before the ReLU.
+  if (auto* bn = dynamic_cast<BatchNorm*>(&norm); bn && !bn->has_forward_hooks())
+    return bn->forward_relu(x);
+  return relu(norm(x));
 }
 
 Tensor BatchNorm::forward_impl(const Tensor& x, bool fuse_relu) {
@@ -211,7 +213,7 @@ void Sequential::push_back(ModulePtr m) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& m : modules_) h = m->forward(h);
+  for (auto& m : modules_) h = (*m)(h);
   return h;
 }
 

@@ -8,6 +8,41 @@
 
 namespace stoke::nn {
 
+Tensor Module::operator()(const Tensor& input) {
+  if (pre_hooks_.empty() && post_hooks_.empty()) return forward(input);
+  Tensor x = input;
+  // Copies: a hook may register or remove hooks.
+  const auto pre = pre_hooks_;
+  for (const auto& [id, hook] : pre)
+    if (Tensor r = hook(*this, x); r.defined()) x = r;
+  Tensor out = forward(x);
+  const auto post = post_hooks_;
+  for (const auto& [id, hook] : post)
+    if (Tensor r = hook(*this, x, out); r.defined()) out = r;
+  return out;
+}
+
+int64_t Module::register_forward_pre_hook(ForwardPreHook hook) {
+  STOKE_CHECK(hook != nullptr, "Module::register_forward_pre_hook", "an empty hook");
+  pre_hooks_.emplace_back(next_hook_id_, std::move(hook));
+  return next_hook_id_++;
+}
+
+int64_t Module::register_forward_hook(ForwardHook hook) {
+  STOKE_CHECK(hook != nullptr, "Module::register_forward_hook", "an empty hook");
+  post_hooks_.emplace_back(next_hook_id_, std::move(hook));
+  return next_hook_id_++;
+}
+
+void Module::remove_forward_hook(int64_t id) {
+  auto match = [id](const auto& h) { return h.first == id; };
+  const size_t before = pre_hooks_.size() + post_hooks_.size();
+  std::erase_if(pre_hooks_, match);
+  std::erase_if(post_hooks_, match);
+  STOKE_CHECK(pre_hooks_.size() + post_hooks_.size() < before, "Module::remove_forward_hook",
+              "no forward hook with id ", id, " on this ", name());
+}
+
 Tensor Module::forward(const Tensor&) {
   STOKE_FAIL("Module::forward", name(), " has no single-input forward");
 }

@@ -2,6 +2,7 @@
 // those of the equivalent torch.nn model ("layer1.0.conv1.weight", "bn1.running_mean").
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -22,7 +23,22 @@ class Module {
 
   // The computation; modules that are containers of others may leave it unimplemented.
   virtual Tensor forward(const Tensor& input);
-  Tensor operator()(const Tensor& input) { return forward(input); }
+  // forward() with the forward hooks around it, as torch's Module.__call__: a direct forward()
+  // call runs none (the model zoo calls its children through operator(), so hooks on any of them
+  // fire).
+  Tensor operator()(const Tensor& input);
+
+  // torch's register_forward_pre_hook / register_forward_hook: a pre-hook sees the input before
+  // forward() and may return a replacement (an undefined tensor keeps it); a hook sees the input
+  // and the output after it and may return a replacement output. They run in registration order.
+  // Returns an id for remove_forward_hook.
+  using ForwardPreHook = std::function<Tensor(Module&, const Tensor& input)>;
+  using ForwardHook = std::function<Tensor(Module&, const Tensor& input, const Tensor& output)>;
+  int64_t register_forward_pre_hook(ForwardPreHook hook);
+  int64_t register_forward_hook(ForwardHook hook);
+  // Removes the hook with that id (either kind); an error for an id this module does not have.
+  void remove_forward_hook(int64_t id);
+  bool has_forward_hooks() const { return !pre_hooks_.empty() || !post_hooks_.empty(); }
   // Short type name for printing ("Conv2d").
   virtual std::string name() const { return "Module"; }
 
@@ -64,6 +80,9 @@ class Module {
                NamedTensors& out) const;
   void print(std::ostream& os, int indent) const;
 
+  std::vector<std::pair<int64_t, ForwardPreHook>> pre_hooks_;
+  std::vector<std::pair<int64_t, ForwardHook>> post_hooks_;
+  int64_t next_hook_id_ = 0;
   NamedTensors params_, buffers_;
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;

@@ -58,7 +58,7 @@ class CNBlock : public Module {
                      std::make_shared<Permute>(std::vector<int64_t>{0, 3, 1, 2})}));
   }
   Tensor forward(const Tensor& x) override {
-    const Tensor r = layer_scale * block->forward(x);
+    const Tensor r = layer_scale * (*block)(x);
     return drop_path(r, drop_path_p_, is_training()) + x;
   }
   std::string name() const override { return "CNBlock"; }
@@ -132,7 +132,7 @@ ConvNeXt::ConvNeXt(ModelOptions o, ConvNeXtOptions c) {
 }
 
 Tensor ConvNeXt::forward(const Tensor& x) {
-  return classifier->forward(adaptive_avg_pool2d(features->forward(x), {1, 1}));
+  return (*classifier)(adaptive_avg_pool2d((*features)(x), {1, 1}));
 }
 
 }  // namespace stoke::nn::models

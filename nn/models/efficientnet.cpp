@@ -49,7 +49,7 @@ class SqueezeExcitation : public Module {
   }
   Tensor forward(const Tensor& x) override {
     const Tensor s = adaptive_avg_pool2d(x, {1, 1});
-    return x * sigmoid(fc2->forward(silu(fc1->forward(s))));
+    return x * sigmoid((*fc2)(silu((*fc1)(s))));
   }
   std::string name() const override { return "SqueezeExcitation"; }
 
@@ -76,7 +76,7 @@ class MBConv : public Module {
     block->push_back(conv_bn_act(expanded, out, 1, 1, 1, false, gen));
   }
   Tensor forward(const Tensor& x) override {
-    Tensor h = block->forward(x);
+    Tensor h = (*block)(x);
     if (!residual_) return h;
     return drop_path(h, drop_path_p_, is_training()) + x;
   }
@@ -135,8 +135,8 @@ EfficientNet::EfficientNet(ModelOptions o, EfficientNetOptions e) {
 }
 
 Tensor EfficientNet::forward(const Tensor& x) {
-  const Tensor h = adaptive_avg_pool2d(features->forward(x), {1, 1}).flatten(1);
-  return classifier->forward(h);
+  const Tensor h = adaptive_avg_pool2d((*features)(x), {1, 1}).flatten(1);
+  return (*classifier)(h);
 }
 
 }  // namespace stoke::nn::models

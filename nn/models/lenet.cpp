@@ -24,12 +24,12 @@ LeNet5::LeNet5(ModelOptions o) {
 
 Tensor LeNet5::forward(const Tensor& x) {
   const ops::Pool2dOptions pool{.kernel_size = {2, 2}};
-  Tensor h = max_pool2d(relu(conv1->forward(x)), pool);
-  h = max_pool2d(relu(conv2->forward(h)), pool);
+  Tensor h = max_pool2d(relu((*conv1)(x)), pool);
+  h = max_pool2d(relu((*conv2)(h)), pool);
   h = h.flatten(1);
-  h = relu(fc1->forward(h));
-  h = relu(fc2->forward(h));
-  return fc3->forward(h);
+  h = relu((*fc1)(h));
+  h = relu((*fc2)(h));
+  return (*fc3)(h);
 }
 
 }  // namespace stoke::nn::models

@@ -41,9 +41,9 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride, Genera
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = norm_relu(*bn1, conv1->forward(x));  // fused when bn1 is a BatchNorm2d
-  out = bn2->forward(conv2->forward(out));
-  return relu(out + (downsample ? downsample->forward(x) : x));
+  Tensor out = norm_relu(*bn1, (*conv1)(x));  // fused when bn1 is a BatchNorm2d
+  out = (*bn2)((*conv2)(out));
+  return relu(out + (downsample ? (*downsample)(x) : x));
 }
 
 ResNet::ResNet(const std::vector<int64_t>& blocks, const std::vector<int64_t>& widths,
@@ -69,11 +69,11 @@ ResNet::ResNet(const std::vector<int64_t>& blocks, const std::vector<int64_t>& w
 }
 
 Tensor ResNet::forward(const Tensor& x) {
-  Tensor h = norm_relu(*bn1, conv1->forward(x));
-  if (maxpool) h = maxpool->forward(h);
-  for (auto& layer : layers) h = layer->forward(h);
+  Tensor h = norm_relu(*bn1, (*conv1)(x));
+  if (maxpool) h = (*maxpool)(h);
+  for (auto& layer : layers) h = (*layer)(h);
   h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
-  return fc->forward(h);
+  return (*fc)(h);
 }
 
 namespace {
@@ -106,12 +106,12 @@ ResNet9::ResNet9(ModelOptions o) {
 }
 
 Tensor ResNet9::forward(const Tensor& x) {
-  Tensor h = layer1->forward(prep->forward(x));
-  h = h + res1->forward(h);
-  h = layer3->forward(layer2->forward(h));
-  h = h + res3->forward(h);
+  Tensor h = (*layer1)((*prep)(x));
+  h = h + (*res1)(h);
+  h = (*layer3)((*layer2)(h));
+  h = h + (*res3)(h);
   h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
-  return fc->forward(h) * 0.125;
+  return (*fc)(h)*0.125;
 }
 
 }  // namespace stoke::nn::models

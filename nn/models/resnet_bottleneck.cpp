@@ -37,10 +37,10 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride, Genera
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor out = bn1->forward_relu(conv1->forward(x));
-  out = bn2->forward_relu(conv2->forward(out));
-  out = bn3->forward(conv3->forward(out));
-  return relu(out + (downsample ? downsample->forward(x) : x));
+  Tensor out = norm_relu(*bn1, (*conv1)(x));
+  out = norm_relu(*bn2, (*conv2)(out));
+  out = (*bn3)((*conv3)(out));
+  return relu(out + (downsample ? (*downsample)(x) : x));
 }
 
 BottleneckResNet::BottleneckResNet(const std::vector<int64_t>& blocks, ModelOptions o) {
@@ -71,10 +71,10 @@ BottleneckResNet::BottleneckResNet(const std::vector<int64_t>& blocks, ModelOpti
 }
 
 Tensor BottleneckResNet::forward(const Tensor& x) {
-  Tensor h = maxpool->forward(bn1->forward_relu(conv1->forward(x)));
-  for (auto& layer : layers) h = layer->forward(h);
+  Tensor h = (*maxpool)(norm_relu(*bn1, (*conv1)(x)));
+  for (auto& layer : layers) h = (*layer)(h);
   h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
-  return fc->forward(h);
+  return (*fc)(h);
 }
 
 }  // namespace stoke::nn::models

@@ -27,8 +27,8 @@ VGG::VGG(const std::vector<int64_t>& config, ModelOptions o) {
 }
 
 Tensor VGG::forward(const Tensor& x) {
-  Tensor h = adaptive_avg_pool2d(features->forward(x), {1, 1}).flatten(1);
-  return classifier->forward(h);
+  Tensor h = adaptive_avg_pool2d((*features)(x), {1, 1}).flatten(1);
+  return (*classifier)(h);
 }
 
 namespace {
@@ -65,11 +65,11 @@ class InvertedResidual : public Module {
   }
 
   Tensor forward(const Tensor& x) override {
-    Tensor h = bn1->forward_relu(conv1->forward(x));
-    h = bn2->forward_relu(conv2->forward(h));
-    h = bn3->forward(conv3->forward(h));
+    Tensor h = norm_relu(*bn1, (*conv1)(x));
+    h = norm_relu(*bn2, (*conv2)(h));
+    h = (*bn3)((*conv3)(h));
     if (stride_ != 1) return h;
-    return h + (shortcut ? shortcut->forward(x) : x);
+    return h + (shortcut ? (*shortcut)(x) : x);
   }
   std::string name() const override { return "InvertedResidual"; }
 
@@ -109,11 +109,11 @@ MobileNetV2::MobileNetV2(ModelOptions o) {
 }
 
 Tensor MobileNetV2::forward(const Tensor& x) {
-  Tensor h = bn1->forward_relu(conv1->forward(x));
-  h = layers->forward(h);
-  h = bn2->forward_relu(conv2->forward(h));
+  Tensor h = norm_relu(*bn1, (*conv1)(x));
+  h = (*layers)(h);
+  h = norm_relu(*bn2, (*conv2)(h));
   h = adaptive_avg_pool2d(h, {1, 1}).flatten(1);
-  return linear->forward(h);
+  return (*linear)(h);
 }
 
 std::vector<std::string> model_names() {

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
+
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "nn/layers.h"
@@ -75,6 +77,56 @@ TEST_CASE("models: every model runs forward and backward on 28x28 and 32x32 inpu
       }
     }
   }
+}
+
+TEST_CASE("modules: forward hooks fire through operator() for every module that owns parameters",
+          "[nn][models]") {
+  for (const auto& name : models::model_names()) {
+    if (name == "resnet56" || name == "vgg16" || name == "resnet18" || name == "resnet18_gn" ||
+        name == "convnext_tiny")
+      continue;  // slow; same code as others
+    INFO(name);
+    auto m = models::make_model(name, {.in_channels = 1, .num_classes = 7, .input_size = 28});
+    std::map<const Module*, int> calls;
+    int64_t owners = 0;
+    for_each_module(*m, [&](Module& sub) {
+      if (sub.named_parameters(false).empty()) return;
+      ++owners;
+      calls[&sub] = 0;
+      sub.register_forward_hook([&calls](Module& self, const Tensor&, const Tensor&) {
+        ++calls[&self];
+        return Tensor();
+      });
+    });
+    (*m)(randn({2, 1, 28, 28}));
+    REQUIRE(owners > 0);
+    for (const auto& [module, n] : calls) {
+      INFO(module->name());
+      CHECK(n == 1);  // each parameter owner runs once per forward in the zoo
+    }
+  }
+}
+
+TEST_CASE("modules: a pre-hook replaces the input, a hook the output, and removal stops them",
+          "[nn]") {
+  Generator gen(3);
+  Linear lin(4, 3, {.generator = &gen});
+  const Tensor x = randn({2, 4}, {}, &gen);
+  const Tensor plain = lin(x);
+  const int64_t pre = lin.register_forward_pre_hook(
+      [](Module&, const Tensor& in) { return mul(in, 2.0); });  // exact: a power of two
+  const int64_t post = lin.register_forward_hook(
+      [](Module&, const Tensor& in, const Tensor& out) { return add(out, sum(in)); });
+  CHECK(lin.has_forward_hooks());
+  const Tensor hooked = lin(x);
+  const Tensor want = add(lin.forward(mul(x, 2.0)), sum(mul(x, 2.0)));  // the same ops in order
+  CHECK(hooked.to_vector<float>() == want.to_vector<float>());
+  CHECK(lin.forward(x).to_vector<float>() == plain.to_vector<float>());  // forward() runs none
+  lin.remove_forward_hook(pre);
+  lin.remove_forward_hook(post);
+  CHECK_FALSE(lin.has_forward_hooks());
+  CHECK(lin(x).to_vector<float>() == plain.to_vector<float>());
+  CHECK_THROWS_WITH(lin.remove_forward_hook(post), Catch::Contains("no forward hook with id"));
 }
 
 TEST_CASE("models: resnet8_pool is ResNet-8 with a 2x2 max-pool between the stem and layer1",
