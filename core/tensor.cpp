@@ -159,6 +159,25 @@ bool Tensor::is_contiguous() const {
   return true;
 }
 
+bool Tensor::is_contiguous(MemoryFormat format) const {
+  if (format == MemoryFormat::contiguous) return is_contiguous();
+  if (dim() != 4) return false;
+  static constexpr int64_t kNhwcInnermostFirst[] = {1, 3, 2, 0};  // C, then W, H and N
+  int64_t expected = 1;
+  for (const int64_t d : kNhwcInnermostFirst) {
+    if (size(d) == 1) continue;
+    if (stride(d) != expected) return false;
+    expected *= size(d);
+  }
+  return true;
+}
+
+MemoryFormat Tensor::suggest_memory_format() const {
+  return !is_contiguous() && is_contiguous(MemoryFormat::channels_last)
+             ? MemoryFormat::channels_last
+             : MemoryFormat::contiguous;
+}
+
 void* Tensor::data_ptr() const {
   const auto& t = checked();
   return static_cast<char*>(t.storage->data()) +
@@ -344,6 +363,16 @@ Tensor Tensor::expand(const Shape& requested) const {
 Tensor Tensor::contiguous() const {
   if (is_contiguous()) return *this;
   return clone();
+}
+
+Tensor Tensor::contiguous(MemoryFormat format) const {
+  if (format == MemoryFormat::contiguous) return contiguous();
+  STOKE_CHECK(dim() == 4, "contiguous", "channels_last needs a 4-d (N, C, H, W) tensor, got shape ",
+              shape());
+  if (is_contiguous(format)) return *this;
+  // NHWC is the row-major copy of the (N, H, W, C) permutation, seen back as (N, C, H, W): both
+  // permutes are views and the copy is clone's, so autograd records them as for any view.
+  return permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
 }
 
 Tensor Tensor::clone() const {

@@ -55,6 +55,11 @@ struct TensorOptions {
   bool requires_grad = false;
 };
 
+// How a 4-d (N, C, H, W) tensor's elements lie in memory, as torch.memory_format: contiguous is
+// row-major NCHW; channels_last is NHWC, strides (H*W*C, 1, W*C, C), the layout cuDNN's fast
+// f16/bf16 convolutions read. A channels_last tensor has NCHW's shape: only the strides differ.
+enum class MemoryFormat : uint8_t { contiguous, channels_last };
+
 class Tensor {
  public:
   Tensor() = default;
@@ -81,6 +86,12 @@ class Tensor {
   size_t element_size() const { return dtype_size(dtype()); }
   const std::shared_ptr<Storage>& storage() const { return checked().storage; }
   bool is_contiguous() const;
+  // Whether the strides are `format`'s dense layout (dims of size 1 are ignored, as in torch);
+  // channels_last needs 4 dims.
+  bool is_contiguous(MemoryFormat format) const;
+  // channels_last when the strides are NHWC's and not NCHW's, else contiguous (torch's
+  // suggest_memory_format): the layout an op's output keeps.
+  MemoryFormat suggest_memory_format() const;
 
   // Pointer to the first element (storage data + offset).
   void* data_ptr() const;
@@ -109,7 +120,10 @@ class Tensor {
 
   // --- copies ----------------------------------------------------------------------------------
   Tensor contiguous() const;  // this tensor if already contiguous
-  Tensor clone() const;       // always a new contiguous copy
+  // A copy in `format`'s layout, or this tensor if already in it; differentiable (the gradient
+  // comes back in the layout it arrives in). channels_last needs 4 dims.
+  Tensor contiguous(MemoryFormat format) const;
+  Tensor clone() const;  // always a new contiguous copy
   Tensor to(DType dtype) const;
   // A copy on `device` (this tensor if already there). Differentiable: the gradient goes back to
   // this tensor's device. With non_blocking a CPU<->device copy may still be in flight when this
