@@ -1,6 +1,8 @@
 #include "cuda/runtime/deferred_checks.h"
 
 #include <algorithm>
+#include <cstddef>
+#include <iterator>
 #include <utility>
 #include <vector>
 
@@ -68,6 +70,17 @@ void check_deferred_errors() {
 
 int64_t pending_deferred_checks() {
   return static_cast<int64_t>(t_pending.size());
+}
+
+std::vector<DeferredCheck> take_deferred_checks_since(int64_t mark) {
+  std::vector<DeferredCheck> taken;
+  // A list read in between (it cannot be, inside a capture) leaves fewer than `mark`: none taken.
+  const size_t from = static_cast<size_t>(std::max<int64_t>(mark, 0));
+  if (from >= t_pending.size()) return taken;
+  const auto first = t_pending.begin() + static_cast<std::ptrdiff_t>(from);
+  taken.assign(std::make_move_iterator(first), std::make_move_iterator(t_pending.end()));
+  t_pending.erase(first, t_pending.end());
+  return taken;
 }
 
 }  // namespace stoke::cuda

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/compat.h"
 
@@ -41,5 +42,12 @@ void check_deferred_errors();
 
 // Checks registered on this thread and not yet read.
 int64_t pending_deferred_checks();
+
+// Removes and returns the checks registered on this thread after the first `mark` (a value of
+// pending_deferred_checks()). A CUDA graph takes those its capture registered: no kernel has
+// written their flags yet (the capture ran nothing), so reading them at the next synchronization
+// would report whatever the memory held; the graph registers them again after each replay, whose
+// kernels write them (cuda/runtime/graph.h).
+std::vector<DeferredCheck> take_deferred_checks_since(int64_t mark);
 
 }  // namespace stoke::cuda

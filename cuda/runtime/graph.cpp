@@ -21,9 +21,11 @@ void Graph::abandon_capture() noexcept {
   (void)cudaStreamEndCapture(stream_.handle(), &abandoned);
   if (abandoned != nullptr) (void)cudaGraphDestroy(abandoned);
   (void)cudaGetLastError();
+  (void)take_deferred_checks_since(checks_mark_);  // flags nothing will write
 }
 
 void Graph::reset() {
+  checks_.clear();
   if (exec_ != nullptr) (void)cudaGraphExecDestroy(std::exchange(exec_, nullptr));
   if (graph_ != nullptr) (void)cudaGraphDestroy(std::exchange(graph_, nullptr));
   nodes_ = 0;
@@ -49,12 +51,15 @@ void Graph::capture_begin() {
   }
   capturing_ = true;
   rng_ = default_generator().state();
+  checks_mark_ = pending_deferred_checks();
 }
 
 void Graph::capture_end() {
   STOKE_CHECK(capturing_, "cuda::Graph::capture_end", "no capture is under way");
   capturing_ = false;
   set_current_stream(previous_);
+  // The captured ops' checks wait for a replay to write their flags.
+  checks_ = take_deferred_checks_since(checks_mark_);
   const cudaError_t e = cudaStreamEndCapture(stream_.handle(), &graph_);
   if (e != cudaSuccess) {
     (void)cudaGetLastError();
@@ -91,6 +96,10 @@ void Graph::replay() {
   STOKE_CHECK(exec_ != nullptr, "cuda::Graph::replay", "nothing was captured");
   note_kernel_launch();
   STOKE_CUDA_CHECK(cudaGraphLaunch(exec_, current_stream()));
+  for (DeferredCheck c : checks_) {  // this replay's answers, read on the stream it ran on
+    c.stream = current_stream();
+    defer_check(std::move(c));
+  }
 }
 
 void refuse_host_copy_in_capture(const char* what) {

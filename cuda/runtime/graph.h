@@ -14,7 +14,9 @@
 // found-inf flag). Host reads (item(), a blocking copy, a synchronize) cannot be captured: CUDA
 // refuses them, the capture is invalidated and capture_end throws, naming the error. Nor can
 // random draws from the default generator (dropout): a replay would repeat the capture's draws,
-// so capture_end throws when the generator moved during the capture.
+// so capture_end throws when the generator moved during the capture. A check of device values that
+// the captured ops defer (a class target out of range) is read after each replay, at the next
+// synchronization, as in an eager step; never before the first replay, whose kernels write it.
 //
 // Memory: the capture runs on the graph's own stream, and the caching allocator keeps blocks per
 // stream, so every block the captured work allocates is served from (and freed back to) that
@@ -24,9 +26,11 @@
 
 #include <cstddef>
 #include <functional>
+#include <vector>
 
 #include "core/random.h"
 #include "cuda/compat.h"
+#include "cuda/runtime/deferred_checks.h"
 #include "cuda/runtime/stream.h"
 
 namespace stoke::cuda {
@@ -67,6 +71,10 @@ class Graph {
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t exec_ = nullptr;
   std::size_t nodes_ = 0;
+  // The deferred range checks (cuda/runtime/deferred_checks.h) the captured work registered,
+  // registered again after each replay; checks_mark_ is the pending count at capture_begin.
+  std::vector<DeferredCheck> checks_;
+  int64_t checks_mark_ = 0;
 
   // Ends a capture that failed or was left unfinished, dropping what it recorded, and restores
   // the current stream; does nothing when no capture is under way.

@@ -22,6 +22,7 @@
 #include "autograd/loss.h"
 #include "core/sync_debug.h"
 #include "cuda/emu/emu.h"
+#include "cuda/runtime/deferred_checks.h"
 #include "cuda/runtime/graph.h"
 #include "cuda/runtime/stream.h"
 #include "dist/ddp.h"
@@ -54,6 +55,43 @@ TEST_CASE("cuda: CUDA graph: a captured add runs at each replay, not at the capt
     graph.replay();
     CHECK(t.to_vector<float>() == std::vector<float>(1000, want));
   }
+}
+
+TEST_CASE(
+    "cuda: CUDA graph: a captured op's deferred range check is read after each replay, never "
+    "before the first",
+    "[cuda_graph]") {
+  Generator g(4);
+  const Tensor logits = randn({4, 10}, {}, &g).to(kCuda);
+  Tensor y = zeros({4}, {.dtype = DType::i64, .device = kCuda});
+  Tensor loss = zeros({}, {.device = kCuda});
+  const ExpectedSync reads("the test reads the loss");
+  (void)loss.item();  // nothing pending before the capture
+  REQUIRE(cuda::pending_deferred_checks() == 0);
+  cuda::Graph graph;
+  graph.capture([&] { loss.copy_(cross_entropy(logits, y)); });
+  // The capture's target check waits in the graph: its flag is written by a replay, not yet.
+  CHECK(cuda::pending_deferred_checks() == 0);
+  CHECK_NOTHROW(loss.item());
+  for (int replay = 0; replay < 3; ++replay) {
+    INFO("replay " << replay);
+    const bool bad = replay == 1;
+    y.copy_(full({4}, bad ? 12 : 3, {.dtype = DType::i64}));
+    graph.replay();
+    CHECK(cuda::pending_deferred_checks() == 1);  // this replay's answer
+    if (bad)
+      CHECK_THROWS_WITH(loss.item(), Catch::Contains("target 12 of row 0 is out of range for 10"));
+    else
+      CHECK_NOTHROW(loss.item());
+    CHECK(cuda::pending_deferred_checks() == 0);
+  }
+  // An abandoned capture leaves no check behind either.
+  cuda::Graph failed;
+  CHECK_THROWS(failed.capture([&] {
+    (void)cross_entropy(logits, y);
+    (void)loss.item();  // a host read: the capture fails
+  }));
+  CHECK(cuda::pending_deferred_checks() == 0);
 }
 
 TEST_CASE("cuda: CUDA graph: a host read inside the capture fails it, naming the cause",
