@@ -14,3 +14,15 @@ if(TARGET stoke_ops_cuda_emu AND TARGET stoke_nn)
   add_executable(stoke-bench-emu emu.cpp)
   target_link_libraries(stoke-bench-emu PRIVATE stoke_ops_cuda_emu stoke_nn stoke_flags)
 endif()
+
+# bench/train_cuda.cpp (stoke-bench-train-cuda): training throughput and MFU on a CUDA device,
+# fp32/TF32/fp16/bf16, eager and CUDA-graphed (ResNet-50 at 224x224 by default). The real backend's
+# binary says "no CUDA device" here; the emulated one (-emu) is smoke-run by ctest with --quick.
+if(TARGET stoke_cuda)
+  add_executable(stoke-bench-train-cuda train_cuda.cpp)
+  target_link_libraries(stoke-bench-train-cuda PRIVATE stoke::stoke stoke_flags)
+endif()
+if(TARGET stoke_ops_cuda_emu AND TARGET stoke_nn)
+  add_executable(stoke-bench-train-cuda-emu train_cuda.cpp)
+  target_link_libraries(stoke-bench-train-cuda-emu PRIVATE stoke_ops_cuda_emu stoke_nn stoke_flags)
+endif()

@@ -15,8 +15,9 @@
 #      --amp fp16, and fp32 and fp16 with --cuda-graph, profiled: test accuracy, img/s, and the
 #      profiler's kernel launches and host waits per step;
 #   3. stoke-bench-ops-cuda --quick: stoke's kernels beside cuBLAS and cuDNN (its JSON line).
-# Not yet here (issue 42): ResNet-50's synthetic throughput and MFU (no ResNet-50 in the zoo yet),
-# and eager against CUDA-graphed steps (no --cuda-graph yet).
+#   4. stoke-bench-train-cuda: ResNet-50 at 224x224 on synthetic data, batch 64, in fp32, TF32,
+#      fp16 and bf16, eager and CUDA-graphed: img/s, MFU against the row precision's measured
+#      GEMM peak, launches and host waits per step (--quick: its LeNet-5 smoke run).
 # Without a GPU every binary says so and exits 0: the table then says "no GPU" and nothing failed.
 set -uo pipefail
 
@@ -121,6 +122,20 @@ done
 check "stoke-bench-ops-cuda --quick" 120 "$out/bench-ops-cuda.log" \
   "$build/bench/stoke-bench-ops-cuda" --quick
 record "stoke-bench-ops-cuda --quick" "$status" "$took"
+
+# 4. ResNet-50's synthetic throughput and MFU, eager and graphed, in every precision.
+bench_train=$build/bench/stoke-bench-train-cuda
+if [[ -x $bench_train ]]; then
+  bflags=(--graph --batch 64 --steps 20 --warmup 3)
+  ((quick)) && bflags=(--quick)
+  check "stoke-bench-train-cuda resnet50" 180 "$out/bench-train-cuda.log" "$bench_train" \
+    "${bflags[@]}"
+  row_json=$(grep -E '^\{"bench":"train_cuda"' "$out/bench-train-cuda.log" | tail -1)
+  record "stoke-bench-train-cuda resnet50" "$status" "$took" \
+    "\"rows\":$(python3 -c 'import json,sys; print(json.dumps(json.loads(sys.argv[1])["rows"]) if sys.argv[1] else "null")' "$row_json")"
+else
+  record "stoke-bench-train-cuda resnet50" "missing" 0
+fi
 
 # The table.
 {
