@@ -4,8 +4,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <ostream>
@@ -26,6 +28,17 @@ inline std::vector<std::string> split_commas(const std::string& list) {
     at = comma + 1;
   }
   return items;
+}
+
+// `text` as a base-10 integer, all of it ("12x" and "" are not; std::stoll took "12x" as 12 and
+// threw on "x"): false when it is not one.
+inline bool parse_int(const std::string& text, int64_t& out) {
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE) return false;
+  out = n;
+  return true;
 }
 
 // Wall-clock milliseconds since an arbitrary origin (monotonic).

@@ -12,7 +12,6 @@
 // the MFU: the achieved FLOP/s over the best 1024^3 f32 matrix product
 // measured on this machine in this run (nn/throughput.h).
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +21,7 @@
 #include <vector>
 
 #include "autograd/loss.h"
+#include "bench/bench_util.h"
 #include "nn/models/models.h"
 #include "nn/optim/optimizer.h"
 #include "nn/throughput.h"
@@ -94,19 +94,12 @@ int parse_args(int argc, char** argv, Args& a) {
       }
       return std::string(argv[++i]);
     };
-    // The whole value must be an integer (std::stoll took "12x" as 12 and threw on "x").
     auto integer = [&](int64_t& out) {
       const std::string v = next();
-      char* end = nullptr;
-      errno = 0;
-      const long long n = std::strtoll(v.c_str(), &end, 10);
-      if (v.empty() || *end != '\0' || errno == ERANGE) {
-        std::fprintf(stderr, "stoke-bench-train-cpu: %s expects an integer, got '%s'\n",
-                     arg.c_str(), v.c_str());
-        return false;
-      }
-      out = n;
-      return true;
+      if (bench::parse_int(v, out)) return true;
+      std::fprintf(stderr, "stoke-bench-train-cpu: %s expects an integer, got '%s'\n", arg.c_str(),
+                   v.c_str());
+      return false;
     };
     if (arg == "--steps" || arg == "--warmup" || arg == "--batch") {
       if (!integer(arg == "--steps" ? a.steps : arg == "--warmup" ? a.warmup : a.batch)) return 2;

@@ -14,10 +14,8 @@
 // momentum. --quick: LeNet-5 at 28x28, batch 4, 2 steps, fp32 and fp16, eager and graphed, a
 // 128^3 peak (the smoke run of the emulated build, stoke-bench-train-cuda-emu).
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -135,15 +133,11 @@ int parse_args(int argc, char** argv, Args& a) {
     auto integer = [&](int64_t& out, int64_t min) {
       const auto v = value();
       if (!v) return false;
-      char* end = nullptr;
-      errno = 0;
-      const long long n = std::strtoll(v->c_str(), &end, 10);
-      if (v->empty() || *end != '\0' || errno == ERANGE || n < min) {
+      if (!bench::parse_int(*v, out) || out < min) {
         std::fprintf(stderr, "%s: %s expects an integer >= %lld, got '%s'\n", me, arg.c_str(),
                      static_cast<long long>(min), v->c_str());
         return false;
       }
-      out = n;
       return true;
     };
     bool ok = true;
