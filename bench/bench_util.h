@@ -30,6 +30,21 @@ inline std::vector<std::string> split_commas(const std::string& list) {
   return items;
 }
 
+// The first of `items` that is not in `known`, or nullptr: a list flag's check (--models).
+inline const std::string* first_unknown(const std::vector<std::string>& items,
+                                        const std::vector<std::string>& known) {
+  for (const std::string& item : items)
+    if (std::find(known.begin(), known.end(), item) == known.end()) return &item;
+  return nullptr;
+}
+
+// "a, b, c": the known names an error message lists.
+inline std::string join_commas(const std::vector<std::string>& items) {
+  std::string out;
+  for (const std::string& item : items) out += (out.empty() ? "" : ", ") + item;
+  return out;
+}
+
 // `text` as a base-10 integer, all of it ("12x" and "" are not; std::stoll took "12x" as 12 and
 // threw on "x"): false when it is not one.
 inline bool parse_int(const std::string& text, int64_t& out) {

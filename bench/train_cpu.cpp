@@ -11,7 +11,6 @@
 // forward and backward, 2 per multiply-add, as the profiler counts them in one profiled step) and
 // the MFU: the achieved FLOP/s over the best 1024^3 f32 matrix product
 // measured on this machine in this run (nn/throughput.h).
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -123,14 +122,11 @@ int parse_args(int argc, char** argv, Args& a) {
     }
   }
   const std::vector<std::string> known = nn::models::model_names();
-  for (const auto& m : a.models)
-    if (std::find(known.begin(), known.end(), m) == known.end()) {
-      std::string list;
-      for (const auto& k : known) list += (list.empty() ? "" : ", ") + k;
-      std::fprintf(stderr, "stoke-bench-train-cpu: --models: unknown model '%s' (known: %s)\n",
-                   m.c_str(), list.c_str());
-      return 2;
-    }
+  if (const std::string* m = bench::first_unknown(a.models, known)) {
+    std::fprintf(stderr, "stoke-bench-train-cpu: --models: unknown model '%s' (known: %s)\n",
+                 m->c_str(), bench::join_commas(known).c_str());
+    return 2;
+  }
   if (a.steps < 1 || a.warmup < 0 || a.batch < 1 || a.size < 1 || a.channels < 1 || a.classes < 1) {
     std::fprintf(stderr,
                  "stoke-bench-train-cpu: expected --steps >= 1, --warmup >= 0, and --batch, "

@@ -13,7 +13,6 @@
 // The defaults are NVIDIA's ResNet-50 v1.5 reference geometry (224x224, 1000 classes); SGD with
 // momentum. --quick: LeNet-5 at 28x28, batch 4, 2 steps, fp32 and fp16, eager and graphed, a
 // 128^3 peak (the smoke run of the emulated build, stoke-bench-train-cuda-emu).
-#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -180,18 +179,15 @@ int parse_args(int argc, char** argv, Args& a) {
     }
     if (!ok) return 2;
   }
-  for (const std::string& p : a.precisions)
-    if (p != "fp32" && p != "tf32" && p != "fp16" && p != "bf16") {
-      std::fprintf(stderr, "%s: --precision: unknown '%s' (fp32, tf32, fp16, bf16)\n", me,
-                   p.c_str());
-      return 2;
-    }
-  const std::vector<std::string> known = nn::models::model_names();
-  for (const std::string& m : a.models)
-    if (std::find(known.begin(), known.end(), m) == known.end()) {
-      std::fprintf(stderr, "%s: --models: unknown model '%s'\n", me, m.c_str());
-      return 2;
-    }
+  if (const std::string* p = bench::first_unknown(a.precisions, {"fp32", "tf32", "fp16", "bf16"})) {
+    std::fprintf(stderr, "%s: --precision: unknown '%s' (fp32, tf32, fp16, bf16)\n", me,
+                 p->c_str());
+    return 2;
+  }
+  if (const std::string* m = bench::first_unknown(a.models, nn::models::model_names())) {
+    std::fprintf(stderr, "%s: --models: unknown model '%s'\n", me, m->c_str());
+    return 2;
+  }
   return -1;
 }
 

@@ -67,7 +67,7 @@ TEST_CASE(
     "cast pass, and matches an f64 loop over 3 steps",
     "[autocast][batch_norm]") {
   const int64_t N = 8, C = 3, HW = 9, n = N * HW;
-  const double eps = 1e-5, momentum = 0.1;
+  const double eps = 1e-5, momentum = 0.1;  // batch norm's options (torch's defaults), no tolerance
   for (const DType low : {DType::f16, DType::bf16}) {
     INFO("autocast " << low);
     // The low dtype's unit roundoff: the output's and the input gradient's last rounding.
