@@ -141,7 +141,7 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
     graph_correct_ = zeros({f_.accum}, {.dtype = DType::i64, .device = device_});
     no_inf_ = zeros({1}, {.device = device_});
     // The schedule writes the learning rate into device memory between replays, where the
-    // optimizer's kernels read it (flags.cpp admits only SGD, Adam and AdamW, which do).
+    // optimizer's update reads it (every optimizer stoke-train makes can).
     opt_->keep_lr_on_device();
     std::printf(
         "graph: each training step replays one CUDA graph, captured after %lld eager "

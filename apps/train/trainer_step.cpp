@@ -131,8 +131,11 @@ void Trainer::update_weights() {
       scaler_->update();
     } else {
       if (f_.clip_grad > 0) opt_->clip_grad_norm_(f_.clip_grad);  // ZeRO's: in its shards
-      if (graph_)
-        opt_->step_if_finite(no_inf_);  // the step counts on the device, as a replay needs
+      // With a graph, the step counts must live on the device, as a replay needs: SGD's and
+      // Adam's are there under step_if_finite (with an all-clear flag); RMSprop's and Adagrad's
+      // under step() once the rate is on the device (they have no device-side skip).
+      if (graph_ && opt_->skips_on_device())
+        opt_->step_if_finite(no_inf_);
       else
         opt_->step();
     }

@@ -139,8 +139,8 @@ void Optimizer::set_lr(size_t group, double lr) {
 
 void Optimizer::keep_lr_on_device() {
   STOKE_CHECK(reads_lr_from_device(), "Optimizer::keep_lr_on_device",
-              "this optimizer takes its learning rate as a kernel argument; SGD, Adam and AdamW "
-              "read it from device memory");
+              "this optimizer takes its learning rate as a host value; SGD, Adam, AdamW, RMSprop "
+              "and Adagrad read it from device memory");
   if (lr_on_device_) return;
   for (Group& g : groups_) {
     const Device d = g.begin < g.end ? params_[g.begin].device() : Device::cpu();

@@ -47,6 +47,8 @@ class Optimizer {
   // the device, without a host read (their kernels take the flag, and each parameter's step count
   // lives on the device from then on); other optimizers read the flag, then step() or not.
   virtual void step_if_finite(const Tensor& found_inf);
+  // Whether step_if_finite decides on the device, with no host read (SGD, Adam and AdamW).
+  virtual bool skips_on_device() const { return false; }
   // Sets gradients to none (dist::ZeroOptimizer also zeroes the flat gradients it keeps).
   virtual void zero_grad();
   // Scales this optimizer's gradients so that their global L2 norm is at most max_norm and returns
@@ -71,11 +73,12 @@ class Optimizer {
 
   // Keeps every group's learning rate in device memory from now on (torch's capturable
   // optimizers with a Tensor lr): a one-element f64 tensor on the group's device, which SGD's,
-  // Adam's and AdamW's update kernels read when they run. set_lr() then writes it (one fill
-  // launch on the current stream when the value changes, no host wait), so a CUDA graph that
-  // captured step() follows a schedule between replays; set_lr() while the current stream
-  // captures is refused (the replays would write that value again). Optimizers whose kernels take
-  // lr as an argument (RMSprop, Adagrad, ZeRO's wrapper) refuse this.
+  // Adam's and AdamW's fused kernels read when they run (RMSprop and Adagrad multiply by it on
+  // the device). set_lr() then writes it (one fill launch on the current stream when the value
+  // changes, no host wait), so a CUDA graph that captured step() follows a schedule between
+  // replays; set_lr() while the current stream captures is refused (the replays would write that
+  // value again). An optimizer whose update takes lr as a host value (ZeRO's wrapper) refuses
+  // this.
   void keep_lr_on_device();
   bool lr_on_device() const { return lr_on_device_; }
   // Whether keep_lr_on_device() is possible (the update kernels read Group::lr_device).
@@ -123,6 +126,7 @@ class SGD : public Optimizer {
   SGD(std::vector<ParamGroup> groups, SGDOptions options);
   void step() override;
   void step_if_finite(const Tensor& found_inf) override;
+  bool skips_on_device() const override { return true; }
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   const SGDOptions& options() const { return options_; }
@@ -154,6 +158,7 @@ class Adam : public Optimizer {
   Adam(std::vector<ParamGroup> groups, AdamOptions options, bool decoupled_weight_decay = false);
   void step() override;
   void step_if_finite(const Tensor& found_inf) override;
+  bool skips_on_device() const override { return true; }
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   const AdamOptions& options() const { return options_; }
@@ -236,12 +241,17 @@ struct AdagradOptions {
 };
 
 // Both run torch's single-tensor update op for op on each parameter (ops:: in-place ops on any
-// device), so they match torch.optim to rounding; f32 and f64 parameters.
+// device), so they match torch.optim to rounding; f32 and f64 parameters. With
+// keep_lr_on_device() the rate is applied as torch's differentiable form does it (param +=
+// (grad * -lr) / avg, the product by a one-element tensor), and the step counts live on the
+// device, so a captured step replays under any schedule. Neither skips on the device: under a
+// GradScaler, step_if_finite reads the found-inf flag (one host wait).
 class RMSprop : public Optimizer {
  public:
   RMSprop(std::vector<Tensor> params, RMSpropOptions options);
   RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options);
   void step() override;
+  bool reads_lr_from_device() const override { return true; }
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   const RMSpropOptions& options() const { return options_; }
@@ -250,6 +260,10 @@ class RMSprop : public Optimizer {
   RMSpropOptions options_;
   std::vector<Tensor> square_avg_, momentum_buffer_, grad_avg_;
   std::vector<int64_t> steps_;
+  // With keep_lr_on_device: each parameter's step count on its device (one-element f32, exact to
+  // 2^24), counted there so that a replayed step counts too; it then holds the truth (steps_ is
+  // stale).
+  std::vector<Tensor> step_counts_;
 };
 
 class Adagrad : public Optimizer {
@@ -257,6 +271,7 @@ class Adagrad : public Optimizer {
   Adagrad(std::vector<Tensor> params, AdagradOptions options);
   Adagrad(std::vector<ParamGroup> groups, AdagradOptions options);
   void step() override;
+  bool reads_lr_from_device() const override { return true; }
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   const AdagradOptions& options() const { return options_; }
@@ -265,6 +280,9 @@ class Adagrad : public Optimizer {
   AdagradOptions options_;
   std::vector<Tensor> sum_;
   std::vector<int64_t> steps_;
+  // With keep_lr_on_device: each parameter's step count on its device (one-element f32, exact to
+  // 2^24), lr_decay's rate computed from it there; it then holds the truth (steps_ is stale).
+  std::vector<Tensor> step_counts_;
 };
 
 // Scales all gradients so that their global L2 norm is at most max_norm; returns the norm before

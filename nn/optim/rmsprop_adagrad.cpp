@@ -26,6 +26,28 @@ Tensor step_tensor(int64_t step) {
   return t;
 }
 
+// With keep_lr_on_device: -lr as a 0-d tensor of dtype `dtype` on the rate's device (0-d
+// broadcasts to any parameter, a 0-d one too), made by kernels from the group's f64 rate (the
+// cast rounds as the host's does; the negation is exact), so that a replay reads the current rate.
+Tensor negated_rate(const Tensor& lr_device, DType dtype) {
+  return ops::mul(lr_device.to(dtype), -1.0).view({});
+}
+
+// A parameter's step count on its device: made from the host's count at the first step with the
+// rate on the device (a fill, no read), counted there from then on.
+Tensor& device_count(std::vector<Tensor>& counts, const std::vector<int64_t>& steps, size_t i,
+                     const Tensor& p) {
+  if (counts.empty()) counts.resize(steps.size());
+  if (!counts[i].defined())
+    counts[i] = full({1}, static_cast<double>(steps[i]), {.device = p.device()});  // f32: exact
+  return counts[i];
+}
+
+// Each parameter's step count for a state_dict: the device's count where one exists (a read).
+int64_t saved_step(const std::vector<Tensor>& counts, const std::vector<int64_t>& steps, size_t i) {
+  return counts.empty() || !counts[i].defined() ? steps[i] : static_cast<int64_t>(counts[i].item());
+}
+
 // The gradient with L2 weight decay added (a new tensor, as torch's grad.add(param)).
 Tensor decayed_grad(const Tensor& p, double weight_decay) {
   Tensor g = contiguous_grad(p);
@@ -54,6 +76,7 @@ void RMSprop::step() {
   NoGradGuard no_grad;
   const RMSpropOptions& o = options_;
   for (const Group& group : groups_) {
+    Tensor neg_lr;  // with the rate on the device: -lr in the parameters' dtype
     for (size_t i = group.begin; i < group.end; ++i) {
       const Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
@@ -63,7 +86,13 @@ void RMSprop::step() {
         if (o.momentum > 0) momentum_buffer_[i] = zeros_like_param(p);
         if (o.centered) grad_avg_[i] = zeros_like_param(p);
       }
-      ++steps_[i];
+      if (lr_on_device_) {
+        ops::add_(device_count(step_counts_, steps_, i, p), 1.0);
+        if (!neg_lr.defined() || neg_lr.dtype() != p.dtype())
+          neg_lr = negated_rate(group.lr_device, p.dtype());
+      } else {
+        ++steps_[i];
+      }
       ops::addcmul_(ops::mul_(square_avg_[i], o.alpha), g, g, 1 - o.alpha);
       Tensor avg;
       if (o.centered) {
@@ -75,7 +104,12 @@ void RMSprop::step() {
       ops::add_(avg, o.eps);
       if (o.momentum > 0) {
         ops::addcdiv_(ops::mul_(momentum_buffer_[i], o.momentum), g, avg);
-        ops::add_(p.detach(), momentum_buffer_[i], -group.lr);
+        if (lr_on_device_)
+          ops::addcmul_(p.detach(), momentum_buffer_[i], neg_lr);  // torch: param.add_(buf * -lr)
+        else
+          ops::add_(p.detach(), momentum_buffer_[i], -group.lr);
+      } else if (lr_on_device_) {
+        ops::addcdiv_(p.detach(), ops::mul(g, neg_lr), avg);  // torch: addcdiv_(grad * -lr, avg)
       } else {
         ops::addcdiv_(p.detach(), g, avg, -group.lr);
       }
@@ -88,7 +122,7 @@ NamedTensors RMSprop::state_dict() const {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!square_avg_[i].defined()) continue;
     const std::string k = "state." + std::to_string(i) + ".";
-    out.emplace_back(k + "step", step_tensor(steps_[i]));
+    out.emplace_back(k + "step", step_tensor(saved_step(step_counts_, steps_, i)));
     out.emplace_back(k + "square_avg", square_avg_[i]);
     if (momentum_buffer_[i].defined()) out.emplace_back(k + "momentum_buffer", momentum_buffer_[i]);
     if (grad_avg_[i].defined()) out.emplace_back(k + "grad_avg", grad_avg_[i]);
@@ -99,6 +133,7 @@ NamedTensors RMSprop::state_dict() const {
 void RMSprop::load_state_dict(const NamedTensors& state) {
   const char* op = "RMSprop::load_state_dict";
   auto m = by_name(state);
+  step_counts_.clear();  // made again from the loaded steps
   const Tensor step_like = empty({}, {.dtype = DType::i64});
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string k = "state." + std::to_string(i) + ".";
@@ -137,11 +172,26 @@ void Adagrad::step() {
       if (!sum_[i].defined())
         sum_[i] = full(p.shape(), options_.initial_accumulator_value,
                        {.dtype = p.dtype(), .device = p.device()});
-      const int64_t step = ++steps_[i];
-      const double clr = group.lr / (1 + static_cast<double>(step - 1) * options_.lr_decay);
       ops::addcmul_(sum_[i], g, g, 1);
       const Tensor std = ops::add_(ops::sqrt_(sum_[i].clone()), options_.eps);
-      ops::addcdiv_(p.detach(), g, std, -clr);
+      if (lr_on_device_) {
+        // clr = lr / (1 + (step - 1) lr_decay), in the parameter's dtype on the device (the
+        // device's elementwise kernels have no f64 on cuda; the host computes it in f64).
+        const Tensor& count = device_count(step_counts_, steps_, i, p);
+        ops::add_(count, 1.0);
+        Tensor neg_clr = negated_rate(group.lr_device, p.dtype());
+        if (options_.lr_decay != 0)
+          neg_clr = ops::div(
+              neg_clr,
+              ops::add_(ops::mul_(ops::sub(count.to(p.dtype()), 1.0), options_.lr_decay), 1.0)
+                  .view({}));
+        // torch's form for a tensor rate: param.addcdiv_(grad * -clr, std).
+        ops::addcdiv_(p.detach(), ops::mul(g, neg_clr), std);
+      } else {
+        const int64_t step = ++steps_[i];
+        const double clr = group.lr / (1 + static_cast<double>(step - 1) * options_.lr_decay);
+        ops::addcdiv_(p.detach(), g, std, -clr);
+      }
     }
   }
 }
@@ -151,7 +201,7 @@ NamedTensors Adagrad::state_dict() const {
   for (size_t i = 0; i < params_.size(); ++i) {
     if (!sum_[i].defined()) continue;
     const std::string k = "state." + std::to_string(i) + ".";
-    out.emplace_back(k + "step", step_tensor(steps_[i]));
+    out.emplace_back(k + "step", step_tensor(saved_step(step_counts_, steps_, i)));
     out.emplace_back(k + "sum", sum_[i]);
   }
   return out;
@@ -160,6 +210,7 @@ NamedTensors Adagrad::state_dict() const {
 void Adagrad::load_state_dict(const NamedTensors& state) {
   const char* op = "Adagrad::load_state_dict";
   auto m = by_name(state);
+  step_counts_.clear();  // made again from the loaded steps
   const Tensor step_like = empty({}, {.dtype = DType::i64});
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::string k = "state." + std::to_string(i) + ".";
