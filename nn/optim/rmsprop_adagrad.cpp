@@ -165,6 +165,7 @@ Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions o)
 void Adagrad::step() {
   NoGradGuard no_grad;
   for (const Group& group : groups_) {
+    Tensor neg_lr;  // with the rate on the device: -lr in the parameters' dtype, once per group
     for (size_t i = group.begin; i < group.end; ++i) {
       const Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
@@ -179,7 +180,9 @@ void Adagrad::step() {
         // device's elementwise kernels have no f64 on cuda; the host computes it in f64).
         const Tensor& count = device_count(step_counts_, steps_, i, p);
         ops::add_(count, 1.0);
-        Tensor neg_clr = negated_rate(group.lr_device, p.dtype());
+        if (!neg_lr.defined() || neg_lr.dtype() != p.dtype())
+          neg_lr = negated_rate(group.lr_device, p.dtype());
+        Tensor neg_clr = neg_lr;
         if (options_.lr_decay != 0)
           neg_clr = ops::div(
               neg_clr,

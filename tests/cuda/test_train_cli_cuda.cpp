@@ -365,6 +365,8 @@ TEST_CASE(
   return;
 #endif
   if (fashion_mnist().empty()) return;
+  // Training flags (torch's default RMSprop rate; a rate Adagrad trains LeNet-5 with), not
+  // tolerances: the test checks replays, syncs and a finite loss.
   const std::string flags = GENERATE(as<std::string>{}, "--optimizer rmsprop --lr 1e-3",
                                      "--optimizer adagrad --lr 0.02 --amp bf16");
   INFO(flags);
