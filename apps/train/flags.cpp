@@ -217,9 +217,8 @@ constexpr const char* kUsage = R"(usage: stoke-train [flags]
                           (forward, loss, backward, clipping, loss scaler, optimizer) as one CUDA
                           graph and replay it each step (any --schedule: the optimizer reads
                           the learning rate from device memory; with --accum, one graph per
-                          accumulation group); with --amp fp16, --optimizer sgd, adam or adamw
-                          (their kernels skip an overflowing step on the device); not in a job
-                          of several ranks yet
+                          accumulation group; every optimizer skips an overflowing --amp fp16
+                          step on the device); not in a job of several ranks yet
 Output paths (--metrics, --profile, DIR's files) must be regular files or not exist yet, each a
 file of its own: a FIFO, a directory or one path given twice is refused before anything runs.
 Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard).
@@ -455,12 +454,6 @@ Flags parse_flags(int argc, char** argv) {
               "--profile-device times ops on the GPU: it needs --device cuda");
   STOKE_CHECK(!f.cuda_graph || f.device != "cpu", "stoke-train",
               "--cuda-graph captures CUDA work: it needs --device cuda");
-  STOKE_CHECK(
-      !f.cuda_graph || f.amp != "fp16" || (f.optimizer != "rmsprop" && f.optimizer != "adagrad"),
-      "stoke-train", "--cuda-graph --amp fp16 with --optimizer ", f.optimizer,
-      ": its update cannot skip an overflowing step on the device (the loss scaler "
-      "would read the found-inf flag on the host, which a graph cannot hold); use sgd, "
-      "adam or adamw (their kernels take the flag), --amp bf16, or no --cuda-graph");
   STOKE_CHECK(!f.resume || !f.overwrite, "stoke-train",
               "--resume and --overwrite exclude each other: --resume continues the run in DIR, "
               "--overwrite starts a new one over it");

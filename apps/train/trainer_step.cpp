@@ -133,8 +133,9 @@ void Trainer::update_weights() {
       if (f_.clip_grad > 0) opt_->clip_grad_norm_(f_.clip_grad);  // ZeRO's: in its shards
       // With a graph, the step counts must live on the device, as a replay needs: SGD's and
       // Adam's are there under step_if_finite (with an all-clear flag); RMSprop's and Adagrad's
-      // under step() once the rate is on the device (they have no device-side skip).
-      if (graph_ && opt_->skips_on_device())
+      // under step() once the rate is on the device (their step_if_finite would copy and put
+      // back every value it writes, for nothing here).
+      if (graph_ && !opt_->counts_on_device_in_step())
         opt_->step_if_finite(no_inf_);
       else
         opt_->step();

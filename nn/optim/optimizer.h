@@ -43,12 +43,17 @@ class Optimizer {
   // Applies one update to every parameter that has a gradient (no autograd recording).
   virtual void step() = 0;
   // The same, unless found_inf (a one-element f32 tensor on the parameters' device, set by the
-  // GradScaler's unscale when a gradient was inf/NaN) is nonzero. SGD, Adam and AdamW decide on
-  // the device, without a host read (their kernels take the flag, and each parameter's step count
-  // lives on the device from then on); other optimizers read the flag, then step() or not.
+  // GradScaler's unscale when a gradient was inf/NaN) is nonzero. stoke's optimizers decide on
+  // the device, without a host read (SGD's and Adam's kernels take the flag; RMSprop and Adagrad
+  // put back what a skipped step wrote), and each parameter's step count lives on the device from
+  // then on. This default, for other optimizers, reads the flag, then calls step() or not.
   virtual void step_if_finite(const Tensor& found_inf);
-  // Whether step_if_finite decides on the device, with no host read (SGD, Adam and AdamW).
+  // Whether step_if_finite decides on the device, with no host read.
   virtual bool skips_on_device() const { return false; }
+  // Whether step() itself counts the steps on the device once keep_lr_on_device() is on (RMSprop,
+  // Adagrad), so that a captured step() replays as it should; SGD and Adam move their counts to
+  // the device under step_if_finite only.
+  virtual bool counts_on_device_in_step() const { return false; }
   // Sets gradients to none (dist::ZeroOptimizer also zeroes the flat gradients it keeps).
   virtual void zero_grad();
   // Scales this optimizer's gradients so that their global L2 norm is at most max_norm and returns
@@ -244,25 +249,32 @@ struct AdagradOptions {
 // device), so they match torch.optim to rounding; f32 and f64 parameters. With
 // keep_lr_on_device() the rate is applied as torch's differentiable form does it (param +=
 // (grad * -lr) / avg, the product by a one-element tensor), and the step counts live on the
-// device, so a captured step replays under any schedule. Neither skips on the device: under a
-// GradScaler, step_if_finite reads the found-inf flag (one host wait).
+// device, so a captured step replays under any schedule. step_if_finite (the GradScaler's step)
+// skips on the device: it runs the same update, then where() puts back every value the step
+// wrote if found_inf is set (the update on an inf/NaN gradient is computed and thrown away), and
+// each step count advances by 1 - found_inf; the rate is applied in the device form then.
 class RMSprop : public Optimizer {
  public:
   RMSprop(std::vector<Tensor> params, RMSpropOptions options);
   RMSprop(std::vector<ParamGroup> groups, RMSpropOptions options);
   void step() override;
+  void step_if_finite(const Tensor& found_inf) override;
+  bool skips_on_device() const override { return true; }
+  bool counts_on_device_in_step() const override { return true; }
   bool reads_lr_from_device() const override { return true; }
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   const RMSpropOptions& options() const { return options_; }
 
  private:
+  // step() (found_inf null) and step_if_finite.
+  void update(const Tensor* found_inf);
   RMSpropOptions options_;
   std::vector<Tensor> square_avg_, momentum_buffer_, grad_avg_;
   std::vector<int64_t> steps_;
-  // With keep_lr_on_device: each parameter's step count on its device (one-element f32, exact to
-  // 2^24), counted there so that a replayed step counts too; it then holds the truth (steps_ is
-  // stale).
+  // With keep_lr_on_device or after step_if_finite: each parameter's step count on its device
+  // (one-element f32, exact to 2^24), counted there so that a replayed or skipped step counts
+  // right; it then holds the truth (steps_ is stale).
   std::vector<Tensor> step_counts_;
 };
 
@@ -271,17 +283,23 @@ class Adagrad : public Optimizer {
   Adagrad(std::vector<Tensor> params, AdagradOptions options);
   Adagrad(std::vector<ParamGroup> groups, AdagradOptions options);
   void step() override;
+  void step_if_finite(const Tensor& found_inf) override;
+  bool skips_on_device() const override { return true; }
+  bool counts_on_device_in_step() const override { return true; }
   bool reads_lr_from_device() const override { return true; }
   NamedTensors state_dict() const override;
   void load_state_dict(const NamedTensors& state) override;
   const AdagradOptions& options() const { return options_; }
 
  private:
+  // step() (found_inf null) and step_if_finite.
+  void update(const Tensor* found_inf);
   AdagradOptions options_;
   std::vector<Tensor> sum_;
   std::vector<int64_t> steps_;
-  // With keep_lr_on_device: each parameter's step count on its device (one-element f32, exact to
-  // 2^24), lr_decay's rate computed from it there; it then holds the truth (steps_ is stale).
+  // With keep_lr_on_device or after step_if_finite: each parameter's step count on its device
+  // (one-element f32, exact to 2^24), lr_decay's rate computed from it there; it then holds the
+  // truth (steps_ is stale).
   std::vector<Tensor> step_counts_;
 };
 

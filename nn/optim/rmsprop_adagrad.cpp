@@ -1,6 +1,8 @@
 // RMSprop and Adagrad: torch.optim's single-tensor updates, op for op (the same in-place ops in
 // the same order, so the same roundings), on the parameter's device.
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/grad_mode.h"
 #include "nn/optim/optimizer.h"
@@ -48,6 +50,52 @@ int64_t saved_step(const std::vector<Tensor>& counts, const std::vector<int64_t>
   return counts.empty() || !counts[i].defined() ? steps[i] : static_cast<int64_t>(counts[i].item());
 }
 
+// -lr in the parameter's dtype on its device, for the device form of the update: from the
+// group's device rate (keep_lr_on_device), else a fill of the host's rate (no read either way).
+Tensor negated_rate_for(const Tensor& lr_device, double lr, const Tensor& p) {
+  if (lr_device.defined()) return negated_rate(lr_device, p.dtype());
+  return full({}, -lr, {.dtype = p.dtype(), .device = p.device()});  // rounds as the cast does
+}
+
+// step_if_finite's skip, decided on the device. The values a step overwrites are copied first
+// and put back where found_inf is set: where() selects without rounding, so a skipped step leaves
+// every bit as it was (the update computed from an inf/NaN gradient is thrown away, never mixed
+// in), and a taken step equals step()'s. The step counts advance by 1 - found_inf. For step()
+// (no flag) it saves nothing and counts 1.
+class DeviceSkip {
+ public:
+  DeviceSkip(const Tensor* found_inf, const std::vector<Tensor>& params, const char* op) {
+    if (!found_inf) return;
+    STOKE_CHECK(found_inf->defined() && found_inf->numel() == 1 && found_inf->dtype() == DType::f32,
+                op, "expected a one-element f32 found_inf tensor");
+    for (const Tensor& p : params)
+      STOKE_CHECK(p.device() == found_inf->device(), op, "found_inf is on ", found_inf->device(),
+                  " and a parameter of shape ", p.shape(), " on ", p.device(),
+                  ": the skip is decided on the parameters' device");
+    skip_ = ops::ne(*found_inf, 0.0).view({});
+    keep_ = ops::sub(1.0, *found_inf);
+  }
+  bool active() const { return skip_.defined(); }
+  void save(const Tensor& t) {
+    if (active()) saved_.emplace_back(t, t.clone());
+  }
+  void count(Tensor& step_count) const {
+    if (active())
+      ops::add_(step_count, keep_);
+    else
+      ops::add_(step_count, 1.0);
+  }
+  // After the update of one parameter: its saved values back where the flag is set.
+  void restore() {
+    for (auto& [t, before] : saved_) t.copy_(ops::where(skip_, before, t));
+    saved_.clear();
+  }
+
+ private:
+  Tensor skip_, keep_;  // 0-d bool found_inf != 0; one-element f32 1 - found_inf
+  std::vector<std::pair<Tensor, Tensor>> saved_;
+};
+
 // The gradient with L2 weight decay added (a new tensor, as torch's grad.add(param)).
 Tensor decayed_grad(const Tensor& p, double weight_decay) {
   Tensor g = contiguous_grad(p);
@@ -73,10 +121,22 @@ RMSprop::RMSprop(std::vector<ParamGroup> groups, RMSpropOptions o)
 }
 
 void RMSprop::step() {
+  update(nullptr);
+}
+
+void RMSprop::step_if_finite(const Tensor& found_inf) {
+  update(&found_inf);
+}
+
+void RMSprop::update(const Tensor* found_inf) {
   NoGradGuard no_grad;
   const RMSpropOptions& o = options_;
+  DeviceSkip skip(found_inf, params_, "RMSprop::step_if_finite");
+  // The device form (counts on the device, the rate as a one-element tensor): with the rate on
+  // the device, under a skip decided there, and from then on (the counts hold the truth).
+  const bool device_form = lr_on_device_ || skip.active() || !step_counts_.empty();
   for (const Group& group : groups_) {
-    Tensor neg_lr;  // with the rate on the device: -lr in the parameters' dtype
+    Tensor neg_lr;  // in the device form: -lr in the parameters' dtype, once per group
     for (size_t i = group.begin; i < group.end; ++i) {
       const Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
@@ -86,13 +146,17 @@ void RMSprop::step() {
         if (o.momentum > 0) momentum_buffer_[i] = zeros_like_param(p);
         if (o.centered) grad_avg_[i] = zeros_like_param(p);
       }
-      if (lr_on_device_) {
-        ops::add_(device_count(step_counts_, steps_, i, p), 1.0);
+      if (device_form) {
+        skip.count(device_count(step_counts_, steps_, i, p));
         if (!neg_lr.defined() || neg_lr.dtype() != p.dtype())
-          neg_lr = negated_rate(group.lr_device, p.dtype());
+          neg_lr = negated_rate_for(group.lr_device, group.lr, p);
       } else {
         ++steps_[i];
       }
+      skip.save(square_avg_[i]);
+      if (o.momentum > 0) skip.save(momentum_buffer_[i]);
+      if (o.centered) skip.save(grad_avg_[i]);
+      skip.save(p.detach());
       ops::addcmul_(ops::mul_(square_avg_[i], o.alpha), g, g, 1 - o.alpha);
       Tensor avg;
       if (o.centered) {
@@ -104,15 +168,16 @@ void RMSprop::step() {
       ops::add_(avg, o.eps);
       if (o.momentum > 0) {
         ops::addcdiv_(ops::mul_(momentum_buffer_[i], o.momentum), g, avg);
-        if (lr_on_device_)
+        if (device_form)
           ops::addcmul_(p.detach(), momentum_buffer_[i], neg_lr);  // torch: param.add_(buf * -lr)
         else
           ops::add_(p.detach(), momentum_buffer_[i], -group.lr);
-      } else if (lr_on_device_) {
+      } else if (device_form) {
         ops::addcdiv_(p.detach(), ops::mul(g, neg_lr), avg);  // torch: addcdiv_(grad * -lr, avg)
       } else {
         ops::addcdiv_(p.detach(), g, avg, -group.lr);
       }
+      skip.restore();
     }
   }
 }
@@ -163,9 +228,20 @@ Adagrad::Adagrad(std::vector<ParamGroup> groups, AdagradOptions o)
 }
 
 void Adagrad::step() {
+  update(nullptr);
+}
+
+void Adagrad::step_if_finite(const Tensor& found_inf) {
+  update(&found_inf);
+}
+
+void Adagrad::update(const Tensor* found_inf) {
   NoGradGuard no_grad;
+  DeviceSkip skip(found_inf, params_, "Adagrad::step_if_finite");
+  // The device form, as RMSprop's (above).
+  const bool device_form = lr_on_device_ || skip.active() || !step_counts_.empty();
   for (const Group& group : groups_) {
-    Tensor neg_lr;  // with the rate on the device: -lr in the parameters' dtype, once per group
+    Tensor neg_lr;  // in the device form: -lr in the parameters' dtype, once per group
     for (size_t i = group.begin; i < group.end; ++i) {
       const Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
@@ -173,15 +249,17 @@ void Adagrad::step() {
       if (!sum_[i].defined())
         sum_[i] = full(p.shape(), options_.initial_accumulator_value,
                        {.dtype = p.dtype(), .device = p.device()});
+      skip.save(sum_[i]);
+      skip.save(p.detach());
       ops::addcmul_(sum_[i], g, g, 1);
       const Tensor std = ops::add_(ops::sqrt_(sum_[i].clone()), options_.eps);
-      if (lr_on_device_) {
+      if (device_form) {
         // clr = lr / (1 + (step - 1) lr_decay), in the parameter's dtype on the device (the
         // device's elementwise kernels have no f64 on cuda; the host computes it in f64).
-        const Tensor& count = device_count(step_counts_, steps_, i, p);
-        ops::add_(count, 1.0);
+        Tensor& count = device_count(step_counts_, steps_, i, p);
+        skip.count(count);
         if (!neg_lr.defined() || neg_lr.dtype() != p.dtype())
-          neg_lr = negated_rate(group.lr_device, p.dtype());
+          neg_lr = negated_rate_for(group.lr_device, group.lr, p);
         Tensor neg_clr = neg_lr;
         if (options_.lr_decay != 0)
           neg_clr = ops::div(
@@ -195,6 +273,7 @@ void Adagrad::step() {
         const double clr = group.lr / (1 + static_cast<double>(step - 1) * options_.lr_decay);
         ops::addcdiv_(p.detach(), g, std, -clr);
       }
+      skip.restore();
     }
   }
 }

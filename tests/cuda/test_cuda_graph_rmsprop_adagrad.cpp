@@ -4,11 +4,14 @@
 // new launch arguments.
 // References: an f64 loop of torch.optim's formulas (independent of the ops), with a bound
 // derived beside it; and, for the replays, the same optimizer stepped eagerly with its rate on
-// the device (the same kernels in the same order: bit for bit by construction).
+// the device (the same kernels in the same order: bit for bit by construction). Also their skip
+// on the device (step_if_finite, the GradScaler's step), against the steps taken decided on the
+// host.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,21 +67,26 @@ struct Reference {
   std::vector<double> scale;  // per element: max_k |p_k| + sum_k |update_k|, for the bound
 };
 
-// torch.optim.RMSprop's and torch.optim.Adagrad's single-tensor formulas in f64.
+// torch.optim.RMSprop's and torch.optim.Adagrad's single-tensor formulas in f64, with the steps
+// marked in `skipped` not taken (as the GradScaler skips them): the schedule still advances, and
+// Adagrad's rate decays with the steps taken (torch's state["step"]).
 Reference reference(const Config& c, const std::vector<float>& p0,
-                    const std::vector<std::vector<float>>& grads) {
+                    const std::vector<std::vector<float>>& grads,
+                    const std::vector<bool>& skipped = std::vector<bool>(kSteps, false)) {
   const size_t n = p0.size();
   Reference r{std::vector<double>(p0.begin(), p0.end()), std::vector<double>(n, 0)};
   std::vector<double> v(n, c.adagrad ? c.ada.initial_accumulator_value : 0), ga(n, 0), buf(n, 0);
   std::vector<double> max_p(n), sum_update(n, 0);
   for (size_t i = 0; i < n; ++i) max_p[i] = std::abs(r.p[i]);
+  int taken = 0;
   for (int k = 0; k < kSteps; ++k) {
+    if (skipped[k]) continue;
     const double lr = rate_at(c, k);
     for (size_t i = 0; i < n; ++i) {
       double update;
       if (c.adagrad) {
         const double g = grads[k][i] + c.ada.weight_decay * r.p[i];
-        const double clr = lr / (1 + k * c.ada.lr_decay);
+        const double clr = lr / (1 + taken * c.ada.lr_decay);
         v[i] += g * g;
         update = -clr * g / (std::sqrt(v[i]) + c.ada.eps);
       } else {
@@ -103,6 +111,7 @@ Reference reference(const Config& c, const std::vector<float>& p0,
       max_p[i] = std::max(max_p[i], std::abs(r.p[i]));
       sum_update[i] += std::abs(update);
     }
+    ++taken;
   }
   for (size_t i = 0; i < n; ++i) r.scale[i] = max_p[i] + sum_update[i];
   return r;
@@ -152,6 +161,64 @@ std::pair<std::vector<float>, int64_t> run(const Config& c, const Problem& pr, D
   return {p.detach().to(Device::cpu()).to_vector<float>(), step};
 }
 
+// The skip on the device (step_if_finite under a GradScaler): steps 1 (eager) and 4 (a replay)
+// have an inf and a NaN in the gradient and found_inf set, as the scaler's unscale leaves them.
+const std::vector<bool> kSkipped = {false, true, false, false, true, false};
+
+enum class Skip {
+  host,     // step() on the finite steps only: the host decides, as with a read of the flag
+  device,   // step_if_finite every step, eagerly
+  graphed,  // step_if_finite: kWarmup eager steps, then one capture replayed (cuda only)
+};
+
+// Steps the optimizer kSteps times with its rate on the device, skipping kSkipped's steps as
+// `mode` says. The gradient and the flag are static tensors that each step's values are copied
+// into, as a graph's inputs are. Returns p and the saved step.
+std::pair<std::vector<float>, int64_t> run_skipping(const Config& c, const Problem& pr,
+                                                    Device device, Skip mode) {
+  Tensor p = from_vector<float>(pr.p0, {kN}).to(device);
+  p.set_requires_grad(true);
+  Tensor grad = zeros({kN}, {.device = device});
+  Tensor found = zeros({1}, {.device = device});
+  p.set_grad(grad);
+  auto opt = make(c, p);
+  opt->keep_lr_on_device();
+  cuda::Graph graph;
+  for (int k = 0; k < kSteps; ++k) {
+    std::vector<float> g = pr.grads[k];
+    if (kSkipped[k]) {
+      g[3] = std::numeric_limits<float>::infinity();
+      g[5] = std::numeric_limits<float>::quiet_NaN();
+    }
+    grad.copy_(from_vector<float>(g, {kN}).to(device));
+    found.copy_(full({1}, kSkipped[k] ? 1.0 : 0.0).to(device));
+    opt->set_lr(rate_at(c, k));
+    if (mode == Skip::host) {
+      if (!kSkipped[k]) opt->step();
+      continue;
+    }
+    if (mode == Skip::device || k < kWarmup) {
+      const DeviceActivity a0 = device_activity();
+      opt->step_if_finite(found);
+      CHECK((device_activity() - a0).syncs == 0);  // decided on the device: no host read
+      continue;
+    }
+    if (k == kWarmup) {
+      const DeviceActivity a0 = device_activity();
+      graph.capture([&] { opt->step_if_finite(found); });
+      CHECK((device_activity() - a0).syncs == 0);
+    }
+    const DeviceActivity a0 = device_activity();
+    graph.replay();
+    CHECK((device_activity() - a0).launches == 1);
+  }
+  const ExpectedSync read("the test reads the results");
+  int64_t step = -1;
+  for (const auto& [name, t] : opt->state_dict())
+    if (name == "state.0.step") step = *t.data<int64_t>();
+  return {p.detach().to(Device::cpu()).to_vector<float>(), step};
+}
+
 }  // namespace
 
 // Not under ThreadSanitizer, whose OS-thread emulator spends most of a minute creating threads
@@ -189,6 +256,64 @@ TEST_CASE(
   }
 }
 #endif
+
+// Not under ThreadSanitizer, as above.
+#if !defined(__SANITIZE_THREAD__)
+TEST_CASE(
+    "cuda: CUDA graph: RMSprop and Adagrad skip a step with an inf/NaN gradient on the device "
+    "(step_if_finite, no host read): eager and replayed skips equal host-decided skips bit for "
+    "bit and follow an f64 loop of the steps taken",
+    "[cuda_graph][optim][amp]") {
+  const Problem pr;
+  int64_t taken = 0;
+  for (const bool s : kSkipped) taken += s ? 0 : 1;
+  for (const Config& c : configs()) {
+    INFO(c.name);
+    const Reference ref = reference(c, pr.p0, pr.grads, kSkipped);
+    // The bound of the test above (16 roundings per step on the chain to p, errors carried
+    // through at most kSteps steps): a skipped step adds no rounding (where() selects).
+    auto check_close = [&](const std::vector<float>& got, const char* what) {
+      INFO(what);
+      for (int64_t i = 0; i < kN; ++i) {
+        INFO("element " << i);
+        CHECK(std::abs(got[i] - ref.p[i]) <= 16 * kSteps * kU * ref.scale[i]);
+      }
+    };
+    for (const Device device : {Device::cpu(), kCuda}) {
+      INFO(device);
+      const auto [host, host_step] = run_skipping(c, pr, device, Skip::host);
+      const auto [skipped, skipped_step] = run_skipping(c, pr, device, Skip::device);
+      check_close(skipped, "skipped on the device, eagerly");
+      // A taken step runs step()'s kernels in step()'s order, and a skipped one leaves the
+      // saved bits (where() does not round): the same bits as deciding on the host.
+      CHECK(skipped == host);
+      CHECK(skipped_step == taken);  // the device counts advanced by 1 - found_inf
+      CHECK(host_step == taken);
+    }
+    const auto [eager, eager_step] = run_skipping(c, pr, kCuda, Skip::device);
+    const auto [graphed, graphed_step] = run_skipping(c, pr, kCuda, Skip::graphed);
+    CHECK(graphed == eager);  // the same kernels, arguments and order
+    CHECK(graphed_step == taken);
+  }
+}
+#endif
+
+// step_if_finite decides on the parameters' device: a flag elsewhere, or not one f32 element,
+// is refused, naming what was wrong.
+TEST_CASE("cuda: RMSprop and Adagrad refuse a found_inf flag they cannot skip with, saying why",
+          "[optim][amp]") {
+  Tensor p = zeros({4}, {.device = kCuda});
+  p.set_requires_grad(true);
+  p.set_grad(zeros({4}, {.device = kCuda}));
+  nn::optim::RMSprop rms({p}, {});
+  CHECK_THROWS_WITH(rms.step_if_finite(zeros({1})),
+                    Catch::Contains("RMSprop::step_if_finite") &&
+                        Catch::Contains("the skip is decided on the parameters' device"));
+  nn::optim::Adagrad ada({p}, {});
+  CHECK_THROWS_WITH(ada.step_if_finite(zeros({2}, {.device = kCuda})),
+                    Catch::Contains("Adagrad::step_if_finite") &&
+                        Catch::Contains("expected a one-element f32 found_inf tensor"));
+}
 
 // An optimizer that keeps the rate on the host refuses keep_lr_on_device, naming the ones that
 // read it from the device.
