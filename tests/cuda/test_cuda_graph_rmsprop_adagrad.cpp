@@ -126,6 +126,15 @@ struct Problem {
   }
 };
 
+// A run's result: p's values and the step count its optimizer saves (reads, expected).
+std::pair<std::vector<float>, int64_t> result(const nn::optim::Optimizer& opt, const Tensor& p) {
+  const ExpectedSync read("the test reads the results");
+  int64_t step = -1;
+  for (const auto& [name, t] : opt.state_dict())
+    if (name == "state.0.step") step = *t.data<int64_t>();
+  return {p.detach().to(Device::cpu()).to_vector<float>(), step};
+}
+
 // Steps the optimizer kSteps times with its rate on the device: eagerly, or (graphed, cuda only)
 // kWarmup eager steps, then one capture replayed for the rest. The gradient is one static tensor
 // that each step's values are copied into, as a graph's input is. Returns p and the saved step.
@@ -154,11 +163,7 @@ std::pair<std::vector<float>, int64_t> run(const Config& c, const Problem& pr, D
     graph.replay();
     CHECK((device_activity() - a0).launches == 1);
   }
-  const ExpectedSync read("the test reads the results");
-  int64_t step = -1;
-  for (const auto& [name, t] : opt->state_dict())
-    if (name == "state.0.step") step = *t.data<int64_t>();
-  return {p.detach().to(Device::cpu()).to_vector<float>(), step};
+  return result(*opt, p);
 }
 
 // The skip on the device (step_if_finite under a GradScaler): steps 1 (eager) and 4 (a replay)
@@ -212,11 +217,7 @@ std::pair<std::vector<float>, int64_t> run_skipping(const Config& c, const Probl
     graph.replay();
     CHECK((device_activity() - a0).launches == 1);
   }
-  const ExpectedSync read("the test reads the results");
-  int64_t step = -1;
-  for (const auto& [name, t] : opt->state_dict())
-    if (name == "state.0.step") step = *t.data<int64_t>();
-  return {p.detach().to(Device::cpu()).to_vector<float>(), step};
+  return result(*opt, p);
 }
 
 }  // namespace
