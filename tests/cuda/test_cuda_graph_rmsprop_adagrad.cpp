@@ -117,6 +117,19 @@ Reference reference(const Config& c, const std::vector<float>& p0,
   return r;
 }
 
+// p against the f64 loop. Each step rounds at most 16 times on the chain from the state to an
+// element of p (weight decay, the squares, the running means, sqrt, eps, the rate's cast and
+// product, the division, the add), each within u of a quantity bounded by |p| or |update|; errors
+// carried in the state reach later updates, at most kSteps times: 16 kSteps u (max|p| +
+// sum|update|). A skipped step adds no rounding (where() selects).
+void check_close(const Reference& ref, const std::vector<float>& got, const char* what) {
+  INFO(what);
+  for (int64_t i = 0; i < kN; ++i) {
+    INFO("element " << i);
+    CHECK(std::abs(got[i] - ref.p[i]) <= 16 * kSteps * kU * ref.scale[i]);
+  }
+}
+
 struct Problem {
   std::vector<float> p0;
   std::vector<std::vector<float>> grads;
@@ -234,22 +247,11 @@ TEST_CASE(
   for (const Config& c : configs()) {
     INFO(c.name);
     const Reference ref = reference(c, pr.p0, pr.grads);
-    // Each step rounds at most 16 times on the chain from the state to an element of p (weight
-    // decay, the squares, the running means, sqrt, eps, the rate's cast and product, the
-    // division, the add), each within u of a quantity bounded by |p| or |update|; errors carried
-    // in the state reach later updates, at most kSteps times: 16 kSteps u (max|p| + sum|update|).
-    auto check_close = [&](const std::vector<float>& got, const char* what) {
-      INFO(what);
-      for (int64_t i = 0; i < kN; ++i) {
-        INFO("element " << i);
-        CHECK(std::abs(got[i] - ref.p[i]) <= 16 * kSteps * kU * ref.scale[i]);
-      }
-    };
     const auto [cpu, cpu_step] = run(c, pr, Device::cpu(), false);
-    check_close(cpu, "eager, cpu");
+    check_close(ref, cpu, "eager, cpu");
     CHECK(cpu_step == kSteps);
     const auto [eager, eager_step] = run(c, pr, kCuda, false);
-    check_close(eager, "eager, cuda");
+    check_close(ref, eager, "eager, cuda");
     CHECK(eager_step == kSteps);
     const auto [graphed, graphed_step] = run(c, pr, kCuda, true);
     CHECK(graphed == eager);        // the same kernels, arguments and order: the same bits
@@ -271,20 +273,11 @@ TEST_CASE(
   for (const Config& c : configs()) {
     INFO(c.name);
     const Reference ref = reference(c, pr.p0, pr.grads, kSkipped);
-    // The bound of the test above (16 roundings per step on the chain to p, errors carried
-    // through at most kSteps steps): a skipped step adds no rounding (where() selects).
-    auto check_close = [&](const std::vector<float>& got, const char* what) {
-      INFO(what);
-      for (int64_t i = 0; i < kN; ++i) {
-        INFO("element " << i);
-        CHECK(std::abs(got[i] - ref.p[i]) <= 16 * kSteps * kU * ref.scale[i]);
-      }
-    };
     for (const Device device : {Device::cpu(), kCuda}) {
       INFO(device);
       const auto [host, host_step] = run_skipping(c, pr, device, Skip::host);
       const auto [skipped, skipped_step] = run_skipping(c, pr, device, Skip::device);
-      check_close(skipped, "skipped on the device, eagerly");
+      check_close(ref, skipped, "skipped on the device, eagerly");
       // A taken step runs step()'s kernels in step()'s order, and a skipped one leaves the
       // saved bits (where() does not round): the same bits as deciding on the host.
       CHECK(skipped == host);
