@@ -180,6 +180,11 @@ MemoryFormat Tensor::suggest_memory_format() const {
 
 void* Tensor::data_ptr() const {
   const auto& t = checked();
+  // A released storage (0 bytes) under a tensor with elements: reading it would read past it.
+  if (t.storage->nbytes() == 0 && t.shape.numel() > 0) [[unlikely]]
+    STOKE_FAIL("Tensor", "a tensor of shape ", t.shape,
+               " has no data: its storage is released (a parameter of a ZeRO-3 model outside "
+               "its module's forward and backward? ZeroOptimizer::full_parameters() gathers it)");
   return static_cast<char*>(t.storage->data()) +
          t.offset * static_cast<int64_t>(dtype_size(t.dtype));
 }

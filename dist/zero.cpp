@@ -21,13 +21,18 @@ std::string memory_line(const nn::optim::Optimizer& opt) {
   if (!zero) return {};
   const ZeroMemoryReport m = zero->memory_report();
   constexpr double kMiB = 1024.0 * 1024.0;
-  char text[320];
+  char text[400];
+  char gathered[96] = "";
+  if (zero->stage() == 3)
+    std::snprintf(gathered, sizeof gathered, ", parameters gathered at most %.2f MiB",
+                  m.peak_gathered_bytes / kMiB);
   std::snprintf(text, sizeof text,
                 "%s memory per rank: optimizer state %.2f MiB, gradients %.2f MiB, parameters "
-                "%.2f MiB, communication %.2f MiB (rank 0 steps %lld of %lld parameters)",
+                "%.2f MiB, communication %.2f MiB%s (rank 0 steps %lld of %lld parameters)",
                 zero_stage_name(zero->stage()).c_str(), m.optimizer_state_bytes / kMiB,
                 m.gradient_bytes / kMiB, m.parameter_bytes / kMiB, m.communication_bytes / kMiB,
-                static_cast<long long>(m.owned_parameters), static_cast<long long>(m.parameters));
+                gathered, static_cast<long long>(m.owned_parameters),
+                static_cast<long long>(m.parameters));
   return text;
 }
 
@@ -134,7 +139,9 @@ std::vector<Tensor> ZeroOptimizer::State::synced_shard_grads() {
 }
 
 Tensor ZeroOptimizer::State::shard_params(const Bucket& b) const {
-  return flats[b.flat].params.narrow(0, b.begin + rank * b.chunk, b.chunk);
+  const Flat& f = flats[b.flat];
+  return options.stage == 3 ? f.shard_params.narrow(0, b.shard_begin, b.chunk)
+                            : f.params.narrow(0, b.begin + rank * b.chunk, b.chunk);
 }
 
 void ZeroOptimizer::State::build(const std::vector<Tensor>& all) {
@@ -243,7 +250,7 @@ void ZeroOptimizer::State::make_pieces(const nn::optim::Optimizer& outer,
                   .param_offset = lo - o,
                   .chunk_offset = lo - rank * b.chunk,
                   .numel = hi - lo};
-      piece.tensor = flats[b.flat].params.narrow(0, b.begin + lo, hi - lo);
+      piece.tensor = shard_params(b).narrow(0, piece.chunk_offset, piece.numel);
       piece.tensor.set_requires_grad(true);
       piece.tensor.set_grad(shard_grad(b).narrow(0, piece.chunk_offset, piece.numel));
       pieces_of[index].push_back(pieces.size());
@@ -335,6 +342,7 @@ void ZeroOptimizer::State::mark_ready(size_t i) {
     for (size_t k = 0; k < buckets.size(); ++k)
       if (buckets[k].buffer >= 0) retire(k);
     reset_iteration();
+    if (options.stage == 3) release_all();  // a prefetch that backward did not reach
   }
 }
 
@@ -348,6 +356,7 @@ void ZeroOptimizer::State::launch(size_t bi) {
   b.work = comm->run_async([s, in, out]() mutable {
     dist::reduce_scatter(*s->comm, in, out, ReduceOp::avg, s->options.algorithm, s->options.ring);
   });
+  if (options.stage == 3) release(bi);  // its gradients are all in: backward is done with it
 }
 
 // Waits for bucket bi's reduce-scatter, adds this rank's averaged chunk into its gradient shard
@@ -396,6 +405,7 @@ void ZeroOptimizer::State::drain() noexcept {
   for (Bucket& b : buckets) {
     try {
       if (b.work.valid()) b.work.wait();
+      if (b.gather.valid()) b.gather.wait();
     } catch (...) {
     }
   }
@@ -405,8 +415,14 @@ ZeroOptimizer::ZeroOptimizer(std::vector<nn::optim::ParamGroup> groups, Communic
                              const OptimizerFactory& make, ZeroOptions options)
     : Optimizer(resolve_groups(std::move(groups), make), 0, 0, kZeroOp),
       state_(std::make_shared<State>()) {
-  STOKE_CHECK(options.stage == 1 || options.stage == 2, kZeroOp, "stage ", options.stage,
-              " is not implemented; expected 1 (optimizer state sharded) or 2 (gradients too)");
+  STOKE_CHECK(options.stage >= 1 && options.stage <= 3, kZeroOp, "stage ", options.stage,
+              " does not exist; expected 1 (optimizer state sharded), 2 (gradients too) or 3 "
+              "(parameters too)");
+  STOKE_CHECK(options.stage != 3 || options.module != nullptr, kZeroOp,
+              "stage 3 needs the model: set ZeroOptions::module (its modules' forward hooks "
+              "gather and release the sharded parameters)");
+  STOKE_CHECK(options.prefetch >= 0, kZeroOp, "expected prefetch >= 0 buckets, got ",
+              options.prefetch);
   STOKE_CHECK(options.bucket_cap_mb > 0, kZeroOp, "expected a positive bucket_cap_mb, got ",
               options.bucket_cap_mb);
   STOKE_CHECK(options.comm_buffers >= 1, kZeroOp, "expected comm_buffers >= 1, got ",
@@ -434,7 +450,8 @@ ZeroOptimizer::ZeroOptimizer(std::vector<nn::optim::ParamGroup> groups, Communic
                      .segment_bytes = options.ring.segment_bytes,
                      .scatter_gather = true});
   }
-  if (options.stage == 2)
+  if (options.stage == 3) s.shard_parameters();
+  if (options.stage >= 2)
     for (Flat& flat : s.flats)
       for (int k = 0; k < options.comm_buffers; ++k)
         flat.pool.push_back(CommBuffer{
@@ -443,6 +460,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<nn::optim::ParamGroup> groups, Communic
             .out = empty({flat.largest_chunk}, {.dtype = flat.dtype, .device = flat.device})});
   s.make_pieces(*this, make);
   s.install_hooks(state_);
+  if (options.stage == 3) s.install_module_hooks(state_);
 }
 
 ZeroOptimizer::ZeroOptimizer(std::vector<Tensor> params, Communicator& comm,
@@ -452,6 +470,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<Tensor> params, Communicator& comm,
 
 ZeroOptimizer::~ZeroOptimizer() {
   state_->drain();
+  state_->remove_module_hooks();
 }
 
 void ZeroOptimizer::step() {
@@ -461,6 +480,19 @@ void ZeroOptimizer::step() {
   for (size_t g = 0; g < groups_.size(); ++g) {
     s.inner->set_lr(g, groups_[g].lr);
     s.inner->set_weight_decay(g, groups_[g].weight_decay);
+  }
+  if (s.options.stage == 3) {
+    s.release_all();  // whatever is gathered now goes stale with the step
+    s.inner->step();
+    // Under a FullParameters guard nothing was released: gather the stepped shards again.
+    for (Bucket& b : s.buckets) {
+      if (!b.gathered.defined() || b.chunk == 0) continue;
+      Tensor in = s.shard_params(b), out = b.gathered;
+      State* sp = &s;
+      s.comm->run_async([sp, in, out]() mutable { sp->allgather(in, out); }).wait();
+    }
+    s.synced = false;
+    return;
   }
   s.inner->step();
   for (const Bucket& b : s.buckets) {

@@ -28,6 +28,17 @@
 // gradient arrives, overlapping backward; a rank keeps only its own shard of the gradients. Both
 // then step the shard and all-gather the updated parameters bucket by bucket.
 //
+// Stage 3 (as FSDP's full sharding): the parameters live sharded too. Between steps a rank holds
+// only its chunks of each bucket; a parameter's tensor keeps its handle, shape and dtype, but its
+// storage is released (reading it is an error). ZeroOptions::module names the model: a forward
+// pre-hook on each of its modules that owns parameters all-gathers their buckets (and starts the
+// next `prefetch` buckets' gathers on the communicator's worker while it computes), its forward
+// hook releases them again once every module of the bucket has run (reshard_after_forward) and
+// hooks the module's output, whose gradient arriving gathers them once more for the module's
+// backward. Gradients are reduce-scattered as in stage 2, and a bucket is released as soon as its
+// last gradient is in. step() steps the shards and gathers nothing: the next forward does.
+// full_parameters() gathers everything for a while (saving or loading a checkpoint).
+//
 // After backward the parameters have no .grad (their gradients are in the flat buffers): clip
 // with clip_grad_norm_() here, not nn::optim::clip_grad_norm_. Loss scaling works as on any
 // optimizer: GradScaler::unscale_ and step() take this rank's averaged gradient shards
@@ -38,6 +49,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,7 +61,7 @@
 namespace stoke::dist {
 
 struct ZeroOptions {
-  int stage = 1;                // 1: optimizer state sharded; 2: gradients too
+  int stage = 1;                // 1: optimizer state sharded; 2: gradients too; 3: parameters too
   double bucket_cap_mb = 25.0;  // MiB per bucket (a parameter larger than it is a bucket alone)
   // Stage 2: bucket buffers in the pool; a bucket whose gradients arrive while every buffer is
   // still being filled gets a new one (the pool grows; memory_report() counts it).
@@ -59,6 +71,12 @@ struct ZeroOptions {
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::native;
   RingOptions ring = {};             // stoke's algorithms' segments and traces
   bool broadcast_parameters = true;  // start every rank from rank 0's parameters, as DDP does
+  // Stage 3: the model whose modules' forward hooks gather and release the parameters (required;
+  // every parameter must be one of its modules' own, and the model must outlive the optimizer).
+  // Call the model and its children through operator(), as the zoo does: forward() runs no hooks.
+  nn::Module* module = nullptr;
+  int prefetch = 1;                   // stage 3: buckets gathered ahead of the module that runs
+  bool reshard_after_forward = true;  // stage 3: false keeps them from forward until backward
 };
 
 // Builds the wrapped optimizer over parameter groups (the same factory builds it once over the
@@ -69,24 +87,31 @@ using OptimizerFactory =
 // Bytes this rank holds, from the storages' allocated sizes (one count per storage, however
 // many views share it).
 struct ZeroMemoryReport {
-  int64_t parameter_bytes = 0;        // the flat parameter buffers (padding included)
-  int64_t gradient_bytes = 0;         // stage 1: full flat gradients; stage 2: this rank's shard
+  int64_t parameter_bytes = 0;  // the flat parameter buffers (padding included); stage 3: shards
+  int64_t gradient_bytes = 0;   // stage 1: full flat gradients; stage 2: this rank's shard
   int64_t optimizer_state_bytes = 0;  // the wrapped optimizer's state (its shard)
   int64_t communication_bytes = 0;    // bucket buffers and the chunk staging buffers
-  int64_t parameters = 0;             // Ψ, the parameters' elements
-  int64_t padded_parameters = 0;      // Ψ + padding: the sum over buckets of N * c_b
-  int64_t shard_parameters = 0;       // this rank's elements: the sum of c_b
-  int64_t owned_parameters = 0;       // of those, parameters' (not padding): what it steps
+  // Stage 3: the parameters gathered now (0 between steps) and the most ever gathered at once
+  // (the working set, not in total()).
+  int64_t gathered_bytes = 0;
+  int64_t peak_gathered_bytes = 0;
+  int64_t parameters = 0;         // Ψ, the parameters' elements
+  int64_t padded_parameters = 0;  // Ψ + padding: the sum over buckets of N * c_b
+  int64_t shard_parameters = 0;   // this rank's elements: the sum of c_b
+  int64_t owned_parameters = 0;   // of those, parameters' (not padding): what it steps
   int64_t buckets = 0;
   int64_t largest_bucket_bytes = 0;  // padded
   int64_t storages = 0;              // allocations the byte counts come from
   int64_t total() const {
-    return parameter_bytes + gradient_bytes + optimizer_state_bytes + communication_bytes;
+    return parameter_bytes + gradient_bytes + optimizer_state_bytes + communication_bytes +
+           gathered_bytes;
   }
 };
 
 class ZeroOptimizer : public nn::optim::Optimizer {
  public:
+  struct State;  // shared with the parameters' and modules' hooks
+
   // Collective: every rank must construct it with the same parameter shapes and dtypes, in the
   // same order, and the same options. The parameters, the communicator and the factory's
   // optimizer type must outlive it.
@@ -99,7 +124,8 @@ class ZeroOptimizer : public nn::optim::Optimizer {
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
   // Collective. Reduce-scatters what is left of the gradients, steps this rank's shard with the
-  // live learning rates and weight decays (schedulers work as on any optimizer), all-gathers.
+  // live learning rates and weight decays (schedulers work as on any optimizer), all-gathers
+  // (stages 1 and 2; stage 3 leaves that to the next forward).
   void step() override;
   // Zeroes the flat gradients (accumulation across backward passes adds into them until then).
   void zero_grad() override;
@@ -120,12 +146,29 @@ class ZeroOptimizer : public nn::optim::Optimizer {
   // Takes this rank's slices of a consolidated state (any world size's, or a plain optimizer's).
   void load_state_dict(const nn::NamedTensors& state) override;
 
+  // Stage 3: every parameter whole until the guard goes (collective, on every rank), to read the
+  // model outside forward and backward (saving a checkpoint, evaluating by hand) or, with
+  // writeback, to write it (loading one): the guard's end then keeps each rank's chunks of what
+  // the parameters hold. Stages 1 and 2 keep the parameters whole anyway: the guard does nothing.
+  class FullParameters {
+   public:
+    FullParameters(FullParameters&& other) noexcept;
+    FullParameters& operator=(FullParameters&&) = delete;
+    ~FullParameters();
+
+   private:
+    friend class ZeroOptimizer;
+    FullParameters(std::shared_ptr<State> state, bool writeback);
+    std::shared_ptr<State> state_;
+    bool writeback_ = false;
+  };
+  [[nodiscard]] FullParameters full_parameters(bool writeback = false);
+
   ZeroMemoryReport memory_report() const;
   int stage() const;
   nn::optim::Optimizer& inner() const;  // the wrapped optimizer over this rank's pieces
   int64_t reduce_scatter_count() const;
-
-  struct State;  // shared with the parameters' hooks
+  int64_t allgather_count() const;  // stage 3: the buckets' gathers so far
 
  private:
   std::shared_ptr<State> state_;
@@ -141,7 +184,12 @@ OptimizerFactory same_kind_as(const nn::optim::Optimizer& plain);
 std::unique_ptr<ZeroOptimizer> make_zero_optimizer(const nn::optim::Optimizer& plain,
                                                    Communicator& comm, ZeroOptions options = {});
 
-// "zero1", "zero2": the stage's name in bench output and the epoch line.
+// full_parameters() of a stage-3 ZeroOptimizer, nothing for any other optimizer: what a trainer
+// holds around reading (or, with writeback, writing) the model's parameters.
+std::optional<ZeroOptimizer::FullParameters> full_parameters_of(nn::optim::Optimizer& opt,
+                                                                bool writeback = false);
+
+// "zero1", "zero2", "zero3": the stage's name in bench output and the epoch line.
 std::string zero_stage_name(int stage);
 
 // One line on what this rank holds, "zero2 memory per rank: optimizer state 0.12 MiB, ..." (no

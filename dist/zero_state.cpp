@@ -173,6 +173,7 @@ ZeroMemoryReport ZeroOptimizer::memory_report() const {
   };
   for (const Flat& flat : s.flats) {
     count(r.parameter_bytes, flat.params);
+    count(r.parameter_bytes, flat.shard_params);
     count(r.gradient_bytes, flat.grads);
     count(r.gradient_bytes, flat.shard_grads);
     count(r.communication_bytes, flat.chunk_tmp);
@@ -189,6 +190,8 @@ ZeroMemoryReport ZeroOptimizer::memory_report() const {
   }
   for (const auto& [key, t] : s.inner->state_dict())
     if (!is_scalar(t)) count(r.optimizer_state_bytes, t);  // Adam's steps are not tensors
+  for (const Bucket& b : s.buckets) count(r.gathered_bytes, b.gathered);
+  r.peak_gathered_bytes = s.peak_gathered_bytes;
   for (const Piece& piece : s.pieces) r.owned_parameters += piece.numel;
   r.buckets = static_cast<int64_t>(s.buckets.size());
   for (const Bucket& b : s.buckets)

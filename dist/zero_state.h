@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "dist/zero.h"
+#include "nn/module.h"
 
 namespace stoke::dist {
 
@@ -25,11 +26,13 @@ struct Flat {
   int64_t padded = 0;         // elements: the sum of its buckets' N * c_b
   int64_t shard = 0;          // this rank's elements: the sum of c_b
   int64_t largest_chunk = 0;  // max c_b
-  Tensor params = {};         // padded elements; the parameters are views into it
-  Tensor grads = {};          // stage 1: padded elements, this rank's chunks averaged by step
-  Tensor shard_grads = {};    // stage 2: shard elements, bucket b's chunk at its shard_begin
-  Tensor chunk_tmp = {};      // largest_chunk: the reduce-scatter's output, the all-gather's input
-  std::vector<CommBuffer> pool = {};  // stage 2
+  Tensor params = {};         // padded elements; the parameters are views into it (stages 1, 2)
+  Tensor shard_params = {};   // stage 3: shard elements, bucket b's chunk at its shard_begin
+  std::shared_ptr<Storage> released = {};  // stage 3: 0 bytes, a released parameter's storage
+  Tensor grads = {};        // stage 1: padded elements, this rank's chunks averaged by step
+  Tensor shard_grads = {};  // stages 2, 3: shard elements, bucket b's chunk at its shard_begin
+  Tensor chunk_tmp = {};    // largest_chunk: the reduce-scatter's output, the all-gather's input
+  std::vector<CommBuffer> pool = {};  // stages 2, 3
 };
 
 struct Bucket {
@@ -42,6 +45,20 @@ struct Bucket {
   int64_t pending = 0;  // stage 2: gradients not yet arrived this backward
   int64_t buffer = -1;  // stage 2: its CommBuffer in the flat's pool, or -1
   Work work = {};
+  // Stage 3: the whole bucket while gathered (N * c elements; its parameters are views into it),
+  // its gather in flight, and its modules' forwards: how many there are, and left this pass.
+  Tensor gathered = {};
+  Work gather = {};
+  bool bound = false;  // its parameters point into `gathered`
+  int64_t forward_users = 0, forward_left = 0;
+  size_t forward_position = 0;  // in State::forward_order
+};
+
+// Stage 3: a module that owns parameters, and the buckets they lie in.
+struct Unit {
+  nn::Module* module = nullptr;
+  std::vector<size_t> buckets = {};
+  int64_t pre_hook = -1, post_hook = -1;
 };
 
 // The part of one parameter that this rank owns: a 1-D view of the flat parameters, the tensor
@@ -67,6 +84,13 @@ struct ZeroOptimizer::State {
   std::vector<std::vector<size_t>> pieces_of;   // per parameter: its pieces here (0 or 1)
   std::unique_ptr<nn::optim::Optimizer> inner;  // over the pieces
 
+  // Stage 3.
+  std::vector<Unit> units;
+  std::vector<size_t> forward_order;  // buckets by their first parameter's registration
+  int64_t full_holds = 0;             // FullParameters guards alive: nothing is released
+  int64_t allgathers = 0;
+  int64_t gathered_bytes = 0, peak_gathered_bytes = 0;
+
   std::vector<char> ready;  // stage 2: this backward's gradients
   int64_t n_ready = 0;
   size_t next_launch = 0;
@@ -77,6 +101,18 @@ struct ZeroOptimizer::State {
   void check_and_broadcast();
   void make_pieces(const nn::optim::Optimizer& outer, const OptimizerFactory& make);
   void install_hooks(const std::shared_ptr<State>& self);
+
+  // Stage 3.
+  void shard_parameters();  // keeps this rank's chunks, releases the whole parameters
+  void install_module_hooks(const std::shared_ptr<State>& self);
+  void remove_module_hooks() noexcept;
+  void start_gather(size_t bucket);  // on the communicator's worker, unless gathered already
+  void ensure_gathered(size_t bucket);
+  void release(size_t bucket);
+  void release_all();
+  void before_forward(size_t unit);
+  void after_forward(size_t unit, const Tensor& output, const std::shared_ptr<State>& self);
+  void before_backward(size_t unit);
 
   void on_grad_ready(size_t i);
   Tensor comm_slot(size_t i);
@@ -93,7 +129,7 @@ struct ZeroOptimizer::State {
   // This step's reductions finished (sync_gradients), then every non-empty bucket's shard of the
   // averaged gradients: what clipping and the loss scaler work on.
   std::vector<Tensor> synced_shard_grads();
-  Tensor shard_params(const Bucket& b) const;
+  Tensor shard_params(const Bucket& b) const;  // this rank's chunk of bucket b's parameters
   void reduce_scatter(const Tensor& in, Tensor& out);
   void allgather(const Tensor& in, Tensor& out);
 };

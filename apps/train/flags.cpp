@@ -52,7 +52,7 @@ const std::map<std::string, IntRange>& int_ranges() {
       {"--log-every", {0, kMaxCount}},
       {"--limit-train", {0, kMaxCount}},
       {"--limit-test", {0, kMaxCount}},
-      {"--zero", {1, 2}},
+      {"--zero", {1, 3}},
       {"--profile-steps", {0, kMaxCount}},
   };
   return r;
@@ -232,10 +232,11 @@ These flags mean nothing in one process, and are refused there (exit 2):
                           when this build has it. --device cuda means cuda:<local rank>
   --dist-timeout SECONDS  a rank that waits longer than this in one collective aborts the job,
                           naming the collective, @--dist-timeout@ (300)
-  --zero 1|2              ZeRO instead of DDP, stage @--zero@: each rank keeps the optimizer
-                          state of 1/N of the parameters (1), and of their gradients too (2);
-                          last.safetensors holds the whole state, so a run resumes at any -np,
-                          or without --zero. With --amp fp16 the loss scaler unscales and
+  --zero 1|2|3            ZeRO instead of DDP, stage @--zero@: each rank keeps the optimizer
+                          state of 1/N of the parameters (1), and of their gradients too (2),
+                          and of the parameters themselves, each module's gathered around its
+                          forward and backward (3); last.safetensors holds the whole state, so
+                          a run resumes at any -np and stage, or without --zero. With --amp fp16 the loss scaler unscales and
                           checks each rank's gradient shard, and every rank skips alike
 )";
 

@@ -64,7 +64,7 @@ struct Flags {
   std::string allreduce = "native";   // native | ring | tree | rhd | auto
   std::string dist_backend = "auto";  // for cuda tensors: auto | nccl | mpi (host-staged)
   double dist_timeout = 300;          // seconds
-  // --zero 1|2: the optimizer sharded over the ranks (dist/zero.h) instead of DDP; 0: off.
+  // --zero 1|2|3: the optimizer sharded over the ranks (dist/zero.h) instead of DDP; 0: off.
   int64_t zero = 0;
   // --profile FILE: a Chrome trace of optimizer steps [profile_begin, profile_end) (rank 0) and a
   // summary table on stdout (profile.h).

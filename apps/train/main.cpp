@@ -88,7 +88,7 @@ int run(Flags f, Distributed& dist) {
         "dist: %d ranks (%d on this machine) over %s, %s %s, timeout %g s, %d threads per "
         "rank; batch %lld per rank (%lld in all)\n",
         dist.size, dist.local_size, dist.engine.c_str(),
-        f.zero ? (f.zero == 1 ? "ZeRO-1, collectives" : "ZeRO-2, collectives") : "allreduce",
+        f.zero ? ("ZeRO-" + std::to_string(f.zero) + ", collectives").c_str() : "allreduce",
         f.allreduce.c_str(), f.dist_timeout, num_threads(), static_cast<long long>(f.batch),
         static_cast<long long>(f.batch * dist.size));
 

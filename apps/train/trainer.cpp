@@ -153,7 +153,8 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
     auto zero = dist::make_zero_optimizer(
         *opt_, dist_.gradient_comm(),
         {.stage = static_cast<int>(f_.zero),
-         .algorithm = dist::parse_allreduce_algorithm(f_.allreduce, "--allreduce")});
+         .algorithm = dist::parse_allreduce_algorithm(f_.allreduce, "--allreduce"),
+         .module = model_.get()});
     zero_buffers_.emplace(*model_);
     sched_.reset();  // it holds the plain optimizer
     opt_ = std::move(zero);
@@ -194,6 +195,8 @@ void Trainer::resume() {
 void Trainer::resume_from_checkpoint() {
   if (!f_.resume) return;
   if (std::filesystem::exists(last_path_)) {
+    // --zero 3: the parameters whole while they load, each rank keeping its shards of them.
+    const auto whole = dist::full_parameters_of(*opt_, /*writeback=*/true);
     pos_ =
         load_last(last_path_, *model_, *opt_, scaler_.get(), f_, data_.train_samples, dist_.size);
     // The run goes on with the normalization it trained with. --mean/--std that say otherwise
@@ -417,9 +420,10 @@ bool Trainer::end_epoch(const EpochStats& e) {
 bool Trainer::update_best(const EvalResult& r) {
   if (r.acc > pos_.best_acc) {
     pos_.best_acc = r.acc;
-    if (!best_path_.empty() && dist_.root()) {
+    if (!best_path_.empty()) {
+      const auto whole = dist::full_parameters_of(*opt_);  // --zero 3: collective
       const ExpectedSync writing("writing the best weights");
-      save_best(best_path_, *model_, pos_.epoch + 1, r.acc, pos_, f_);
+      if (dist_.root()) save_best(best_path_, *model_, pos_.epoch + 1, r.acc, pos_, f_);
     }
   }
   if (r.loss < pos_.best_loss) {
@@ -519,6 +523,7 @@ void Trainer::log_samples(const data::Batch& batch) const {
 void Trainer::save_position(const Position& p, const GeneratorState& rng,
                             const nn::NamedTensors& model_state) {
   const ExpectedSync writing("writing a checkpoint");  // the state comes to the host
+  const auto whole = dist::full_parameters_of(*opt_);  // --zero 3: model_state's parameters
   // Every rank reaches the same saves (they follow the step count), so the sum is collective.
   Position job = p;
   std::vector<double> totals{p.epoch_loss_sum, static_cast<double>(p.epoch_correct),

@@ -1,5 +1,5 @@
 // dist::ZeroOptimizer on cuda tensors in the emulator: ranks as threads on its two devices over
-// emu's NCCL, stages 1 and 2 against DDP with the plain optimizer (SGD-momentum and AdamW, N = 2
+// emu's NCCL, stages 1, 2 and 3 against DDP with the plain optimizer (SGD-momentum and AdamW, N = 2
 // and 3, native and ring collectives), with the GradScaler deciding on the device as stoke-train
 // --device cuda --amp fp16 does, then a consolidated checkpoint resumed at another N.
 #include <catch2/catch.hpp>
@@ -36,7 +36,8 @@ struct Mlp : nn::Module {
     b = register_module("b",
                         std::make_shared<nn::Linear>(11, 3, nn::LinearOptions{.generator = &gen}));
   }
-  Tensor forward(const Tensor& x) override { return b->forward(relu(a->forward(x))); }
+  // Through operator(): the children's forward hooks gather stage 3's parameters.
+  Tensor forward(const Tensor& x) override { return (*b)(relu((*a)(x))); }
 };
 
 constexpr int64_t kBatch = 12;
@@ -99,7 +100,8 @@ Result train(int ranks, int stage, bool adamw, AllreduceAlgorithm algo, int firs
       auto z = std::make_unique<ZeroOptimizer>(
           model->parameters(), c,
           [&](std::vector<nn::optim::ParamGroup> g) { return make_opt(adamw, std::move(g)); },
-          ZeroOptions{.stage = stage, .bucket_cap_mb = 0.0002, .algorithm = algo});
+          ZeroOptions{
+              .stage = stage, .bucket_cap_mb = 0.0002, .algorithm = algo, .module = model.get()});
       zero = z.get();
       opt = std::move(z);
     }
@@ -132,6 +134,8 @@ Result train(int ranks, int stage, bool adamw, AllreduceAlgorithm algo, int firs
       out.skipped = amp->skipped_steps();
     }
     nn::NamedTensors state = opt->state_dict();
+    std::optional<ZeroOptimizer::FullParameters> whole;  // stage 3: the shards gathered
+    if (zero) whole.emplace(zero->full_parameters());
     if (c.rank() == 0) {
       for (const Tensor& p : model->parameters())
         out.params.push_back(p.detach().to(Device::cpu()));
@@ -164,7 +168,7 @@ static void check_equal_to_ddp(bool adamw) {
     const AllreduceAlgorithm algo =
         ranks == 3 ? AllreduceAlgorithm::ring : AllreduceAlgorithm::native;
     const Result ddp = train(ranks, 0, adamw, algo, 0, steps);
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       INFO("N = " << ranks << ", stage " << stage << ", " << steps << " steps");
       const Result z = train(ranks, stage, adamw, algo, 0, steps);
       CHECK(relative_diff(z.params, ddp.params) <= kFewUlps);
@@ -177,18 +181,18 @@ static void check_equal_to_ddp(bool adamw) {
 // stage checks ZeRO's threads (stage 2's reduce-scatters on the worker) in
 // tests/dist/test_zero.cpp.
 #if !defined(__SANITIZE_THREAD__)
-TEST_CASE("dist: zero (emu): ZeRO-1 and ZeRO-2 on cuda tensors over NCCL equal DDP, SGD-momentum",
+TEST_CASE("dist: zero (emu): ZeRO-1, 2 and 3 on cuda tensors over NCCL equal DDP, SGD-momentum",
           "[zero][nccl_dist]") {
   check_equal_to_ddp(false);
 }
 
-TEST_CASE("dist: zero (emu): ZeRO-1 and ZeRO-2 on cuda tensors over NCCL equal DDP, AdamW",
+TEST_CASE("dist: zero (emu): ZeRO-1, 2 and 3 on cuda tensors over NCCL equal DDP, AdamW",
           "[zero][nccl_dist]") {
   check_equal_to_ddp(true);
 }
 
 TEST_CASE(
-    "dist: zero (emu): the GradScaler over ZeRO-1 and ZeRO-2 shards on cuda tensors skips on every "
+    "dist: zero (emu): the GradScaler over ZeRO-1, 2 and 3 shards on cuda tensors skips on every "
     "rank and equals DDP with it (N = 2 and 3)",
     "[zero][nccl_dist][amp]") {
   const int steps = emu_steps();
@@ -200,7 +204,7 @@ TEST_CASE(
     REQUIRE(steps >= 4);
     REQUIRE(ddp.skipped == 2);
     REQUIRE(ddp.scale == 256.0 * std::pow(2.0, (steps - 4) / 4));
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       INFO("N = " << ranks << ", stage " << stage << ", " << steps << " steps");
       const Result z = train(ranks, stage, true, algo, 0, steps, nullptr, true);
       CHECK(z.skipped == ddp.skipped);
@@ -210,12 +214,17 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("dist: zero (emu): a checkpoint of N = 2 on cuda resumes at N = 3", "[zero][nccl_dist]") {
+TEST_CASE("dist: zero (emu): a checkpoint of N = 2 on cuda resumes at N = 3, across stages",
+          "[zero][nccl_dist]") {
   const AllreduceAlgorithm native = AllreduceAlgorithm::native;
   const Result whole = train(2, 2, true, native, 0, 10);
-  const Result half = train(2, 2, true, native, 0, 5);
-  const Result resumed = train(3, 1, true, native, 5, 5, &half);
-  CHECK(relative_diff(resumed.params, whole.params) <= kFewUlps);
+  // Stage 2 to 1, and stage 3 to 3.
+  for (int stage : {2, 3}) {
+    INFO("stage " << stage << " at N = 2, resumed at N = 3");
+    const Result half = train(2, stage, true, native, 0, 5);
+    const Result resumed = train(3, stage == 2 ? 1 : 3, true, native, 5, 5, &half);
+    CHECK(relative_diff(resumed.params, whole.params) <= kFewUlps);
+  }
 }
 
 #endif  // !__SANITIZE_THREAD__

@@ -1,5 +1,5 @@
-// dist::ZeroOptimizer over in-process ranks (threads): stages 1 and 2 against DDP with the
-// unsharded optimizer on the same data (SGD-momentum and AdamW, N = 2 and 3, native and ring
+// dist::ZeroOptimizer over in-process ranks (threads): stages 1, 2 and 3 against DDP with the
+// unsharded optimizer on the same data (SGD-momentum and AdamW, N = 2, 3 and 4, native and ring
 // collectives, clipping, accumulation, dynamic loss scaling), checkpoints that resume at another
 // world size or without ZeRO, and the memory report against the formulas of docs/design.md
 // ("ZeRO").
@@ -31,7 +31,8 @@ struct Mlp : nn::Module {
     b = register_module("b",
                         std::make_shared<nn::Linear>(29, 7, nn::LinearOptions{.generator = &gen}));
   }
-  Tensor forward(const Tensor& x) override { return b->forward(relu(a->forward(x))); }
+  // Through operator(): the children's forward hooks gather stage 3's parameters.
+  Tensor forward(const Tensor& x) override { return (*b)(relu((*a)(x))); }
 };
 constexpr int64_t kPsi = 13 * 29 + 29 + 29 * 7 + 7;
 
@@ -67,7 +68,8 @@ std::vector<Tensor> snapshot(const nn::Module& m) {
 
 struct RunOptions {
   int ranks = 2;
-  int stage = 0;  // 0: DDP with the plain optimizer
+  int stage = 0;                      // 0: DDP with the plain optimizer
+  bool reshard_after_forward = true;  // stage 3
   Opt opt = Opt::sgd;
   int first_step = 0, steps = 50;
   int accum = 1;    // micro-batches per step (DDP: no_sync; ZeRO: accumulated gradients)
@@ -92,6 +94,7 @@ struct RunResult {
   std::vector<Tensor> params;            // rank 0's, at the end
   nn::NamedTensors state;                // the consolidated optimizer state, at the end
   std::vector<ZeroMemoryReport> memory;  // per rank (ZeRO)
+  int64_t allgathers = 0;                // rank 0's (stage 3: the buckets' gathers)
   bool replicas_equal = true;
   // With the scaler, rank 0's: the scale after each step, and the skipped steps.
   std::vector<double> scales;
@@ -133,7 +136,11 @@ RunResult run(const RunOptions& o) {
               .bucket_cap_mb = 0.001, .first_bucket_cap_mb = 0.001, .algorithm = o.algorithm});
       opt = make_optimizer(o.opt, groups_of(*model));
     } else {
-      const ZeroOptions zo{.stage = o.stage, .bucket_cap_mb = 0.001, .algorithm = o.algorithm};
+      const ZeroOptions zo{.stage = o.stage,
+                           .bucket_cap_mb = 0.001,
+                           .algorithm = o.algorithm,
+                           .module = model.get(),
+                           .reshard_after_forward = o.reshard_after_forward};
       // AdamW through make_zero_optimizer (a plain optimizer's kind and groups), SGD through a
       // factory of its own.
       auto z = o.opt == Opt::adamw
@@ -196,7 +203,12 @@ RunResult run(const RunOptions& o) {
       opt->zero_grad();
     }
     if (scaler && c.rank() == 0) result.skipped = scaler->skipped_steps();
-    finals[static_cast<size_t>(c.rank())] = snapshot(*model);
+    if (zero && c.rank() == 0) result.allgathers = zero->allgather_count();
+    {
+      std::optional<ZeroOptimizer::FullParameters> whole;  // stage 3: the shards gathered
+      if (zero) whole.emplace(zero->full_parameters());
+      finals[static_cast<size_t>(c.rank())] = snapshot(*model);
+    }
     states[static_cast<size_t>(c.rank())] = opt->state_dict();  // collective for ZeRO
     if (zero) result.memory[static_cast<size_t>(c.rank())] = zero->memory_report();
   });
@@ -239,19 +251,21 @@ void check_same_state(const nn::NamedTensors& got, const nn::NamedTensors& want,
 }  // namespace
 
 TEST_CASE(
-    "dist: zero: ZeRO-1 and ZeRO-2 equal DDP after 50 steps (SGD-momentum and AdamW, N = 2 and 3)",
+    "dist: zero: ZeRO-1, ZeRO-2 and ZeRO-3 equal DDP after 50 steps (SGD-momentum and AdamW, N = "
+    "2, 3 and 4)",
     "[zero]") {
   for (Opt opt : {Opt::sgd, Opt::adamw})
-    for (int ranks : {2, 3}) {
+    for (int ranks : {2, 3, 4}) {
       const RunResult ddp = run({.ranks = ranks, .stage = 0, .opt = opt});
       REQUIRE(ddp.replicas_equal);
-      for (int stage : {1, 2}) {
+      for (int stage : {1, 2, 3}) {
         INFO((opt == Opt::sgd ? "SGD" : "AdamW") << ", N = " << ranks << ", stage " << stage);
         const RunResult z = run({.ranks = ranks, .stage = stage, .opt = opt});
         CHECK(z.replicas_equal);
         // Bit for bit: the native in-process collectives reduce-scatter and all-reduce alike
         // (each element's rank-ordered sum in double, divided, rounded once: dist/in_process.cpp),
         // and the wrapped optimizer's elementwise step on a shard is its step on those elements.
+        // Stage 3's gathers copy the shards' bits.
         CHECK(relative_diff(z.params, ddp.params) == 0);
         check_same_state(z.state, ddp.state, 0);
       }
@@ -262,7 +276,7 @@ TEST_CASE(
     "dist: zero: over stoke's ring, rhd and auto, with clipping and with accumulation, ZeRO "
     "equals DDP",
     "[zero]") {
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     INFO("stage " << stage);
     for (AllreduceAlgorithm a :
          {AllreduceAlgorithm::ring, AllreduceAlgorithm::rhd, AllreduceAlgorithm::automatic}) {
@@ -291,8 +305,8 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "dist: zero: GradScaler over ZeRO-1 and ZeRO-2 unscales the shards and skips on every rank "
-    "as DDP does (SGD, AdamW with clipping, N = 2 and 3)",
+    "dist: zero: GradScaler over ZeRO-1, 2 and 3 unscales the shards and skips on every rank as "
+    "DDP does (SGD, AdamW with clipping, N = 2 and 3)",
     "[zero][amp]") {
   for (Opt opt : {Opt::sgd, Opt::adamw})
     for (int ranks : {2, 3}) {
@@ -309,7 +323,7 @@ TEST_CASE(
       REQUIRE(ddp.scales.at(22) == 4096);
       REQUIRE(ddp.scales.at(23) == 2048);
       CHECK(ddp.disagreements == 0);  // DDP's ranks check the same all-reduced gradients
-      for (int stage : {1, 2})
+      for (int stage : {1, 2, 3})
         for (bool on_device : {false, true}) {
           INFO((opt == Opt::sgd ? "SGD" : "AdamW") << ", N = " << ranks << ", stage " << stage
                                                    << (on_device ? ", step_on_device" : ", step"));
@@ -337,7 +351,7 @@ TEST_CASE(
 
 TEST_CASE("dist: zero: a checkpoint of N = 2 resumes at N = 4, at N = 1 and without ZeRO",
           "[zero]") {
-  for (int stage : {1, 2}) {
+  for (int stage : {1, 2, 3}) {
     INFO("stage " << stage);
     const RunResult whole = run({.ranks = 2, .stage = stage, .opt = Opt::adamw, .steps = 20});
     const RunResult half = run({.ranks = 2, .stage = stage, .opt = Opt::adamw, .steps = 10});
@@ -376,9 +390,35 @@ TEST_CASE("dist: zero: a checkpoint of N = 2 resumes at N = 4, at N = 1 and with
   }
 }
 
+TEST_CASE(
+    "dist: zero: checkpoints reshard across stages and world sizes (ZeRO-3 at N = 3 to 1, 1 to 3, "
+    "2 to 4)",
+    "[zero]") {
+  const RunResult whole = run({.ranks = 2, .stage = 3, .opt = Opt::adamw, .steps = 20});
+  struct Move {
+    int from_ranks, from_stage, to_ranks, to_stage;
+  };
+  for (const Move m : {Move{3, 3, 1, 1}, Move{1, 1, 3, 3}, Move{2, 3, 4, 2}, Move{2, 2, 4, 3}}) {
+    INFO("stage " << m.from_stage << " at N = " << m.from_ranks << " -> stage " << m.to_stage
+                  << " at N = " << m.to_ranks);
+    const RunResult half =
+        run({.ranks = m.from_ranks, .stage = m.from_stage, .opt = Opt::adamw, .steps = 10});
+    const RunResult resumed = run({.ranks = m.to_ranks,
+                                   .stage = m.to_stage,
+                                   .opt = Opt::adamw,
+                                   .first_step = 10,
+                                   .steps = 10,
+                                   .start_params = &half.params,
+                                   .start_state = &half.state});
+    CHECK(resumed.replicas_equal);
+    // Another world size sums another number of ranks' gradients (kFewUlps says what that does).
+    CHECK(relative_diff(resumed.params, whole.params) <= kFewUlps);
+  }
+}
+
 TEST_CASE("dist: zero: memory_report matches the formulas for N = 1, 2, 4 (AdamW, f32)", "[zero]") {
   for (int ranks : {1, 2, 4})
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       INFO("N = " << ranks << ", stage " << stage);
       const RunResult z = run({.ranks = ranks, .stage = stage, .opt = Opt::adamw, .steps = 2});
       for (int r = 0; r < ranks; ++r) {
@@ -390,7 +430,7 @@ TEST_CASE("dist: zero: memory_report matches the formulas for N = 1, 2, 4 (AdamW
         CHECK(P == S * ranks);
         CHECK(P - kPsi <= (ranks - 1) * m.buckets);
         const int64_t c_max = m.largest_bucket_bytes / 4 / ranks;
-        CHECK(m.parameter_bytes == 4 * P);
+        CHECK(m.parameter_bytes == 4 * (stage == 3 ? S : P));
         // Two f32 moments for each parameter element this rank steps (its chunks less padding).
         CHECK(m.optimizer_state_bytes == 8 * m.owned_parameters);
         CHECK(m.owned_parameters <= S);
@@ -398,15 +438,26 @@ TEST_CASE("dist: zero: memory_report matches the formulas for N = 1, 2, 4 (AdamW
         if (stage == 1) {
           CHECK(m.gradient_bytes == 4 * P);
           CHECK(m.communication_bytes == 4 * c_max);
-        } else {
+        } else {  // stages 2 and 3: a pool of two bucket buffers
           CHECK(m.gradient_bytes == 4 * S);
           CHECK(m.communication_bytes == 4 * c_max + 2 * (4 * c_max * ranks + 4 * c_max));
         }
-        // The paper's form (stage 1: 8Ψ + 8Ψ/N, stage 2: 4Ψ + 12Ψ/N) within the padding, plus
-        // the communication buffers: one chunk (stage 1), two buckets and three chunks (stage 2),
-        // B (1/N) and B (2 + 3/N) for the largest bucket's B bytes.
+        // Between steps stage 3 holds no gathered parameter; during one, at least its largest
+        // bucket and at most all of them.
+        CHECK(m.gathered_bytes == 0);
+        if (stage == 3) {
+          CHECK(m.peak_gathered_bytes >= m.largest_bucket_bytes);
+          CHECK(m.peak_gathered_bytes <= 4 * P);
+        } else {
+          CHECK(m.peak_gathered_bytes == 0);
+        }
+        // The paper's form (stage 1: 8Ψ + 8Ψ/N, stage 2: 4Ψ + 12Ψ/N, stage 3: 16Ψ/N) within the
+        // padding, plus the communication buffers: one chunk (stage 1), two buckets and three
+        // chunks (stages 2, 3), B (1/N) and B (2 + 3/N) for the largest bucket's B bytes.
         const double psi = static_cast<double>(kPsi);
-        const double paper = stage == 1 ? 8 * psi + 8 * psi / ranks : 4 * psi + 12 * psi / ranks;
+        const double paper = stage == 1   ? 8 * psi + 8 * psi / ranks
+                             : stage == 2 ? 4 * psi + 12 * psi / ranks
+                                          : 16 * psi / ranks;
         const double held =
             static_cast<double>(m.parameter_bytes + m.gradient_bytes + m.optimizer_state_bytes);
         CHECK(std::abs(held - paper) <= 16.0 * (P - kPsi));
@@ -416,16 +467,32 @@ TEST_CASE("dist: zero: memory_report matches the formulas for N = 1, 2, 4 (AdamW
     }
 }
 
-TEST_CASE("dist: zero: refuses stage 3, and ranks whose models differ", "[zero]") {
+TEST_CASE(
+    "dist: zero: refuses stage 4, stage 3 without the model or with a parameter outside it, and "
+    "ranks whose models differ",
+    "[zero]") {
   auto make = [](std::vector<nn::optim::ParamGroup> g) {
     return make_optimizer(Opt::sgd, std::move(g));
   };
   CHECK_THROWS_WITH(run_ranks(1,
                               [&](Communicator& c) {
                                 Mlp m(1);
+                                ZeroOptimizer z(m.parameters(), c, make, {.stage = 4});
+                              }),
+                    Catch::Contains("stage 4 does not exist"));
+  CHECK_THROWS_WITH(run_ranks(1,
+                              [&](Communicator& c) {
+                                Mlp m(1);
                                 ZeroOptimizer z(m.parameters(), c, make, {.stage = 3});
                               }),
-                    Catch::Contains("stage 3 is not implemented"));
+                    Catch::Contains("stage 3 needs the model: set ZeroOptions::module"));
+  CHECK_THROWS_WITH(run_ranks(1,
+                              [&](Communicator& c) {
+                                Mlp m(1);
+                                ZeroOptimizer z(m.parameters(), c, make,
+                                                {.stage = 3, .module = m.a.get()});
+                              }),
+                    Catch::Contains("parameter 2 ([7, 29]) belongs to no module"));
   CHECK_THROWS_WITH(run_ranks(2,
                               [&](Communicator& c) {
                                 auto lin = std::make_shared<nn::Linear>(3, c.rank() == 0 ? 4 : 5);
@@ -469,7 +536,7 @@ struct Wide : nn::Module {
     b = register_module(
         "b", std::make_shared<nn::Linear>(200, 10, nn::LinearOptions{.generator = &gen}));
   }
-  Tensor forward(const Tensor& x) override { return b->forward(relu(a->forward(x))); }
+  Tensor forward(const Tensor& x) override { return (*b)(relu((*a)(x))); }
 };
 
 }  // namespace
@@ -477,7 +544,7 @@ struct Wide : nn::Module {
 TEST_CASE("dist: zero: memory_report's bytes are what the allocator holds (N = 1, 2, 4)",
           "[zero]") {
   for (int ranks : {1, 2, 4})
-    for (int stage : {1, 2}) {
+    for (int stage : {1, 2, 3}) {
       INFO("N = " << ranks << ", stage " << stage);
       std::vector<int64_t> totals(static_cast<size_t>(ranks)), storages(static_cast<size_t>(ranks));
       int64_t before = 0, after = 0;
@@ -490,12 +557,12 @@ TEST_CASE("dist: zero: memory_report's bytes are what the allocator holds (N = 1
                         [](std::vector<nn::optim::ParamGroup> g) {
                           return make_optimizer(Opt::adamw, std::move(g));
                         },
-                        {.stage = stage, .bucket_cap_mb = 0.02});
+                        {.stage = stage, .bucket_cap_mb = 0.02, .module = model.get()});
         for (int s = 0; s < 2; ++s) {
           Generator gen(7 + static_cast<uint64_t>(s));
           const Tensor x = randn({4, 100}, {}, &gen);
           const Tensor y = randint(0, 10, {4}, {.dtype = DType::i64}, &gen);
-          cross_entropy(model->forward(x), y).backward();
+          cross_entropy((*model)(x), y).backward();
           z.step();
           z.zero_grad();
         }
@@ -516,4 +583,92 @@ TEST_CASE("dist: zero: memory_report's bytes are what the allocator holds (N = 1
       CHECK(after - before >= sum);
       CHECK(after - before <= sum + 64 * blocks);
     }
+}
+
+TEST_CASE(
+    "dist: zero: ZeRO-3 holds shards between steps, gathers each bucket once for forward and once "
+    "for backward, and full_parameters() reads and writes the model",
+    "[zero]") {
+  constexpr int kRanks = 2;
+  struct Seen {
+    std::string outside;                    // the error of reading a parameter between steps
+    std::vector<int64_t> gathers_per_step;  // reshard_after_forward, then not
+    int64_t gathered_after_eval = -1;
+    bool rewritten = false, discarded = false, forward_uses_written = false;
+  };
+  std::vector<Seen> seen(kRanks);
+  run_ranks(kRanks, [&](Communicator& c) {
+    Seen& me = seen[static_cast<size_t>(c.rank())];
+    const Data d = batch(0);
+    for (bool reshard : {true, false}) {
+      auto model = std::make_shared<Mlp>(1);
+      ZeroOptimizer z(groups_of(*model), c,
+                      [](std::vector<nn::optim::ParamGroup> g) {
+                        return make_optimizer(Opt::sgd, std::move(g));
+                      },
+                      {.stage = 3,
+                       .bucket_cap_mb = 0.001,
+                       .module = model.get(),
+                       .reshard_after_forward = reshard});
+      if (reshard) {
+        try {
+          (void)model->a->weight.clone();
+        } catch (const std::exception& e) {
+          me.outside = e.what();
+        }
+      }
+      // Two buckets (b.bias, b.weight, a.bias | a.weight, at 262 elements a bucket): a's forward
+      // gathers both, b's finds its bucket gathered; backward gathers both again unless forward
+      // kept them.
+      for (int s = 0; s < 2; ++s) {
+        const int64_t before = z.allgather_count();
+        cross_entropy((*model)(d.x), d.y).backward();
+        z.step();
+        z.zero_grad();
+        me.gathers_per_step.push_back(z.allgather_count() - before);
+      }
+      if (!reshard) continue;
+      {
+        NoGradGuard no_grad;
+        (void)(*model)(d.x);
+      }
+      me.gathered_after_eval = z.memory_report().gathered_bytes;
+      // Writing under a guard with writeback keeps the values; without, they are dropped.
+      Mlp other(7);
+      {
+        auto whole = z.full_parameters(/*writeback=*/true);
+        NoGradGuard no_grad;
+        for (const auto& [p, q] :
+             std::vector<std::pair<Tensor, Tensor>>{{model->a->weight, other.a->weight},
+                                                    {model->a->bias, other.a->bias},
+                                                    {model->b->weight, other.b->weight},
+                                                    {model->b->bias, other.b->bias}})
+          Tensor(p).copy_(q);
+      }
+      {
+        auto whole = z.full_parameters();
+        me.rewritten = same_bytes(model->b->weight, other.b->weight) &&
+                       same_bytes(model->a->bias, other.a->bias);
+        NoGradGuard no_grad;
+        fill_(model->a->bias, 5.0);
+      }
+      {
+        auto whole = z.full_parameters();
+        me.discarded = same_bytes(model->a->bias, other.a->bias);
+      }
+      NoGradGuard no_grad;
+      // The same ops in the same order over the same values as the plain model: equal bits.
+      me.forward_uses_written = same_bytes((*model)(d.x), other.forward(d.x));
+    }
+  });
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    const Seen& me = seen[static_cast<size_t>(r)];
+    CHECK_THAT(me.outside, Catch::Contains("has no data: its storage is released"));
+    CHECK(me.gathers_per_step == std::vector<int64_t>{4, 4, 2, 2});
+    CHECK(me.gathered_after_eval == 0);
+    CHECK(me.rewritten);
+    CHECK(me.discarded);
+    CHECK(me.forward_uses_written);
+  }
 }

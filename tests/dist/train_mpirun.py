@@ -18,14 +18,14 @@ usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE [STOKE_TRAIN_EMU]
   stalled      rank 1 stopped (SIGSTOP) at step 5 with --dist-timeout 3: rank 0's watchdog aborts
                the job within 30 s, naming the collective, its sequence number, the timeout and the
                rank that did not arrive.
-  zero         --zero 1 and --zero 2 under mpirun -np 2 train like DDP (epoch records within float
+  zero         --zero 1, 2 and 3 under mpirun -np 2 train like DDP (epoch records within float
                rounding), print the per-rank memory line, and a --zero 2 job killed at step 10
-               resumes from its step-8 checkpoint at -np 4 with --zero 1 and in one process
+               resumes from its step-8 checkpoint at -np 4 with --zero 3 and in one process
                without ZeRO (the checkpoint holds the consolidated optimizer state), ending like
                the uninterrupted job. AdamW, whose state is what ZeRO shards.
   amp          mpirun -np 2 --amp fp16 (the scaler's found-inf flag MAX-allreduced) trains, and
-               each step record's loss scale follows its skipped steps; with --zero 1 and
-               --zero 2 (the scaler unscales and checks each rank's gradient shard) every step's
+               each step record's loss scale follows its skipped steps; with --zero 1, 2 and
+               3 (the scaler unscales and checks each rank's gradient shard) every step's
                loss, scale and skip count equal DDP's bit for bit.
   profile      mpirun -np 2 --profile: rank 0's trace has each DDP bucket allreduce as a
                "collective" range with its bus bandwidth, its summary and profile record the
@@ -151,7 +151,8 @@ def amp(tmp):
     # the two ranks' values (the same in either order) divided by 2, by MPI's reduce-scatter as by
     # its all-reduce (dist/mpi.cpp: SUM, then finish()), and unscaling multiplies it by the same
     # power of two; the skip is the MAX of the ranks' flags either way. So equal bit for bit.
-    for stage in ("1", "2"):
+    # Stage 3 gathers the parameters it holds as shards: the same bits.
+    for stage in ("1", "2", "3"):
         p, _ = run(["--metrics", f"{tmp}/zero{stage}.jsonl", "--zero", stage] + log, np=2)
         require(p.returncode == 0, f"mpirun -np 2 --amp fp16 --zero {stage} failed", p)
         require(f"ZeRO-{stage}" in p.stdout, "the dist: line names ZeRO", p)
@@ -163,7 +164,7 @@ def amp(tmp):
                         f"{r[key]} against DDP's {want[key]}")
     print(f"amp: np 2 x 64 --amp fp16 trained, {got[-1]['skipped_steps']} skipped step(s), scale "
           f"{got[-1]['loss_scale']:g}, train loss {epochs[0]['train_loss']:.3f} -> "
-          f"{epochs[1]['train_loss']:.3f}; --zero 1 and 2 equal it step for step")
+          f"{epochs[1]['train_loss']:.3f}; --zero 1, 2 and 3 equal it step for step")
 
 
 def resume(tmp):
@@ -259,14 +260,14 @@ def zero(tmp):
     # by up to lr either way (a --zero 2 run resumed at -np 4 with AdamW at lr 0.002 drifted 5.5e-4
     # from the -np 2 run in epoch 2's test loss, against a bound of 9.3e-5, once the normalization
     # statistics were computed from the data). ZeRO's AdamW against DDP's is checked step by step
-    # in test_dist ("dist: zero: ZeRO-1 and ZeRO-2 equal DDP after 50 steps (SGD-momentum and
-    # AdamW ...)").
+    # in test_dist ("dist: zero: ZeRO-1, ZeRO-2 and ZeRO-3 equal DDP after 50 steps (SGD-momentum
+    # and AdamW ...)").
     base = ["--optimizer", "sgd", "--lr", "0.02"]
     ddp, _ = run(base + ["--batch", "64", "--metrics", f"{tmp}/ddp.jsonl"], np=2)
     require(ddp.returncode == 0, "the DDP run failed", ddp)
     ref = records(f"{tmp}/ddp.jsonl", "epoch")
     worst = {}
-    for stage in ("1", "2"):
+    for stage in ("1", "2", "3"):
         metrics = f"{tmp}/zero{stage}.jsonl"
         p, _ = run(base + ["--batch", "64", "--metrics", metrics, "--zero", stage], np=2)
         require(p.returncode == 0, f"mpirun -np 2 --zero {stage} failed", p)
@@ -283,7 +284,7 @@ def zero(tmp):
                 worst[key] = max(worst.get(key, 0.0), abs(r[key] - want[key]))
                 close(r[key], want[key], tol, f"--zero {stage} epoch {r['epoch']} {key}")
     whole = records(f"{tmp}/zero2.jsonl", "epoch")
-    for np, extra in ((4, ["--batch", "32", "--zero", "1"]), (1, ["--batch", "128"])):
+    for np, extra in ((4, ["--batch", "32", "--zero", "3"]), (1, ["--batch", "128"])):
         ckpt = f"{tmp}/ckpt{np}"
         args = base + ["--checkpoint", ckpt, "--checkpoint-every", "4"]
         killed, _ = run(args + ["--batch", "64", "--zero", "2"], np=2, timeout=90,
@@ -301,7 +302,7 @@ def zero(tmp):
                              ("test_loss", loss_tol(w["test_loss"])), ("test_acc", 0.2)):
                 worst[key] = max(worst.get(key, 0.0), abs(r[key] - w[key]))
                 close(r[key], w[key], tol, f"resumed at -np {np}, epoch {r['epoch']} {key}")
-    print("zero: --zero 1 and 2 match DDP at np 2; a --zero 2 checkpoint resumes at np 4 (--zero 1) "
+    print("zero: --zero 1, 2 and 3 match DDP at np 2; a --zero 2 checkpoint resumes at np 4 (--zero 3) "
           "and at np 1 without ZeRO; largest differences: " +
           ", ".join(f"{k} {v:.2g}" for k, v in worst.items()))
 
