@@ -1,4 +1,4 @@
-// stoke-bench-zero: per-rank memory and step time of DDP, ZeRO-1 and ZeRO-2 on ResNet-18 (CIFAR
+// stoke-bench-zero: per-rank memory and step time of DDP and ZeRO-1, 2, 3 on ResNet-18 (CIFAR
 // shape, 11.2 M parameters) with SGD-momentum and AdamW, under mpirun; then, from the formulas that
 // tests/dist/test_zero.cpp checks against the measured bytes, the per-rank memory of 1 B and 7.5 B
 // parameter models at N = 8 ... 1024, beside the ZeRO paper's table 1 (fp16 mixed precision with
@@ -15,12 +15,13 @@
 // runs it; the parameters, gradients and optimizer state stay f32 (ZeRO over f16 parameters with
 // f32 master weights is not built). Memory, per
 // rank, after the last step:
-//   params / grads / optim / comm: ZeroOptimizer::memory_report() (the storages it holds); for DDP
+//   params / grads / optim / comm: ZeroOptimizer::memory_report() (the storages it holds: stage
+//     3's params are its shards); gath: stage 3's most parameters gathered at once; for DDP
 //     the parameters' and the optimizer state's storages, the gradients' (read before zero_grad)
 //     and DDP's buckets (Ψ elements of flat buffers, dist/ddp.cpp);
 //   alloc: this process's CPU allocator, live bytes after the step (model, optimizer, buffers,
 //     the batch and whatever the allocator rounds up), and its peak so far in the process (the
-//     configurations run in order: DDP, ZeRO-1, ZeRO-2 for SGD, then for AdamW).
+//     configurations run in order: DDP, ZeRO-1, 2, 3 for SGD, then for AdamW).
 // Only rank 0 prints: the table, then one JSON line.
 #include <algorithm>
 #include <chrono>
@@ -85,7 +86,7 @@ Args parse(int argc, char** argv) {
 struct Row {
   std::string config, precision;
   double step_ms = 0;
-  double params = 0, grads = 0, optim = 0, comm = 0, alloc = 0, peak = 0;  // MiB
+  double params = 0, grads = 0, optim = 0, comm = 0, gathered = 0, alloc = 0, peak = 0;  // MiB
 };
 
 std::unique_ptr<nn::optim::Optimizer> plain_optimizer(const std::string& kind,
@@ -127,7 +128,8 @@ Row run(dist::Communicator& comm, const Args& a, const std::string& opt_kind, in
     ddp = std::make_unique<dist::DistributedDataParallel>(
         model, comm, dist::DdpOptions{.bucket_cap_mb = a.bucket_mb});
   } else {
-    auto z = dist::make_zero_optimizer(*opt, comm, {.stage = stage, .bucket_cap_mb = a.bucket_mb});
+    auto z = dist::make_zero_optimizer(
+        *opt, comm, {.stage = stage, .bucket_cap_mb = a.bucket_mb, .module = model.get()});
     zero = z.get();
     opt = std::move(z);
   }
@@ -149,7 +151,7 @@ Row run(dist::Communicator& comm, const Args& a, const std::string& opt_kind, in
     {
       std::optional<autocast> region;
       if (fp16) region.emplace(Device::Type::cpu, AutocastOptions{.dtype = DType::f16});
-      const Tensor out = ddp ? ddp->forward(x) : model->forward(x);
+      const Tensor out = ddp ? (*ddp)(x) : (*model)(x);  // the hooks of stage 3 run
       loss = cross_entropy(out, y);
     }
     (scaler ? scaler->scale(loss) : loss).backward();
@@ -180,6 +182,7 @@ Row run(dist::Communicator& comm, const Args& a, const std::string& opt_kind, in
     row.grads = m.gradient_bytes / kMiB;
     row.optim = m.optimizer_state_bytes / kMiB;
     row.comm = m.communication_bytes / kMiB;
+    row.gathered = m.peak_gathered_bytes / kMiB;
   } else {
     std::unordered_set<const Storage*> seen;
     const std::vector<Tensor> ps = model->parameters();
@@ -201,37 +204,42 @@ Row run(dist::Communicator& comm, const Args& a, const std::string& opt_kind, in
 }
 
 // The paper's table 1 setting: fp16 parameters and gradients, Adam's fp32 master copy, momentum
-// and variance (K = 12), per rank: DDP (2 + 2 + K)Ψ, stage 1 4Ψ + KΨ/N, stage 2 2Ψ + (2 + K)Ψ/N.
-// The padding (N - 1 elements per bucket) and stage 2's two bucket buffers are left out: at 25 MiB
-// buckets they are below 0.1 GB at every size here.
+// and variance (K = 12), per rank: DDP (2 + 2 + K)Ψ, stage 1 4Ψ + KΨ/N, stage 2 2Ψ + (2 + K)Ψ/N,
+// stage 3 (2 + 2 + K)Ψ/N. The padding (N - 1 elements per bucket), the bucket buffers and stage
+// 3's gathered working set are left out: at 25 MiB buckets the first two are below 0.1 GB at every
+// size here, and the working set is the model's largest few buckets.
 void print_projection() {
   // The paper's table 1 (7.5 B parameters; 1 GB = 1e9 bytes): DDP is its DP = 1 column, 120 GB.
   struct Paper {
     int n;
-    double s1, s2;
+    double s1, s2, s3;
   };
-  const Paper paper[] = {{16, 35.6, 21.6}, {64, 31.4, 16.6}, {256, 30.4, 15.4}, {1024, 30.1, 15.1}};
+  const Paper paper[] = {{16, 35.6, 21.6, 7.5},
+                         {64, 31.4, 16.6, 1.88},
+                         {256, 30.4, 15.4, 0.47},
+                         {1024, 30.1, 15.1, 0.12}};
   std::printf("\nprojected per-rank memory, fp16 mixed-precision Adam (K = 12), GB:\n");
-  std::printf("%-6s %6s | %9s %9s %9s | %11s %11s %11s\n", "params", "N", "ddp", "zero1", "zero2",
-              "paper: ddp", "zero1", "zero2");
+  std::printf("%-6s %6s | %9s %9s %9s %9s | %11s %11s %11s %11s\n", "params", "N", "ddp", "zero1",
+              "zero2", "zero3", "paper: ddp", "zero1", "zero2", "zero3");
   for (double psi : {1e9, 7.5e9})
     for (int n : {8, 16, 64, 256, 1024}) {
       const double k = 12;
       const double ddp = (2 + 2 + k) * psi / 1e9, s1 = (4 + k / n) * psi / 1e9,
-                   s2 = (2 + (2 + k) / n) * psi / 1e9;
-      std::printf("%-6s %6d | %9.2f %9.2f %9.2f |", psi > 2e9 ? "7.5B" : "1B", n, ddp, s1, s2);
+                   s2 = (2 + (2 + k) / n) * psi / 1e9, s3 = (2 + 2 + k) / n * psi / 1e9;
+      std::printf("%-6s %6d | %9.2f %9.2f %9.2f %9.2f |", psi > 2e9 ? "7.5B" : "1B", n, ddp, s1, s2,
+                  s3);
       const Paper* p = nullptr;
       for (const Paper& q : paper)
         if (psi > 2e9 && q.n == n) p = &q;
       if (p)
-        std::printf(" %11.1f %11.1f %11.1f\n", 120.0, p->s1, p->s2);
+        std::printf(" %11.1f %11.1f %11.1f %11.2f\n", 120.0, p->s1, p->s2, p->s3);
       else
-        std::printf(" %11s %11s %11s\n", "-", "-", "-");
+        std::printf(" %11s %11s %11s %11s\n", "-", "-", "-", "-");
     }
   std::printf(
       "(the paper's table has 7.5 B at N = 1, 4, 16, 64, 256, 1024 only. stoke trains in "
-      "f32: DDP 16Ψ + 4Ψ of buckets, zero1 8Ψ + 8Ψ/N, zero2 4Ψ + 12Ψ/N with Adam, plus "
-      "padding and buffers: the forms tests/dist/test_zero.cpp checks)\n");
+      "f32: DDP 16Ψ + 4Ψ of buckets, zero1 8Ψ + 8Ψ/N, zero2 4Ψ + 12Ψ/N, zero3 16Ψ/N with Adam, "
+      "plus padding and buffers: the forms tests/dist/test_zero.cpp checks)\n");
 }
 
 }  // namespace
@@ -244,20 +252,20 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     for (const std::string& precision : a.precisions)
       for (const char* opt : {"sgd", "adamw"})
-        for (int stage : {0, 1, 2}) rows.push_back(run(comm, a, opt, stage, precision));
+        for (int stage : {0, 1, 2, 3}) rows.push_back(run(comm, a, opt, stage, precision));
     if (comm.rank() == 0) {
       std::printf(
           "stoke-bench-zero: %s, batch %lld per rank, N = %d, buckets of %g MiB, %d timed steps "
           "(median)\n",
           a.model.c_str(), static_cast<long long>(a.batch), comm.size(), a.bucket_mb, a.steps);
-      std::printf("%-12s %-5s %9s | %8s %8s %8s %8s %8s | %8s %8s\n", "config", "prec", "step ms",
-                  "params", "grads", "optim", "comm", "total", "alloc", "peak");
+      std::printf("%-12s %-5s %9s | %8s %8s %8s %8s %8s | %8s | %8s %8s\n", "config", "prec",
+                  "step ms", "params", "grads", "optim", "comm", "total", "gath", "alloc", "peak");
       std::vector<std::string> json_rows;
       for (const Row& r : rows) {
         const double total = r.params + r.grads + r.optim + r.comm;
-        std::printf("%-12s %-5s %9.1f | %8.1f %8.1f %8.1f %8.1f %8.1f | %8.1f %8.1f\n",
+        std::printf("%-12s %-5s %9.1f | %8.1f %8.1f %8.1f %8.1f %8.1f | %8.1f | %8.1f %8.1f\n",
                     r.config.c_str(), r.precision.c_str(), r.step_ms, r.params, r.grads, r.optim,
-                    r.comm, total, r.alloc, r.peak);
+                    r.comm, total, r.gathered, r.alloc, r.peak);
         json_rows.push_back(bench::JsonObject()
                                 .add("config", r.config)
                                 .add("precision", r.precision)
@@ -267,6 +275,7 @@ int main(int argc, char** argv) {
                                 .add("optim_mib", r.optim)
                                 .add("comm_mib", r.comm)
                                 .add("total_mib", total)
+                                .add("gathered_mib", r.gathered)
                                 .add("alloc_mib", r.alloc)
                                 .add("peak_mib", r.peak)
                                 .str());

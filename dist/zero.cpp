@@ -1,6 +1,6 @@
-// ZeroOptimizer: the flat layout, the gradient hooks of stages 1 and 2, step and clipping
+// ZeroOptimizer: the flat layout, the gradient hooks of stages 1, 2 and 3, step and clipping
 // (dist/zero.h says what and why; dist/zero_state.cpp holds the consolidated state_dict and the
-// memory report).
+// memory report, dist/zero_stage3.cpp stage 3's gathers and releases).
 #include "dist/zero.h"
 
 #include <algorithm>

@@ -47,9 +47,6 @@ void ZeroOptimizer::State::shard_parameters() {
 }
 
 void ZeroOptimizer::State::install_module_hooks(const std::shared_ptr<State>& self) {
-  STOKE_CHECK(options.module != nullptr, kZeroOp,
-              "stage 3 needs the model: set ZeroOptions::module (its modules' forward hooks "
-              "gather and release the sharded parameters)");
   std::vector<char> covered(params.size(), 0);
   for_each_module(*options.module, [&](nn::Module& m) {
     Unit unit{.module = &m};

@@ -236,8 +236,9 @@ These flags mean nothing in one process, and are refused there (exit 2):
                           state of 1/N of the parameters (1), and of their gradients too (2),
                           and of the parameters themselves, each module's gathered around its
                           forward and backward (3); last.safetensors holds the whole state, so
-                          a run resumes at any -np and stage, or without --zero. With --amp fp16 the loss scaler unscales and
-                          checks each rank's gradient shard, and every rank skips alike
+                          a run resumes at any -np and stage, or without --zero. With --amp
+                          fp16 the loss scaler unscales and checks each rank's gradient shard,
+                          and every rank skips alike
 )";
 
 }  // namespace

@@ -72,7 +72,7 @@ TEST_CASE("stoke-train: every numeric flag's range is in --help and enforced, na
            Case{"--dist-timeout", "1e300", "[0.1, 1e+06]"},
            Case{"--dist-timeout", "1e-4", "[0.1, 1e+06]"},
            Case{"--dist-timeout", "0", "[0.1, 1e+06]"},
-           Case{"--zero", "3", "[1, 2]"},
+           Case{"--zero", "4", "[1, 3]"},
            Case{"--profile-steps", "-1:5", "[0, 2147483648]"},
        }) {
     INFO(c.flag << " " << c.bad);

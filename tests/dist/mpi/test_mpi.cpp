@@ -1,5 +1,6 @@
 // The MPI engine's collectives, point to point and non-blocking calls, and stoke's ring over it,
 // on every rank of the job (np 2, 3 and 4 in ctest): values against closed forms (mpi_util.h).
+// test_mpi_zero.cpp runs ZeRO against DDP in the same job.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
