@@ -1,12 +1,12 @@
 # stoke-bench-zero (bench/zero.cpp): per-rank memory and step time of DDP and ZeRO-1, 2, 3 under
-# mpirun, f32 and --amp fp16, and the projected memory of 1 B and 7.5 B parameter models. Included
-# from bench/CMakeLists.txt.
+# mpirun, in f32, --amp fp16 and fp16 parameters with master weights, and the projected memory of
+# 1 B and 7.5 B parameter models. Included from bench/CMakeLists.txt.
 if(STOKE_MPI)
   add_executable(stoke-bench-zero ${CMAKE_CURRENT_SOURCE_DIR}/zero.cpp)
   target_link_libraries(stoke-bench-zero PRIVATE stoke::stoke stoke_flags)
   if(STOKE_TESTS AND MPIEXEC_EXECUTABLE)
     # A smoke run (not a timing): every configuration steps, and the JSON line is printed.
-    set(_name "dist: zero: stoke-bench-zero runs DDP and ZeRO-1/2/3 in f32 and fp16 under mpirun -np 2 (smoke)")
+    set(_name "dist: zero: stoke-bench-zero runs DDP and ZeRO-1/2/3 in f32, fp16 and fp16 with master weights under mpirun -np 2 (smoke)")
     add_test(NAME "${_name}"
              COMMAND ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe
                      ${MPIEXEC_NUMPROC_FLAG} 2 $<TARGET_FILE:stoke-bench-zero> --model resnet8
@@ -19,7 +19,7 @@ if(STOKE_MPI)
            OMPI_MCA_mca_base_component_disable_dlclose=1)
     endif()
     set_tests_properties("${_name}" PROPERTIES ENVIRONMENT "${_env}"
-                         PASS_REGULAR_EXPRESSION "\"config\": \"zero3 adamw\", \"precision\": \"fp16\""
+                         PASS_REGULAR_EXPRESSION "\"config\": \"zero3 adamw\", \"precision\": \"fp16p\""
                          TIMEOUT 180 PROCESSORS 2)
   endif()
 endif()

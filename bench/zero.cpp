@@ -6,16 +6,19 @@
 //
 //   OMPI_MCA_mpi_yield_when_idle=1 mpirun --allow-run-as-root --oversubscribe -np N
 //       build/bench/stoke-bench-zero [--steps 3] [--batch 2] [--model resnet18] [--bucket-mb 25]
-//       [--precision f32,fp16]
+//       [--precision f32,fp16,fp16p]
 //
 // Per configuration: one warm-up step, then --steps timed steps (forward, backward, step,
 // zero_grad; a barrier before each; the slowest rank's time; the median is shown). fp16: the
 // forward in an f16 autocast region and the GradScaler (scale, unscale and found-inf over DDP's
 // gradients or ZeRO's shards, the flag MAX-allreduced, step, update), as stoke-train --amp fp16
-// runs it; the parameters, gradients and optimizer state stay f32 (ZeRO over f16 parameters with
-// f32 master weights is not built). Memory, per
-// rank, after the last step:
-//   params / grads / optim / comm: ZeroOptimizer::memory_report() (the storages it holds: stage
+// runs it; the parameters, gradients and optimizer state stay f32. fp16p: the same, with the
+// convolutions' and linear layers' parameters in f16 (the norms' stay f32, as apex's O2 keeps
+// them) and ZeRO's f32 master weights in the shards: the mixed-precision ZeRO of the paper's
+// formulas; ZeRO rows only (stoke's DDP keeps no master weights). Memory, per rank, after the last
+// step:
+//   params / grads / optim / master / comm: ZeroOptimizer::memory_report() (the storages it holds:
+//   stage
 //     3's params are its shards); gath: stage 3's most parameters gathered at once; for DDP
 //     the parameters' and the optimizer state's storages, the gradients' (read before zero_grad)
 //     and DDP's buckets (Ψ elements of flat buffers, dist/ddp.cpp);
@@ -52,7 +55,7 @@ struct Args {
   int64_t batch = 2;  // per rank
   std::string model = "resnet18";
   double bucket_mb = 25;  // DDP's and ZeRO's bucket cap (both default to 25 MiB)
-  std::vector<std::string> precisions = {"f32", "fp16"};
+  std::vector<std::string> precisions = {"f32", "fp16", "fp16p"};
 };
 
 Args parse(int argc, char** argv) {
@@ -74,8 +77,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--precision") {
       a.precisions = bench::split_commas(value());
       for (const std::string& p : a.precisions)
-        STOKE_CHECK(p == "f32" || p == "fp16", "stoke-bench-zero", "--precision: unknown '", p,
-                    "' (known: f32, fp16)");
+        STOKE_CHECK(p == "f32" || p == "fp16" || p == "fp16p", "stoke-bench-zero",
+                    "--precision: unknown '", p, "' (known: f32, fp16, fp16p)");
     } else
       STOKE_FAIL("stoke-bench-zero", "unknown flag '", k,
                  "' (known: --steps, --batch, --model, --bucket-mb, --precision)");
@@ -86,7 +89,8 @@ Args parse(int argc, char** argv) {
 struct Row {
   std::string config, precision;
   double step_ms = 0;
-  double params = 0, grads = 0, optim = 0, comm = 0, gathered = 0, alloc = 0, peak = 0;  // MiB
+  double params = 0, grads = 0, optim = 0, master = 0, comm = 0, gathered = 0;  // MiB
+  double alloc = 0, peak = 0;                                                   // MiB
 };
 
 std::unique_ptr<nn::optim::Optimizer> plain_optimizer(const std::string& kind,
@@ -120,6 +124,7 @@ Row run(dist::Communicator& comm, const Args& a, const std::string& opt_kind, in
   auto model = nn::models::make_model(
       a.model, {.in_channels = 3, .num_classes = 10, .input_size = 32, .generator = &gen});
   const Tensor x = randn({a.batch, 3, 32, 32}, {}, &gen);
+  if (precision == "fp16p") nn::amp::half_precision_parameters(*model, DType::f16);
   const Tensor y = randint(0, 10, {a.batch}, {.dtype = DType::i64}, &gen);
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   std::unique_ptr<nn::optim::Optimizer> opt = plain_optimizer(opt_kind, *model);
@@ -133,7 +138,7 @@ Row run(dist::Communicator& comm, const Args& a, const std::string& opt_kind, in
     zero = z.get();
     opt = std::move(z);
   }
-  const bool fp16 = precision == "fp16";
+  const bool fp16 = precision != "f32";
   std::optional<nn::amp::GradScaler> scaler;
   if (fp16) {
     scaler.emplace();
@@ -182,6 +187,7 @@ Row run(dist::Communicator& comm, const Args& a, const std::string& opt_kind, in
     row.grads = m.gradient_bytes / kMiB;
     row.optim = m.optimizer_state_bytes / kMiB;
     row.comm = m.communication_bytes / kMiB;
+    row.master = m.master_bytes / kMiB;
     row.gathered = m.peak_gathered_bytes / kMiB;
   } else {
     std::unordered_set<const Storage*> seen;
@@ -252,20 +258,24 @@ int main(int argc, char** argv) {
     std::vector<Row> rows;
     for (const std::string& precision : a.precisions)
       for (const char* opt : {"sgd", "adamw"})
-        for (int stage : {0, 1, 2, 3}) rows.push_back(run(comm, a, opt, stage, precision));
+        for (int stage : {0, 1, 2, 3})
+          if (stage > 0 || precision != "fp16p")
+            rows.push_back(run(comm, a, opt, stage, precision));
     if (comm.rank() == 0) {
       std::printf(
           "stoke-bench-zero: %s, batch %lld per rank, N = %d, buckets of %g MiB, %d timed steps "
           "(median)\n",
           a.model.c_str(), static_cast<long long>(a.batch), comm.size(), a.bucket_mb, a.steps);
-      std::printf("%-12s %-5s %9s | %8s %8s %8s %8s %8s | %8s | %8s %8s\n", "config", "prec",
-                  "step ms", "params", "grads", "optim", "comm", "total", "gath", "alloc", "peak");
+      std::printf("%-12s %-5s %9s | %7s %7s %7s %7s %7s %7s | %7s | %7s %7s\n", "config", "prec",
+                  "step ms", "params", "grads", "optim", "master", "comm", "total", "gath", "alloc",
+                  "peak");
       std::vector<std::string> json_rows;
       for (const Row& r : rows) {
-        const double total = r.params + r.grads + r.optim + r.comm;
-        std::printf("%-12s %-5s %9.1f | %8.1f %8.1f %8.1f %8.1f %8.1f | %8.1f | %8.1f %8.1f\n",
-                    r.config.c_str(), r.precision.c_str(), r.step_ms, r.params, r.grads, r.optim,
-                    r.comm, total, r.gathered, r.alloc, r.peak);
+        const double total = r.params + r.grads + r.optim + r.master + r.comm;
+        std::printf(
+            "%-12s %-5s %9.1f | %7.1f %7.1f %7.1f %7.1f %7.1f %7.1f | %7.1f | %7.1f %7.1f\n",
+            r.config.c_str(), r.precision.c_str(), r.step_ms, r.params, r.grads, r.optim, r.master,
+            r.comm, total, r.gathered, r.alloc, r.peak);
         json_rows.push_back(bench::JsonObject()
                                 .add("config", r.config)
                                 .add("precision", r.precision)
@@ -273,6 +283,7 @@ int main(int argc, char** argv) {
                                 .add("params_mib", r.params)
                                 .add("grads_mib", r.grads)
                                 .add("optim_mib", r.optim)
+                                .add("master_mib", r.master)
                                 .add("comm_mib", r.comm)
                                 .add("total_mib", total)
                                 .add("gathered_mib", r.gathered)

@@ -21,17 +21,19 @@ std::string memory_line(const nn::optim::Optimizer& opt) {
   if (!zero) return {};
   const ZeroMemoryReport m = zero->memory_report();
   constexpr double kMiB = 1024.0 * 1024.0;
-  char text[400];
-  char gathered[96] = "";
+  char text[480];
+  char gathered[96] = "", masters[64] = "";
   if (zero->stage() == 3)
     std::snprintf(gathered, sizeof gathered, ", parameters gathered at most %.2f MiB",
                   m.peak_gathered_bytes / kMiB);
+  if (m.master_bytes > 0)
+    std::snprintf(masters, sizeof masters, ", f32 master weights %.2f MiB", m.master_bytes / kMiB);
   std::snprintf(text, sizeof text,
                 "%s memory per rank: optimizer state %.2f MiB, gradients %.2f MiB, parameters "
-                "%.2f MiB, communication %.2f MiB%s (rank 0 steps %lld of %lld parameters)",
+                "%.2f MiB%s, communication %.2f MiB%s (rank 0 steps %lld of %lld parameters)",
                 zero_stage_name(zero->stage()).c_str(), m.optimizer_state_bytes / kMiB,
-                m.gradient_bytes / kMiB, m.parameter_bytes / kMiB, m.communication_bytes / kMiB,
-                gathered, static_cast<long long>(m.owned_parameters),
+                m.gradient_bytes / kMiB, m.parameter_bytes / kMiB, masters,
+                m.communication_bytes / kMiB, gathered, static_cast<long long>(m.owned_parameters),
                 static_cast<long long>(m.parameters));
   return text;
 }
@@ -128,14 +130,6 @@ Tensor ZeroOptimizer::State::shard_grad(const Bucket& b) const {
   const Flat& f = flats[b.flat];
   return options.stage == 1 ? f.grads.narrow(0, b.begin + rank * b.chunk, b.chunk)
                             : f.shard_grads.narrow(0, b.shard_begin, b.chunk);
-}
-
-std::vector<Tensor> ZeroOptimizer::State::synced_shard_grads() {
-  sync_gradients();
-  std::vector<Tensor> shards;
-  for (const Bucket& b : buckets)
-    if (b.chunk > 0) shards.push_back(shard_grad(b));
-  return shards;
 }
 
 Tensor ZeroOptimizer::State::shard_params(const Bucket& b) const {
@@ -250,9 +244,13 @@ void ZeroOptimizer::State::make_pieces(const nn::optim::Optimizer& outer,
                   .param_offset = lo - o,
                   .chunk_offset = lo - rank * b.chunk,
                   .numel = hi - lo};
-      piece.tensor = shard_params(b).narrow(0, piece.chunk_offset, piece.numel);
+      const Flat& flat = flats[b.flat];
+      // With master weights the wrapped optimizer steps the f32 copies and reads theirs.
+      piece.tensor =
+          (flat.master.defined() ? flat.master.narrow(0, b.shard_begin, b.chunk) : shard_params(b))
+              .narrow(0, piece.chunk_offset, piece.numel);
       piece.tensor.set_requires_grad(true);
-      piece.tensor.set_grad(shard_grad(b).narrow(0, piece.chunk_offset, piece.numel));
+      piece.tensor.set_grad(step_grad(b).narrow(0, piece.chunk_offset, piece.numel));
       pieces_of[index].push_back(pieces.size());
       groups[g].params.push_back(piece.tensor);
       pieces.push_back(std::move(piece));
@@ -286,6 +284,7 @@ void ZeroOptimizer::State::on_grad_ready(size_t i) {
   NoGradGuard no_grad;
   const Tensor g = params[i].grad();
   if (!g.defined()) return;
+  masters_filled = false;  // more gradient arrives: the f32 copies must be taken again
   Bucket& b = buckets[bucket_of[i]];
   if (options.stage == 1) {
     ops::add_(flats[b.flat].grads.narrow(0, b.begin + offset_in_bucket[i], g.numel()),
@@ -451,6 +450,7 @@ ZeroOptimizer::ZeroOptimizer(std::vector<nn::optim::ParamGroup> groups, Communic
                      .scatter_gather = true});
   }
   if (options.stage == 3) s.shard_parameters();
+  s.make_masters();
   if (options.stage >= 2)
     for (Flat& flat : s.flats)
       for (int k = 0; k < options.comm_buffers; ++k)
@@ -476,7 +476,7 @@ ZeroOptimizer::~ZeroOptimizer() {
 void ZeroOptimizer::step() {
   State& s = *state_;
   NoGradGuard no_grad;
-  s.sync_gradients();
+  s.step_gradients();  // the reductions finished, and the master gradients filled
   for (size_t g = 0; g < groups_.size(); ++g) {
     s.inner->set_lr(g, groups_[g].lr);
     s.inner->set_weight_decay(g, groups_[g].weight_decay);
@@ -484,6 +484,7 @@ void ZeroOptimizer::step() {
   if (s.options.stage == 3) {
     s.release_all();  // whatever is gathered now goes stale with the step
     s.inner->step();
+    s.round_masters_into_parameters();
     // Under a FullParameters guard nothing was released: gather the stepped shards again.
     for (Bucket& b : s.buckets) {
       if (!b.gathered.defined() || b.chunk == 0) continue;
@@ -491,10 +492,11 @@ void ZeroOptimizer::step() {
       State* sp = &s;
       s.comm->run_async([sp, in, out]() mutable { sp->allgather(in, out); }).wait();
     }
-    s.synced = false;
+    s.synced = s.masters_filled = false;
     return;
   }
   s.inner->step();
+  s.round_masters_into_parameters();
   for (const Bucket& b : s.buckets) {
     if (b.chunk == 0) continue;
     Flat& flat = s.flats[b.flat];
@@ -503,7 +505,7 @@ void ZeroOptimizer::step() {
     Tensor whole = flat.params.narrow(0, b.begin, b.chunk * s.size);
     s.allgather(mine, whole);
   }
-  s.synced = false;
+  s.synced = s.masters_filled = false;
 }
 
 void ZeroOptimizer::zero_grad() {
@@ -512,19 +514,20 @@ void ZeroOptimizer::zero_grad() {
   s.flush_iteration();  // stage 2: no reduce-scatter may be left in flight over the shard
   for (Flat& flat : s.flats) ops::zero_(s.options.stage == 1 ? flat.grads : flat.shard_grads);
   for (Tensor& p : params_) p.set_grad(Tensor());
-  s.synced = false;
+  s.synced = s.masters_filled = false;
 }
 
 Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
   State& s = *state_;
   NoGradGuard no_grad;
-  const std::vector<Tensor> shards = s.synced_shard_grads();
+  // What step() reads: the shards, or their f32 copies with master weights.
+  const std::vector<Tensor> shards = s.step_gradients();
   // One pass per flat (dtype and device), then the ranks' sums added.
   double mine = 0;
   for (size_t f = 0; f < s.flats.size(); ++f) {
     std::vector<Tensor> of_flat;
     for (const Bucket& b : s.buckets)
-      if (b.flat == f && b.chunk > 0) of_flat.push_back(s.shard_grad(b));
+      if (b.flat == f && b.chunk > 0) of_flat.push_back(s.step_grad(b));
     if (!of_flat.empty())
       mine += ops::sum_of_squares(of_flat).to(Device::cpu()).to(DType::f64).item();
   }
@@ -539,7 +542,7 @@ Tensor ZeroOptimizer::clip_grad_norm_(double max_norm) {
 
 std::vector<Tensor> ZeroOptimizer::gradients_to_unscale() {
   NoGradGuard no_grad;
-  return state_->synced_shard_grads();
+  return state_->step_gradients();
 }
 
 int ZeroOptimizer::stage() const {

@@ -75,6 +75,11 @@ struct ZeroOptions {
   // every parameter must be one of its modules' own, and the model must outlive the optimizer).
   // Call the model and its children through operator(), as the zoo does: forward() runs no hooks.
   nn::Module* module = nullptr;
+  // f16/bf16 parameters: the wrapped optimizer steps f32 copies of this rank's shards (the master
+  // weights, with f32 copies of the gradient shards) and the parameters get their rounding, as
+  // Megatron's and DeepSpeed's mixed-precision optimizers do; false steps the half-precision
+  // shards themselves (each update rounded to the parameter's precision).
+  bool master_weights = true;
   int prefetch = 1;                   // stage 3: buckets gathered ahead of the module that runs
   bool reshard_after_forward = true;  // stage 3: false keeps them from forward until backward
 };
@@ -90,7 +95,8 @@ struct ZeroMemoryReport {
   int64_t parameter_bytes = 0;  // the flat parameter buffers (padding included); stage 3: shards
   int64_t gradient_bytes = 0;   // stage 1: full flat gradients; stage 2: this rank's shard
   int64_t optimizer_state_bytes = 0;  // the wrapped optimizer's state (its shard)
-  int64_t communication_bytes = 0;    // bucket buffers and the chunk staging buffers
+  int64_t master_bytes = 0;  // f16/bf16 parameters: the f32 master shards and their gradients
+  int64_t communication_bytes = 0;  // bucket buffers and the chunk staging buffers
   // Stage 3: the parameters gathered now (0 between steps) and the most ever gathered at once
   // (the working set, not in total()).
   int64_t gathered_bytes = 0;
@@ -103,8 +109,8 @@ struct ZeroMemoryReport {
   int64_t largest_bucket_bytes = 0;  // padded
   int64_t storages = 0;              // allocations the byte counts come from
   int64_t total() const {
-    return parameter_bytes + gradient_bytes + optimizer_state_bytes + communication_bytes +
-           gathered_bytes;
+    return parameter_bytes + gradient_bytes + optimizer_state_bytes + master_bytes +
+           communication_bytes + gathered_bytes;
   }
 };
 
@@ -135,7 +141,9 @@ class ZeroOptimizer : public nn::optim::Optimizer {
   // one-element f64 CPU tensor: the norm is read to compute the coefficient).
   Tensor clip_grad_norm_(double max_norm) override;
   // Collective (the reductions of this step complete first): this rank's averaged gradient
-  // shards, padding included (zeros), for the GradScaler to unscale and check.
+  // shards, padding included (zeros), for the GradScaler to unscale and check; with master
+  // weights their f32 copies, which step() reads (a half gradient unscaled in place would
+  // underflow, which is why torch's GradScaler refuses f16 gradients).
   std::vector<Tensor> gradients_to_unscale() override;
 
   // Collective: the wrapped optimizer's state for the whole parameters, with the keys that the
@@ -144,12 +152,15 @@ class ZeroOptimizer : public nn::optim::Optimizer {
   nn::NamedTensors state_dict() const override;
   bool state_dict_is_collective() const override { return true; }
   // Takes this rank's slices of a consolidated state (any world size's, or a plain optimizer's).
+  // Master weights start again from the parameters as they are now (the state holds none).
   void load_state_dict(const nn::NamedTensors& state) override;
 
   // Stage 3: every parameter whole until the guard goes (collective, on every rank), to read the
   // model outside forward and backward (saving a checkpoint, evaluating by hand) or, with
   // writeback, to write it (loading one): the guard's end then keeps each rank's chunks of what
-  // the parameters hold. Stages 1 and 2 keep the parameters whole anyway: the guard does nothing.
+  // the parameters hold. Stages 1 and 2 keep the parameters whole anyway, and the guard only
+  // restarts the master weights (f16/bf16 parameters) from them at its end, with writeback: write
+  // the parameters under it (or load an optimizer state after) so that the masters follow.
   class FullParameters {
    public:
     FullParameters(FullParameters&& other) noexcept;

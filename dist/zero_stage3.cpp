@@ -209,7 +209,7 @@ void ZeroOptimizer::State::before_backward(size_t ui) {
 
 ZeroOptimizer::FullParameters::FullParameters(std::shared_ptr<State> state, bool writeback)
     : state_(std::move(state)), writeback_(writeback) {
-  if (!state_) return;
+  if (!state_ || state_->options.stage != 3) return;  // stages 1, 2: whole already
   State& s = *state_;
   NoGradGuard no_grad;
   for (size_t b = 0; b < s.buckets.size(); ++b) s.start_gather(b);
@@ -224,14 +224,20 @@ ZeroOptimizer::FullParameters::~FullParameters() {
   if (!state_) return;
   State& s = *state_;
   NoGradGuard no_grad;
-  if (writeback_)
+  if (s.options.stage != 3) {  // stages 1, 2: the parameters were written in place
+    if (writeback_) s.refresh_masters();
+    return;
+  }
+  if (writeback_) {
     for (const Bucket& b : s.buckets)
       if (b.chunk > 0) s.shard_params(b).copy_(b.gathered.narrow(0, s.rank * b.chunk, b.chunk));
+    s.refresh_masters();
+  }
   if (--s.full_holds == 0) s.release_all();
 }
 
 ZeroOptimizer::FullParameters ZeroOptimizer::full_parameters(bool writeback) {
-  return FullParameters(state_->options.stage == 3 ? state_ : nullptr, writeback);
+  return FullParameters(state_, writeback);
 }
 
 std::optional<ZeroOptimizer::FullParameters> full_parameters_of(nn::optim::Optimizer& opt,

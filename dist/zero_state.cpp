@@ -160,6 +160,7 @@ void ZeroOptimizer::load_state_dict(const nn::NamedTensors& state) {
     }
   }
   s.inner->load_state_dict(mine);
+  s.refresh_masters();
 }
 
 ZeroMemoryReport ZeroOptimizer::memory_report() const {
@@ -177,6 +178,8 @@ ZeroMemoryReport ZeroOptimizer::memory_report() const {
     count(r.gradient_bytes, flat.grads);
     count(r.gradient_bytes, flat.shard_grads);
     count(r.communication_bytes, flat.chunk_tmp);
+    count(r.master_bytes, flat.master);
+    count(r.master_bytes, flat.master_grads);
     for (const CommBuffer& buf : flat.pool) {
       count(r.communication_bytes, buf.in);
       count(r.communication_bytes, buf.out);

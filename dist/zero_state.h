@@ -32,6 +32,10 @@ struct Flat {
   Tensor grads = {};        // stage 1: padded elements, this rank's chunks averaged by step
   Tensor shard_grads = {};  // stages 2, 3: shard elements, bucket b's chunk at its shard_begin
   Tensor chunk_tmp = {};    // largest_chunk: the reduce-scatter's output, the all-gather's input
+  // Master weights (f16/bf16 flats): f32 shard elements, bucket b's chunk at its shard_begin, and
+  // f32 copies of the gradient shard, which the wrapped optimizer steps and reads.
+  Tensor master = {};
+  Tensor master_grads = {};
   std::vector<CommBuffer> pool = {};  // stages 2, 3
 };
 
@@ -94,13 +98,24 @@ struct ZeroOptimizer::State {
   std::vector<char> ready;  // stage 2: this backward's gradients
   int64_t n_ready = 0;
   size_t next_launch = 0;
-  bool synced = false;  // the shard holds this step's averaged gradients
+  bool synced = false;          // the shard holds this step's averaged gradients
+  bool masters_filled = false;  // master_grads hold this step's gradients (gradients_to_unscale)
   int64_t reduce_scatters = 0;
 
   void build(const std::vector<Tensor>& all);
   void check_and_broadcast();
   void make_pieces(const nn::optim::Optimizer& outer, const OptimizerFactory& make);
   void install_hooks(const std::shared_ptr<State>& self);
+
+  // Master weights.
+  void make_masters();
+  void refresh_masters();  // from the parameters' shards
+  void round_masters_into_parameters();
+  // This step's reductions finished (sync_gradients), then the gradients the wrapped optimizer
+  // reads, per non-empty bucket: the f32 master gradients (filled from the averaged shards once
+  // per step) or the shards themselves. What clipping and the loss scaler work on.
+  std::vector<Tensor> step_gradients();
+  Tensor step_grad(const Bucket& b) const;
 
   // Stage 3.
   void shard_parameters();  // keeps this rank's chunks, releases the whole parameters
@@ -126,9 +141,6 @@ struct ZeroOptimizer::State {
   void drain() noexcept;
 
   Tensor shard_grad(const Bucket& b) const;
-  // This step's reductions finished (sync_gradients), then every non-empty bucket's shard of the
-  // averaged gradients: what clipping and the loss scaler work on.
-  std::vector<Tensor> synced_shard_grads();
   Tensor shard_params(const Bucket& b) const;  // this rank's chunk of bucket b's parameters
   void reduce_scatter(const Tensor& in, Tensor& out);
   void allgather(const Tensor& in, Tensor& out);

@@ -46,6 +46,7 @@
 #include "dist/cuda/nccl.h"  // in builds with CUDA and NCCL
 #endif
 #include "nn/amp/grad_scaler.h"
+#include "nn/amp/half_parameters.h"
 #include "nn/checkpoint/safetensors.h"
 #include "nn/init.h"
 #include "nn/layers.h"

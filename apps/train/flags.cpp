@@ -239,6 +239,10 @@ These flags mean nothing in one process, and are refused there (exit 2):
                           a run resumes at any -np and stage, or without --zero. With --amp
                           fp16 the loss scaler unscales and checks each rank's gradient shard,
                           and every rank skips alike
+  --master-weights        with --zero and --amp: the convolutions' and linear layers' parameters
+                          in the --amp dtype (norms stay f32), stepped through f32 master
+                          weights in ZeRO's shards; evaluation runs in the autocast region too.
+                          Checkpoints hold the half parameters: resume with the same flags
 )";
 
 }  // namespace
@@ -273,7 +277,8 @@ std::string usage() {
 
 std::string distributed_only_flags(const Flags& f) {
   std::string out;
-  for (const char* flag : {"--allreduce", "--dist-backend", "--dist-timeout", "--zero"})
+  for (const char* flag :
+       {"--allreduce", "--dist-backend", "--dist-timeout", "--zero", "--master-weights"})
     if (std::find(f.given.begin(), f.given.end(), flag) != f.given.end())
       out += (out.empty() ? "" : ", ") + std::string(flag);
   return out;
@@ -378,6 +383,7 @@ Flags parse_flags(int argc, char** argv) {
       {"--augment", [&](bool on) { f.augment = on; }},
       {"--profile-device", [&](bool on) { f.profile_device = on; }},
       {"--cuda-graph", [&](bool on) { f.cuda_graph = on; }},
+      {"--master-weights", [&](bool on) { f.master_weights = on; }},
       {"--resume", [&](bool on) { f.resume = on; }},
       {"--overwrite", [&](bool on) { f.overwrite = on; }},
       {"--allow-cpu-fallback", [&](bool on) { f.allow_cpu_fallback = on; }},
@@ -456,6 +462,9 @@ Flags parse_flags(int argc, char** argv) {
               "--profile-device times ops on the GPU: it needs --device cuda");
   STOKE_CHECK(!f.cuda_graph || f.device != "cpu", "stoke-train",
               "--cuda-graph captures CUDA work: it needs --device cuda");
+  STOKE_CHECK(!f.master_weights || (f.zero > 0 && !f.amp.empty()), "stoke-train",
+              "--master-weights keeps f32 master weights in ZeRO's shards for half parameters: it "
+              "needs --zero 1|2|3 and --amp fp16|bf16");
   STOKE_CHECK(!f.resume || !f.overwrite, "stoke-train",
               "--resume and --overwrite exclude each other: --resume continues the run in DIR, "
               "--overwrite starts a new one over it");

@@ -71,7 +71,10 @@ struct Flags {
   std::string profile;
   int64_t profile_begin = 10, profile_end = 30;
   bool profile_device = false;  // --profile-device: CUDA-event device times (StartOptions)
-  bool cuda_graph = false;      // --cuda-graph: each step replays a CUDA graph (step_graph.h)
+  // --master-weights: with --amp and --zero, the convolutions' and linear layers' parameters in
+  // the --amp dtype, f32 master weights in ZeRO's shards (nn/amp/half_parameters.h).
+  bool master_weights = false;
+  bool cuda_graph = false;  // --cuda-graph: each step replays a CUDA graph (step_graph.h)
   // The flags given on the command line, in order (without their values): what --recipe set is
   // not among them.
   std::vector<std::string> given;

@@ -149,6 +149,13 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
         static_cast<long long>(StepGraph::kWarmupSteps));
   }
   if (dist_.active() && f_.zero > 0) {
+    if (f_.master_weights) {
+      const int64_t n = nn::amp::half_precision_parameters(*model_, *amp_);
+      std::printf(
+          "zero: %lld parameters of the convolutions and linear layers in %s, stepped through f32 "
+          "master weights in the shards\n",
+          static_cast<long long>(n), dtype_name(*amp_));
+    }
     // Before any state exists: the plain optimizer gives its kind, options and groups.
     auto zero = dist::make_zero_optimizer(
         *opt_, dist_.gradient_comm(),
@@ -440,7 +447,10 @@ bool Trainer::update_best(const EvalResult& r) {
 // A non-finite test loss means the weights diverged in the last steps: stop before it is logged
 // or the model is saved.
 EvalResult Trainer::evaluate_finite() {
+  std::optional<autocast> region;  // --master-weights: half parameters take half inputs
+  if (f_.master_weights) region.emplace(device_.type, AutocastOptions{.dtype = *amp_});
   const EvalResult r = evaluate(*model_, *data_.test, device_, dist_, finish_.normalize);
+  region.reset();
   STOKE_CHECK(std::isfinite(r.loss), "stoke-train", "the test loss is ", non_finite_name(r.loss),
               " after step ", pos_.global_step, " (epoch ", pos_.epoch + 1,
               "): the weights diverged; the last good checkpoint is ",

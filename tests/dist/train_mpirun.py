@@ -26,7 +26,8 @@ usage: train_mpirun.py MPIEXEC STOKE_TRAIN CASE [STOKE_TRAIN_EMU]
   amp          mpirun -np 2 --amp fp16 (the scaler's found-inf flag MAX-allreduced) trains, and
                each step record's loss scale follows its skipped steps; with --zero 1, 2 and
                3 (the scaler unscales and checks each rank's gradient shard) every step's
-               loss, scale and skip count equal DDP's bit for bit.
+               loss, scale and skip count equal DDP's bit for bit; --master-weights (f16
+               parameters, f32 masters in the shards) trains at --zero 2 and 3, alike.
   profile      mpirun -np 2 --profile: rank 0's trace has each DDP bucket allreduce as a
                "collective" range with its bus bandwidth, its summary and profile record the
                collectives' time per step and the part the step waited for (no more than the
@@ -162,9 +163,34 @@ def amp(tmp):
             for key in ("loss", "loss_scale", "skipped_steps"):
                 require(r[key] == want[key], f"--amp fp16 --zero {stage}, step {r['step']}: {key} "
                         f"{r[key]} against DDP's {want[key]}")
+    # --master-weights: f16 convolution and linear parameters, f32 masters in the shards. Another
+    # computation (f16 weights), so not DDP's numbers: it trains (finite losses, the train loss
+    # falls), and stage 3 equals stage 2 bit for bit (its gathers copy the shards' bits; the same
+    # reduce-scatters and master updates).
+    half = {}
+    for stage in ("2", "3"):
+        p, _ = run(["--metrics", f"{tmp}/masters{stage}.jsonl", "--zero", stage,
+                    "--master-weights"] + log, np=2)
+        require(p.returncode == 0, f"mpirun -np 2 --amp fp16 --zero {stage} --master-weights "
+                "failed", p)
+        require("stepped through f32 master weights in the shards" in p.stdout and
+                "f32 master weights" in p.stdout.split("memory per rank:")[-1],
+                "the run says its parameters are f16 and its memory line counts the masters", p)
+        half[stage] = records(f"{tmp}/masters{stage}.jsonl", "step")
+        ep = records(f"{tmp}/masters{stage}.jsonl", "epoch")
+        require(len(ep) == 2 and ep[1]["train_loss"] < ep[0]["train_loss"] and
+                all(math.isfinite(e["test_loss"]) for e in ep),
+                f"--master-weights --zero {stage} trains: the train loss falls, losses finite")
+    require(len(half["2"]) == len(got) == len(half["3"]), "one step record per optimizer step")
+    for r2, r3 in zip(half["2"], half["3"]):
+        for key in ("loss", "loss_scale", "skipped_steps"):
+            require(r2[key] == r3[key], f"--master-weights, step {r2['step']}: {key} "
+                    f"{r3[key]} at --zero 3 against {r2[key]} at --zero 2")
     print(f"amp: np 2 x 64 --amp fp16 trained, {got[-1]['skipped_steps']} skipped step(s), scale "
           f"{got[-1]['loss_scale']:g}, train loss {epochs[0]['train_loss']:.3f} -> "
-          f"{epochs[1]['train_loss']:.3f}; --zero 1, 2 and 3 equal it step for step")
+          f"{epochs[1]['train_loss']:.3f}; --zero 1, 2 and 3 equal it step for step; with "
+          f"--master-weights (f16 parameters) --zero 2 and 3 train alike, last loss "
+          f"{half['2'][-1]['loss']:.3f} against {got[-1]['loss']:.3f}")
 
 
 def resume(tmp):

@@ -106,6 +106,10 @@ TEST_CASE("stoke-train: schedule values are checked against their schedule", "[n
            Bad{"--schedule step --milestones 2", "--milestones is --schedule multistep's"},
            Bad{"--schedule multistep", "--schedule multistep needs --milestones"},
            Bad{"--schedule multistep --milestones 3,2", "expects increasing epochs, got '3,2'"},
+           Bad{"--master-weights --amp fp16",
+               "--master-weights keeps f32 master weights in "
+               "ZeRO's shards for half parameters: it needs --zero"},
+           Bad{"--master-weights --zero 2", "it needs --zero 1|2|3 and --amp fp16|bf16"},
            Bad{"--schedule multistep --milestones 2,2", "expects increasing epochs"},
        }) {
     const test::ProcessResult r = train(b.args + " --data /nonexistent");
@@ -120,7 +124,8 @@ TEST_CASE("stoke-train: flags that mean something only under mpirun are refused 
   const std::string quick = " --epochs 1 --limit-train 64 --limit-test 64 --no-progress";
   for (const std::string flags :
        {"--zero 1", "--allreduce ring", "--allreduce native", "--dist-timeout 30",
-        "--dist-backend mpi", "--zero 2 --dist-timeout 5"}) {
+        "--dist-backend mpi", "--zero 2 --dist-timeout 5",
+        "--zero 3 --amp bf16 --master-weights"}) {
     const test::ProcessResult r = train(flags + quick);
     INFO(flags << "\n" << r.output);
     CHECK(r.exit_code == 2);
@@ -130,6 +135,8 @@ TEST_CASE("stoke-train: flags that mean something only under mpirun are refused 
   }
   const test::ProcessResult both = train("--zero 2 --dist-timeout 5" + quick);
   CHECK_THAT(both.output, Contains("stoke-train: --dist-timeout, --zero: only under mpirun"));
+  const test::ProcessResult masters = train("--zero 3 --amp bf16 --master-weights" + quick);
+  CHECK_THAT(masters.output, Contains("stoke-train: --zero, --master-weights: only under mpirun"));
   const test::ProcessResult help = train("--help");
   CHECK_THAT(help.output, Contains("These flags mean nothing in one process, and are refused"));
 }
