@@ -91,7 +91,9 @@ nn::NamedTensors ZeroOptimizer::state_dict() const {
   std::map<std::string, std::vector<Tensor>> gathered;
   for (const std::string& name : elements) {
     for (Flat& flat : s.flats) {
-      Tensor shard = zeros({flat.shard}, {.dtype = flat.dtype, .device = flat.device});
+      // The state's dtype: f32 over master weights, else the parameters'.
+      const DType dtype = flat.master.defined() ? DType::f32 : flat.dtype;
+      Tensor shard = zeros({flat.shard}, {.dtype = dtype, .device = flat.device});
       for (const Piece& piece : s.pieces) {
         const Bucket& b = s.buckets[s.bucket_of[piece.param]];
         if (&s.flats[b.flat] != &flat) continue;
@@ -100,7 +102,7 @@ nn::NamedTensors ZeroOptimizer::state_dict() const {
         shard.narrow(0, b.shard_begin + piece.chunk_offset, piece.numel)
             .copy_(it->second.reshape({-1}));
       }
-      Tensor whole = empty({flat.shard * s.size}, {.dtype = flat.dtype, .device = flat.device});
+      Tensor whole = empty({flat.shard * s.size}, {.dtype = dtype, .device = flat.device});
       s.allgather(shard, whole);
       gathered[name].push_back(whole);
     }
@@ -120,7 +122,7 @@ nn::NamedTensors ZeroOptimizer::state_dict() const {
       if (all_flags[e * n + i] == 0) continue;
       const Flat& flat = s.flats[b.flat];
       const Tensor& whole = gathered[elements[e]][b.flat];
-      Tensor full_state = empty({p.numel()}, {.dtype = flat.dtype, .device = flat.device});
+      Tensor full_state = empty({p.numel()}, {.dtype = whole.dtype(), .device = flat.device});
       // The parameter's elements [o, o + len) of its bucket, chunk by chunk from their owners.
       const int64_t o = s.offset_in_bucket[i], len = p.numel();
       for (int q = 0; q < s.size; ++q) {
@@ -155,8 +157,12 @@ void ZeroOptimizer::load_state_dict(const nn::NamedTensors& state) {
     const Tensor flat = t.contiguous().reshape({-1});
     for (size_t k : s.pieces_of[i]) {
       const Piece& piece = s.pieces[k];
-      mine.emplace_back("state." + std::to_string(k) + "." + buffer,
-                        flat.narrow(0, piece.param_offset, piece.numel));
+      Tensor slice = flat.narrow(0, piece.param_offset, piece.numel);
+      // In the piece's dtype, as torch casts a loaded state to its parameter's: f32 over master
+      // weights from a plain half optimizer's state, or half from a master run's.
+      if (is_floating(slice.dtype()) && slice.dtype() != piece.tensor.dtype())
+        slice = slice.to(piece.tensor.dtype());
+      mine.emplace_back("state." + std::to_string(k) + "." + buffer, slice);
     }
   }
   s.inner->load_state_dict(mine);

@@ -679,6 +679,7 @@ struct HalfRun {
   std::vector<Tensor> params;  // rank 0's, in the parameters' dtype
   ZeroMemoryReport memory;     // rank 0's (ZeRO)
   int64_t skipped = 0;         // with the scaler
+  nn::NamedTensors state;      // the (consolidated) optimizer state at the end
 };
 
 // The model in `dtype` (f16 or bf16) for 12 steps. stage 0: DDP, and the f32 master weights kept
@@ -686,7 +687,8 @@ struct HalfRun {
 // half gradients widened, the parameters their rounding after each step (Megatron's and
 // DeepSpeed's recipe, written out). The scaler (f16): dynamic loss scaling from 2^16, which
 // overflows the f16 gradients at first, so steps are skipped.
-HalfRun run_half(int ranks, int stage, DType dtype, Opt o, bool scaler, bool masters = true) {
+HalfRun run_half(int ranks, int stage, DType dtype, Opt o, bool scaler, bool masters = true,
+                 int steps = 12, const nn::NamedTensors* start_state = nullptr) {
   HalfRun result;
   run_ranks(ranks, [&](Communicator& c) {
     auto model = std::make_shared<Mlp>(1);
@@ -715,13 +717,14 @@ HalfRun run_half(int ranks, int stage, DType dtype, Opt o, bool scaler, bool mas
       zero = z.get();
       opt = std::move(z);
     }
+    if (start_state) opt->load_state_dict(*start_state);
     std::optional<nn::amp::GradScaler> amp;
     if (scaler) {
       amp.emplace(nn::amp::GradScalerOptions{.growth_interval = 4});
       amp->found_inf_reducer = [&c](Tensor& f) { c.allreduce(f, ReduceOp::max); };
     }
     const int64_t share = kBatch / ranks;
-    for (int s = 0; s < 12; ++s) {
+    for (int s = 0; s < steps; ++s) {
       const Data d = batch(s);
       const Tensor x = d.x.narrow(0, c.rank() * share, share).to(dtype);
       const Tensor y = d.y.narrow(0, c.rank() * share, share);
@@ -746,9 +749,11 @@ HalfRun run_half(int ranks, int stage, DType dtype, Opt o, bool scaler, bool mas
       }
       opt->zero_grad();
     }
+    nn::NamedTensors state = opt->state_dict();  // collective for ZeRO
     std::optional<ZeroOptimizer::FullParameters> whole;
     if (zero) whole.emplace(zero->full_parameters());
     if (c.rank() == 0) {
+      result.state = state;
       for (const Tensor& p : params) result.params.push_back(p.detach().clone());
       if (zero) result.memory = zero->memory_report();
       if (amp) result.skipped = amp->skipped_steps();
@@ -778,6 +783,12 @@ TEST_CASE(
           // elementwise, and each parameter is its master's rounding on both sides.
           CHECK(relative_diff(z.params, ref.params) == 0);
           CHECK(z.skipped == ref.skipped);
+          // The consolidated state is the masters' optimizer's, in f32, under the plain keys.
+          check_same_state(z.state, ref.state, 0);
+          // It loads at another world size and stage, back to the same bits.
+          const HalfRun loaded =
+              run_half(5 - ranks, stage % 3 + 1, dtype, o, false, true, /*steps=*/0, &z.state);
+          check_same_state(loaded.state, z.state, 0);
           // Bytes (Psi = 616, P and S as in the f32 formulas): half parameters and gradients,
           // f32 masters and their gradients (8 S), f32 optimizer state on the masters.
           const ZeroMemoryReport& m = z.memory;
