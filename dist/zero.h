@@ -195,8 +195,8 @@ OptimizerFactory same_kind_as(const nn::optim::Optimizer& plain);
 std::unique_ptr<ZeroOptimizer> make_zero_optimizer(const nn::optim::Optimizer& plain,
                                                    Communicator& comm, ZeroOptions options = {});
 
-// full_parameters() of a stage-3 ZeroOptimizer, nothing for any other optimizer: what a trainer
-// holds around reading (or, with writeback, writing) the model's parameters.
+// full_parameters() of a ZeroOptimizer, nothing for any other optimizer: what a trainer holds
+// around reading (or, with writeback, writing) the model's parameters.
 std::optional<ZeroOptimizer::FullParameters> full_parameters_of(nn::optim::Optimizer& opt,
                                                                 bool writeback = false);
 

@@ -243,7 +243,7 @@ ZeroOptimizer::FullParameters ZeroOptimizer::full_parameters(bool writeback) {
 std::optional<ZeroOptimizer::FullParameters> full_parameters_of(nn::optim::Optimizer& opt,
                                                                 bool writeback) {
   auto* zero = dynamic_cast<ZeroOptimizer*>(&opt);
-  if (!zero || zero->stage() != 3) return std::nullopt;
+  if (!zero) return std::nullopt;
   return zero->full_parameters(writeback);
 }
 
