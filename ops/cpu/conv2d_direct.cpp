@@ -190,11 +190,14 @@ DirectPlan plan_of(const ConvGeometry& g) {
   choose_tile(g.K, p.Q, p);
   const int64_t span = kDirectLanes * p.nv;
   p.Qr = (p.Q + span - 1) / span * span;
-  // The last tile reads up to Qr-1 + the largest tap offset past its channel's first grid.
+  // The last tile reads up to Qr-1 + the largest tap offset past its channel's first grid, and
+  // copy_into_grid writes every phase of every channel, C*chan floats: more than the taps reach
+  // when the kernel is smaller than the stride (a 1x1 stride-2 kernel reads phase (0, 0) only;
+  // ResNet-18's 128-channel downsampling wrote 176 floats past the scratch).
   int64_t reach = 0;
   for (int64_t i = 0; i < g.kh; ++i)
     for (int64_t j = 0; j < g.kw; ++j) reach = std::max(reach, tap_offset(p, i, j, p.plane));
-  p.xpad_len = (g.C - 1) * p.chan + reach + p.Qr + kDirectLanes;
+  p.xpad_len = std::max((g.C - 1) * p.chan + reach + p.Qr + kDirectLanes, g.C * p.chan);
   return p;
 }
 

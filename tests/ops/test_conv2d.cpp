@@ -309,6 +309,37 @@ TEST_CASE("conv2d: f32 shapes of the direct (stride 1 and 2) and Winograd kernel
   }
 }
 
+TEST_CASE(
+    "conv2d: 1x1 stride-2 layers (ResNet-18's and -50's downsampling) on the direct kernel stay "
+    "inside their scratch, against f64",
+    "[ops][conv]") {
+  // A 1x1 stride-2 kernel reads phase (0, 0) of each channel's grids only, but every phase is
+  // copied: the scratch must hold all of them (it held what the taps read, and the copy of the
+  // last channel's other phases ran 176 floats past it for 128 channels at 16x16). The
+  // allocator's poison mode puts guard bytes after every block and checks them when it is freed,
+  // so a write past the end aborts here, whatever the allocator's rounding would have absorbed.
+  const bool was = alloc_poison();
+  set_alloc_poison(true);
+  struct Case {
+    Shape x, w;
+  };
+  for (const Case& c :
+       {Case{{2, 128, 16, 16}, {256, 128, 1, 1}}, Case{{2, 64, 32, 32}, {128, 64, 1, 1}},
+        Case{{3, 96, 15, 13}, {40, 96, 1, 1}}}) {
+    INFO(c.x << " * " << c.w);
+    const ops::Conv2dOptions o{.stride = {2, 2}};
+    const Tensor x = randn(c.x), w = randn(c.w), b = randn({c.w[0]});
+    const Tensor y = ops::conv2d(x, w, b, o);
+    const auto d = [](const Tensor& t) { return t.to(DType::f64); };
+    const AbsSums abs = abs_sums(randn(y.shape()), x, w, b, o);
+    const TermCounts n = term_counts(c.x, c.w, y.shape(), o.groups);
+    // Each output is a sum of C products and the bias, in f32: the bound of that many terms.
+    CHECK(testing::max_bound_ratio(y, naive_conv2d(d(x), d(w), d(b), o), abs.output,
+                                   testing::sum_error_factor(n.output, DType::f32)) <= 1);
+  }
+  set_alloc_poison(was);
+}
+
 TEST_CASE("conv2d: the Winograd F(2x2, 3x3) kernels called directly, against f64", "[ops][conv]") {
   // ops::conv2d takes them for f32 3x3 stride-1 layers with 32+ channels; called here directly
   // to check the forward without bias and each gradient alone, and 15 and 17 channels for the
