@@ -199,10 +199,14 @@ void ZeroOptimizer::State::build(const std::vector<Tensor>& all) {
     Flat& flat = flats[b.flat];
     const int64_t at = b.begin + offset_in_bucket[k];
     flat.params.narrow(0, at, params[k].numel()).copy_(params[k].reshape({-1}));
-    TensorImpl* impl = params[k].impl();
-    impl->storage = flat.params.storage();
-    impl->offset = flat.params.offset() + at;
+    rebind(k, flat.params.storage(), flat.params.offset() + at);
   }
+}
+
+void ZeroOptimizer::State::rebind(size_t k, std::shared_ptr<Storage> storage, int64_t offset) {
+  TensorImpl* impl = params[k].impl();
+  impl->storage = std::move(storage);
+  impl->offset = offset;
 }
 
 void ZeroOptimizer::State::check_and_broadcast() {
@@ -486,12 +490,8 @@ void ZeroOptimizer::step() {
     s.inner->step();
     s.round_masters_into_parameters();
     // Under a FullParameters guard nothing was released: gather the stepped shards again.
-    for (Bucket& b : s.buckets) {
-      if (!b.gathered.defined() || b.chunk == 0) continue;
-      Tensor in = s.shard_params(b), out = b.gathered;
-      State* sp = &s;
-      s.comm->run_async([sp, in, out]() mutable { sp->allgather(in, out); }).wait();
-    }
+    for (size_t b = 0; b < s.buckets.size(); ++b)
+      if (s.buckets[b].gathered.defined() && s.buckets[b].chunk > 0) s.gather_job(b).wait();
     s.synced = s.masters_filled = false;
     return;
   }

@@ -29,11 +29,8 @@ void ZeroOptimizer::State::shard_parameters() {
   for (const Bucket& b : buckets)
     if (b.chunk > 0)
       shard_params(b).copy_(flats[b.flat].params.narrow(0, b.begin + rank * b.chunk, b.chunk));
-  for (size_t k = 0; k < params.size(); ++k) {
-    TensorImpl* impl = params[k].impl();
-    impl->storage = flats[buckets[bucket_of[k]].flat].released;
-    impl->offset = 0;
-  }
+  for (size_t k = 0; k < params.size(); ++k)
+    rebind(k, flats[buckets[bucket_of[k]].flat].released, 0);
   for (Flat& flat : flats) flat.params = Tensor();  // the whole copy goes
   // Forward order: by each bucket's first parameter in registration order (buckets were cut in
   // reverse order, so this is roughly the order in which forward meets them).
@@ -104,12 +101,16 @@ void ZeroOptimizer::State::start_gather(size_t bi) {
   peak_gathered_bytes = std::max(peak_gathered_bytes, gathered_bytes);
   if (b.chunk == 0) return;  // parameters of no elements: nothing to send
   ++allgathers;
+  b.gather = gather_job(bi);
+}
+
+Work ZeroOptimizer::State::gather_job(size_t bi) {
   // The output by address, not a copy: the communicator keeps a finished job (and what it
   // captured) until its next job, which would hold the gathered buffer past its release.
   // release(), step() and the destructor wait for the gather before the buffer or state goes.
   State* s = this;
-  Tensor* out = &b.gathered;
-  b.gather = comm->run_async([s, in = shard_params(b), out]() { s->allgather(in, *out); });
+  Tensor* out = &buckets[bi].gathered;
+  return comm->run_async([s, in = shard_params(buckets[bi]), out]() { s->allgather(in, *out); });
 }
 
 void ZeroOptimizer::State::ensure_gathered(size_t bi) {
@@ -120,11 +121,8 @@ void ZeroOptimizer::State::ensure_gathered(size_t bi) {
     b.gather.wait();
     b.gather = Work();
   }
-  for (size_t k : b.params) {
-    TensorImpl* impl = params[k].impl();
-    impl->storage = b.gathered.storage();
-    impl->offset = b.gathered.offset() + offset_in_bucket[k];
-  }
+  for (size_t k : b.params)
+    rebind(k, b.gathered.storage(), b.gathered.offset() + offset_in_bucket[k]);
   b.bound = true;
 }
 
@@ -137,11 +135,7 @@ void ZeroOptimizer::State::release(size_t bi) {
     b.gather = Work();
   }
   const Flat& flat = flats[b.flat];
-  for (size_t k : b.params) {
-    TensorImpl* impl = params[k].impl();
-    impl->storage = flat.released;
-    impl->offset = 0;
-  }
+  for (size_t k : b.params) rebind(k, flat.released, 0);
   gathered_bytes -= b.chunk * size * static_cast<int64_t>(dtype_size(flat.dtype));
   b.gathered = Tensor();
   b.bound = false;

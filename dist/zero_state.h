@@ -103,6 +103,12 @@ struct ZeroOptimizer::State {
   int64_t reduce_scatters = 0;
 
   void build(const std::vector<Tensor>& all);
+  // Points parameter k's TensorImpl at `storage` from `offset` (the module, autograd's saved
+  // handles and the optimizer keep their handles): the flat buffer, a gathered bucket, or the
+  // 0-byte storage of a released one.
+  void rebind(size_t k, std::shared_ptr<Storage> storage, int64_t offset);
+  // Stage 3: an allgather of bucket b's shard into b.gathered on the communicator's worker.
+  Work gather_job(size_t bucket);
   void check_and_broadcast();
   void make_pieces(const nn::optim::Optimizer& outer, const OptimizerFactory& make);
   void install_hooks(const std::shared_ptr<State>& self);

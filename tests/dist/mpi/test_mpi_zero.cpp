@@ -33,6 +33,8 @@ struct Net : nn::Module {
   Tensor forward(const Tensor& x) override { return (*b)(relu((*a)(x))); }
 };
 
+// The optimizers of tests/dist/test_zero.cpp with their options (learning rates, momentum and
+// decay are training settings, not tolerances).
 std::unique_ptr<nn::optim::Optimizer> make_optimizer(bool adamw,
                                                      std::vector<nn::optim::ParamGroup> g) {
   if (!adamw)
