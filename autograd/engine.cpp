@@ -77,12 +77,11 @@ std::vector<Tensor> run(const std::vector<Tensor>& roots, const std::vector<Tens
     grads.resize(node->outputs.size());
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!grads[i].defined()) grads[i] = zeros_for(node->outputs[i]);
-      if (i < node->output_meta.size())
-        if (auto meta = node->output_meta[i].lock())
-          for (const auto& hook : meta->hooks) {
-            Tensor replaced = hook(grads[i]);
-            if (replaced.defined()) grads[i] = replaced;
-          }
+      if (i < node->output_hooks.size())
+        for (const auto& hook : node->output_hooks[i]) {
+          Tensor replaced = hook(grads[i]);
+          if (replaced.defined()) grads[i] = replaced;
+        }
     }
     bool skip = false;
     if (captures) {

@@ -103,7 +103,6 @@ void record(const std::string& name, const std::vector<Tensor>& inputs,
     const Tensor& out = outputs[i];
     node->outputs.push_back({out.shape(), out.dtype(), out.device()});
     AutogradMeta& meta = out.autograd_meta();
-    node->output_meta.push_back(out.impl()->autograd);
     STOKE_CHECK(!meta.grad_fn, "record", name, ": output ", i, " already has a grad_fn");
     meta.grad_fn = node;
     meta.output_nr = static_cast<uint32_t>(i);

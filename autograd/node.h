@@ -39,8 +39,9 @@ class Node : public std::enable_shared_from_this<Node> {
 
   std::vector<Edge> next_edges;
   std::vector<OutputInfo> outputs;
-  // The outputs' autograd state, for the hooks registered on them (weak: outputs own the node).
-  std::vector<std::weak_ptr<AutogradMeta>> output_meta;
+  // Hooks registered on output i (Tensor::register_hook on a non-leaf), run in order on its
+  // gradient before apply; empty, or one list per output.
+  std::vector<std::vector<std::function<Tensor(const Tensor&)>>> output_hooks;
 };
 
 // The node a leaf's gradients flow into; it sums them into leaf.grad() and fires the leaf's hooks.

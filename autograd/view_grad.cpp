@@ -139,12 +139,21 @@ void run_backward(const Tensor& root, const Tensor& gradient, bool retain_graph)
   backward(root, gradient, retain_graph);
 }
 
+void register_output_hook(const Tensor& t, std::function<Tensor(const Tensor&)> hook) {
+  const AutogradMeta& meta = t.autograd_meta();
+  Node& node = *meta.grad_fn;
+  if (node.output_hooks.size() < node.outputs.size()) node.output_hooks.resize(node.outputs.size());
+  node.output_hooks[meta.output_nr].push_back(std::move(hook));
+}
+
 // Registered when this object file is linked, which any program that builds a graph does: every
 // differentiable function goes through record() in node.cpp, which refers to this symbol.
 struct Registration {
   Registration() {
-    detail::set_autograd_hooks(
-        {.record_view = record_view, .record_copy = record_copy, .backward = run_backward});
+    detail::set_autograd_hooks({.record_view = record_view,
+                                .record_copy = record_copy,
+                                .backward = run_backward,
+                                .register_output_hook = register_output_hook});
   }
 };
 

@@ -575,7 +575,17 @@ void Tensor::backward(const Tensor& gradient, bool retain_graph) const {
 void Tensor::register_hook(std::function<Tensor(const Tensor&)> hook) const {
   STOKE_CHECK(requires_grad(), "register_hook",
               "cannot register a hook on a tensor that does not require grad");
-  autograd_meta().hooks.push_back(std::move(hook));
+  AutogradMeta& meta = autograd_meta();
+  if (!meta.grad_fn) {
+    meta.hooks.push_back(std::move(hook));
+    return;
+  }
+  // As torch: a non-leaf's hook belongs to the graph, and still fires when the tensor itself is
+  // gone before backward (a layer's output that only the next layer's saved copy outlives).
+  const auto& h = detail::autograd_hooks();
+  STOKE_CHECK(h.register_output_hook != nullptr, "register_hook",
+              "autograd is not linked (link stoke::stoke)");
+  h.register_output_hook(*this, std::move(hook));
 }
 
 void Tensor::register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const {

@@ -31,8 +31,9 @@ struct AutogradMeta {
   std::shared_ptr<autograd::Node> grad_fn;  // the node that produced this tensor (null for leaves)
   uint32_t output_nr = 0;                   // which output of grad_fn this tensor is
   std::weak_ptr<autograd::Node> grad_accumulator;  // leaves: the node that accumulates into grad
-  // Hooks on the gradient flowing into this tensor: may return a replacement (or an undefined
-  // tensor to keep it). On leaves they run before accumulation.
+  // Leaves only: hooks on the gradient flowing into this tensor, run before accumulation; each may
+  // return a replacement (or an undefined tensor to keep it). A non-leaf's hooks live on its
+  // grad_fn (autograd::Node::output_hooks), so that they fire after the tensor itself is gone.
   std::vector<std::function<Tensor(const Tensor&)>> hooks;
   // Leaves only: run after this backward pass finished accumulating into grad (as torch's
   // register_post_accumulate_grad_hook).
@@ -191,6 +192,9 @@ struct AutogradHooks {
   void (*record_view)(const Tensor& in, Tensor& out) = nullptr;
   void (*record_copy)(const Tensor& in, Tensor& out) = nullptr;
   void (*backward)(const Tensor& root, const Tensor& gradient, bool retain_graph) = nullptr;
+  // A hook on the gradient of a non-leaf `t`, kept by t's grad_fn.
+  void (*register_output_hook)(const Tensor& t,
+                               std::function<Tensor(const Tensor&)> hook) = nullptr;
 };
 void set_autograd_hooks(const AutogradHooks& hooks);
 const AutogradHooks& autograd_hooks();

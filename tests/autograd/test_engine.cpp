@@ -95,6 +95,43 @@ TEST_CASE("engine: hooks on non-leaves and leaves modify the gradient", "[autogr
   CHECK(values(v.grad()) == std::vector<double>{4, 4, 4});
 }
 
+TEST_CASE("engine: a hook on a non-leaf fires after the tensor itself is gone, as in torch",
+          "[autograd][engine]") {
+  // A layer's output that only the next layer's saved (detached) copy outlives: the hook belongs
+  // to the graph (ZeRO-3 regathers a module's parameters from one on its output).
+  const Tensor x = vec({1, 2, 3});
+  int calls = 0;
+  Tensor y;
+  {
+    const Tensor h = x * 2.0;
+    h.register_hook([&](const Tensor& g) {
+      ++calls;
+      return ops::mul(g, 10.0);
+    });
+    y = h * h;  // saves h detached: h's own handle dies at the brace
+  }
+  y.backward(ones3());
+  CHECK(calls == 1);
+  // d(h^2)/dx = 2 h * 2 with h = 2x, times the hook's 10
+  CHECK(values(x.grad()) == std::vector<double>{80, 160, 240});
+  // A backward with retain_graph and the one after it each run the hook.
+  const Tensor a = vec({1, 2, 3});
+  calls = 0;
+  Tensor z;
+  {
+    const Tensor h = a * 1.0;
+    h.register_hook([&](const Tensor& g) {
+      ++calls;
+      return g;
+    });
+    z = h * 3.0;
+  }
+  z.backward(ones3(), /*retain_graph=*/true);
+  z.backward(ones3());
+  CHECK(calls == 2);
+  CHECK(values(a.grad()) == std::vector<double>{6, 6, 6});
+}
+
 TEST_CASE("engine: post-accumulate hooks fire once per backward, after accumulation",
           "[autograd][engine]") {
   const Tensor x = vec({1, 2, 3});

@@ -587,20 +587,23 @@ TEST_CASE("dist: zero: memory_report's bytes are what the allocator holds (N = 1
 
 TEST_CASE(
     "dist: zero: ZeRO-3 holds shards between steps, gathers each bucket once for forward and once "
-    "for backward, and full_parameters() reads and writes the model",
+    "for backward (with and without prefetch), and full_parameters() reads and writes the model",
     "[zero]") {
   constexpr int kRanks = 2;
   struct Seen {
-    std::string outside;                    // the error of reading a parameter between steps
-    std::vector<int64_t> gathers_per_step;  // reshard_after_forward, then not
+    std::string outside;  // the error of reading a parameter between steps
+    // reshard_after_forward, then not, then resharding without prefetch
+    std::vector<int64_t> gathers_per_step;
     int64_t gathered_after_eval = -1;
     bool rewritten = false, discarded = false, forward_uses_written = false;
+    std::vector<Tensor> prefetched, unprefetched;  // the parameters after two steps
   };
   std::vector<Seen> seen(kRanks);
   run_ranks(kRanks, [&](Communicator& c) {
     Seen& me = seen[static_cast<size_t>(c.rank())];
     const Data d = batch(0);
-    for (bool reshard : {true, false}) {
+    for (const auto& [reshard, prefetch] :
+         std::vector<std::pair<bool, int>>{{true, 1}, {false, 1}, {true, 0}}) {
       auto model = std::make_shared<Mlp>(1);
       ZeroOptimizer z(groups_of(*model), c,
                       [](std::vector<nn::optim::ParamGroup> g) {
@@ -609,6 +612,7 @@ TEST_CASE(
                       {.stage = 3,
                        .bucket_cap_mb = 0.001,
                        .module = model.get(),
+                       .prefetch = prefetch,
                        .reshard_after_forward = reshard});
       if (reshard) {
         try {
@@ -627,7 +631,14 @@ TEST_CASE(
         z.zero_grad();
         me.gathers_per_step.push_back(z.allgather_count() - before);
       }
-      if (!reshard) continue;
+      if (reshard) {
+        // Without prefetch, a's backward gathers from the hook on a's output alone, which fires
+        // although that tensor's handle died in forward (relu saved its own copy).
+        auto whole = z.full_parameters();
+        for (const Tensor& p : model->parameters())
+          (prefetch > 0 ? me.prefetched : me.unprefetched).push_back(p.clone());
+      }
+      if (!reshard || prefetch == 0) continue;
       {
         NoGradGuard no_grad;
         (void)(*model)(d.x);
@@ -665,7 +676,11 @@ TEST_CASE(
     INFO("rank " << r);
     const Seen& me = seen[static_cast<size_t>(r)];
     CHECK_THAT(me.outside, Catch::Contains("has no data: its storage is released"));
-    CHECK(me.gathers_per_step == std::vector<int64_t>{4, 4, 2, 2});
+    CHECK(me.gathers_per_step == std::vector<int64_t>{4, 4, 2, 2, 4, 4});
+    // Prefetch moves when a gather starts, not what is computed: the same bits.
+    REQUIRE(me.prefetched.size() == me.unprefetched.size());
+    for (size_t i = 0; i < me.prefetched.size(); ++i)
+      CHECK(same_bytes(me.prefetched[i], me.unprefetched[i]));
     CHECK(me.gathered_after_eval == 0);
     CHECK(me.rewritten);
     CHECK(me.discarded);
