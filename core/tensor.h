@@ -157,6 +157,10 @@ class Tensor {
   Tensor detach() const;
   // Runs backward from this tensor (a scalar unless `gradient` is given).
   void backward(const Tensor& gradient = Tensor(), bool retain_graph = false) const;
+  // A hook on the gradient flowing into this tensor, as torch's Tensor.register_hook: it may
+  // return a replacement (or an undefined tensor to keep the gradient). A leaf's runs before
+  // accumulation into grad(); a non-leaf's is kept by its grad_fn, so it fires in every backward
+  // through that node, even after this handle is gone.
   void register_hook(std::function<Tensor(const Tensor&)> hook) const;
   void register_post_accumulate_grad_hook(std::function<void(const Tensor&)> hook) const;
   AutogradMeta& autograd_meta() const;  // creates it if absent
