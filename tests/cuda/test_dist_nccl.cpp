@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -493,25 +494,33 @@ TEST_CASE("dist: nccl (emu): a failed call leaves the communicator alive past th
   // the failed call must not stay in the watchdog's list and abort the communicator later.
   std::vector<std::string> errors(2);
   std::vector<std::vector<double>> after(2);
+  // The ranks meet on the host once their tensors exist and are filled, so that the timeout
+  // measures the calls alone: under ThreadSanitizer with the poison mode (every byte an
+  // instrumented store) on the 2-core EPYC, rank 0 once reached its send more than the 1 s timeout
+  // after rank 1's recv, which then timed out instead of failing on the sizes.
+  std::barrier ready(2);
   run_nccl(2,
            [&](NcclCommunicator& c) {
              const Device dev = Device::cuda(c.device());
+             Tensor message =
+                 c.rank() == 0 ? ones({4}, {.device = dev}) : empty({3}, {.device = dev});
+             Tensor t = ones({2}, {.device = dev});
+             (void)host(t);  // the fills have run (one stream, in order)
+             ready.arrive_and_wait();
              try {
-               if (c.rank() == 0) {
-                 c.send(ones({4}, {.device = dev}), 1);
-               } else {
-                 Tensor in = empty({3}, {.device = dev});
-                 c.recv(in, 0);
-               }
+               if (c.rank() == 0)
+                 c.send(message, 1);
+               else
+                 c.recv(message, 0);
              } catch (const std::exception& e) {
                errors[static_cast<size_t>(c.rank())] = e.what();
              }
+             // Past the timeout: a failed call left in the watchdog's list would abort by now.
              std::this_thread::sleep_for(std::chrono::milliseconds(2500));
-             Tensor t = ones({2}, {.device = dev});
+             ready.arrive_and_wait();
              c.allreduce(t);
              after[static_cast<size_t>(c.rank())] = host(t);
            },
-           // Long enough for a peer slowed down by ThreadSanitizer to reach the send in time.
            {.timeout = std::chrono::milliseconds(1000)});
   CHECK_THAT(errors[0], Catch::Contains("NCCL failed on rank 0"));
   CHECK_THAT(errors[1], Catch::Contains("NCCL failed on rank 1"));
