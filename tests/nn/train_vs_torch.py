@@ -81,8 +81,8 @@ decisions that differ beyond delta are never adopted (the table counts them). If
 fails, it looks for ReLU inputs within delta of zero and max-pool windows whose runner-up is
 within delta of the maximum, and flips those decisions in torch, one at a time among the closest
 16 (by distance over delta) and then in pairs among the closest six, and the step passes if some
-flip set brings every check within tau (or the float32 rule above): the table names each such decision. No flip is tried
-on a step that passes as is, and nothing else is forgiven.
+flip set brings every check within tau (or the float32 rule above): the table names each such
+decision. No flip is tried on a step that passes as is, and nothing else is forgiven.
 
 Exits 1 naming the configuration, step, tensor and both errors when a check fails; 77 (skipped)
 without python3-torch. --plant NAME:STEP:REL has stoke scale one row of a gradient by 1 + REL at
