@@ -38,9 +38,19 @@ std::vector<Tensor> AccumulateGrad::apply(std::vector<Tensor>&& grads) {
   if (meta.grad) {
     *meta.grad = add_gradients(*meta.grad, g);
   } else {
-    // Own the gradient: the incoming tensor may alias another tensor's memory.
-    const bool owned = g.is_contiguous() && g.storage().use_count() == 1;
-    meta.grad = std::make_shared<Tensor>(owned ? g.detach() : g.detach().clone());
+    // Own the gradient: the incoming tensor may alias another tensor's memory. It takes the
+    // leaf's layout, as torch's AccumulateGrad does (a channels_last input's .grad is
+    // channels_last).
+    const bool nhwc = leaf_.suggest_memory_format() == MemoryFormat::channels_last;
+    const bool in_layout = nhwc ? g.suggest_memory_format() == MemoryFormat::channels_last &&
+                                      g.is_contiguous(MemoryFormat::channels_last)
+                                : g.is_contiguous();
+    const bool owned = in_layout && g.storage().use_count() == 1;
+    const Tensor d = g.detach();
+    meta.grad =
+        std::make_shared<Tensor>(owned  ? d
+                                 : nhwc ? d.permute({0, 2, 3, 1}).clone().permute({0, 3, 1, 2})
+                                        : d.clone());
   }
   for (const auto& hook : meta.post_accumulate_hooks) hook(leaf_);
   return {};

@@ -2,17 +2,18 @@
 // labels resident on the device): images/s, the model's FLOPs per training image, and the MFU
 // against a large matrix product in the row's own precision measured in this run, for fp32, TF32,
 // fp16 (autocast with the GradScaler deciding on the device) and bf16 (autocast), each eager and,
-// with --graph, replayed as one CUDA graph per step (cuda/runtime/graph.h). Also the host waits
-// and the kernel launches of one steady-state step. A benchmark, not a test: a table and one JSON
-// line. Without a CUDA device it says so and exits 0.
+// with --graph, replayed as one CUDA graph per step (cuda/runtime/graph.h), and in each memory
+// format of --layouts (nchw; nhwc: the images in channels_last, which every layer keeps, cuDNN's
+// NHWC convolutions). Also the host waits and the kernel launches of one steady-state step. A
+// benchmark, not a test: a table and one JSON line. Without a CUDA device it says so and exits 0.
 //
 //   stoke-bench-train-cuda [--models resnet50] [--size 224] [--channels 3] [--classes 1000]
 //                          [--batch 64] [--steps 20] [--warmup 3] [--precision fp32,tf32,fp16,bf16]
-//                          [--graph] [--peak-n 8192] [--quick]
+//                          [--graph] [--layouts nchw,nhwc] [--peak-n 8192] [--quick]
 //
 // The defaults are NVIDIA's ResNet-50 v1.5 reference geometry (224x224, 1000 classes); SGD with
-// momentum. --quick: LeNet-5 at 28x28, batch 4, 2 steps, fp32 and fp16, eager and graphed, a
-// 128^3 peak (the smoke run of the emulated build, stoke-bench-train-cuda-emu).
+// momentum. --quick: LeNet-5 at 28x28, batch 4, 2 steps, fp32 and fp16, eager and graphed, both
+// layouts, a 128^3 peak (the smoke run of the emulated build, stoke-bench-train-cuda-emu).
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -40,13 +41,14 @@ namespace {
 
 struct Args {
   std::vector<std::string> models = {"resnet50"}, precisions = {"fp32", "tf32", "fp16", "bf16"};
+  std::vector<std::string> layouts = {"nchw", "nhwc"};
   int64_t size = 224, channels = 3, classes = 1000, batch = 64, steps = 20, warmup = 3;
   int64_t peak_n = 8192;
   bool graph = false;
 };
 
 struct Row {
-  std::string model, precision, mode;
+  std::string model, precision, mode, layout;
   double images_per_s = 0, flops_per_image = 0, peak_gflops = 0;
   int64_t launches = 0, syncs = 0;
 };
@@ -59,8 +61,8 @@ std::optional<DType> autocast_dtype_of(const std::string& p) {
 
 // One model in one precision: `steps` timed steps after `warmup` eager ones (graphed: captured
 // after the warm-up and replayed). The step reads nothing back, so it can be captured.
-Row run(const std::string& name, const std::string& precision, bool graphed, double flops,
-        double peak, const Args& a, Device device) {
+Row run(const std::string& name, const std::string& precision, bool graphed,
+        const std::string& layout, double flops, double peak, const Args& a, Device device) {
   set_allow_tf32(precision == "tf32");
   Generator g(0);
   auto model = nn::models::make_model(
@@ -72,7 +74,10 @@ Row run(const std::string& name, const std::string& precision, bool graphed, dou
   const std::optional<DType> amp = autocast_dtype_of(precision);
   std::unique_ptr<nn::amp::GradScaler> scaler;
   if (amp == DType::f16) scaler = std::make_unique<nn::amp::GradScaler>();
-  const Tensor x = randn({a.batch, a.channels, a.size, a.size}, {}, &g).to(device);
+  const Tensor x =
+      randn({a.batch, a.channels, a.size, a.size}, {}, &g)
+          .to(device)
+          .contiguous(layout == "nhwc" ? MemoryFormat::channels_last : MemoryFormat::contiguous);
   const Tensor y = randint(0, a.classes, {a.batch}, {.dtype = DType::i64}, &g).to(device);
   auto step = [&] {
     Tensor loss;
@@ -112,6 +117,7 @@ Row run(const std::string& name, const std::string& precision, bool graphed, dou
   return {.model = name,
           .precision = precision,
           .mode = graphed ? "graph" : "eager",
+          .layout = layout,
           .images_per_s = static_cast<double>(a.batch * a.steps) / s,
           .flops_per_image = flops,
           .peak_gflops = peak,
@@ -156,10 +162,12 @@ int parse_args(int argc, char** argv, Args& a) {
       ok = integer(a.peak_n, 1);
     else if (arg == "--graph")
       a.graph = true;
-    else if (arg == "--models" || arg == "--precision") {
+    else if (arg == "--models" || arg == "--precision" || arg == "--layouts") {
       const auto v = value();
       if (!v) return 2;
-      (arg == "--models" ? a.models : a.precisions) = bench::split_commas(*v);
+      (arg == "--models"    ? a.models
+       : arg == "--layouts" ? a.layouts
+                            : a.precisions) = bench::split_commas(*v);
     } else if (arg == "--quick") {
       a = Args{.models = {"lenet5"},
                .precisions = {"fp32", "fp16"},
@@ -188,6 +196,10 @@ int parse_args(int argc, char** argv, Args& a) {
     std::fprintf(stderr, "%s: --models: unknown model '%s'\n", me, m->c_str());
     return 2;
   }
+  if (const std::string* l = bench::first_unknown(a.layouts, {"nchw", "nhwc"})) {
+    std::fprintf(stderr, "%s: --layouts: unknown '%s' (nchw, nhwc)\n", me, l->c_str());
+    return 2;
+  }
   return -1;
 }
 
@@ -210,8 +222,8 @@ int main(int argc, char** argv) {
       static_cast<long long>(a.size), static_cast<long long>(a.size),
       static_cast<long long>(a.classes), static_cast<long long>(a.steps),
       static_cast<long long>(a.warmup), static_cast<long long>(a.peak_n));
-  std::printf("%-10s %-9s %-6s %10s %10s %12s %7s %9s %6s\n", "model", "precision", "mode", "img/s",
-              "GFLOP/img", "peak GFLOP/s", "MFU", "launches", "syncs");
+  std::printf("%-10s %-9s %-6s %-6s %10s %10s %12s %7s %9s %6s\n", "model", "precision", "mode",
+              "layout", "img/s", "GFLOP/img", "peak GFLOP/s", "MFU", "launches", "syncs");
   std::vector<Row> rows;
   for (const std::string& name : a.models) {
     // The FLOPs a training image costs: one profiled f32 step of a twin on the CPU at batch 1
@@ -228,16 +240,18 @@ int main(int argc, char** argv) {
       const double peak =
           nn::measured_matmul_gflops(device, a.peak_n, autocast_dtype_of(p).value_or(DType::f32));
       set_allow_tf32(false);
-      for (const bool graphed : {false, true}) {
-        if (graphed && !a.graph) continue;
-        rows.push_back(run(name, p, graphed, flops, peak, a, device));
-        const Row& r = rows.back();
-        std::printf("%-10s %-9s %-6s %10.1f %10.3f %12.1f %6.1f%% %9lld %6lld\n", r.model.c_str(),
-                    r.precision.c_str(), r.mode.c_str(), r.images_per_s, r.flops_per_image / 1e9,
-                    r.peak_gflops, 100 * r.images_per_s * r.flops_per_image / (r.peak_gflops * 1e9),
-                    static_cast<long long>(r.launches), static_cast<long long>(r.syncs));
-        std::fflush(stdout);
-      }
+      for (const std::string& layout : a.layouts)
+        for (const bool graphed : {false, true}) {
+          if (graphed && !a.graph) continue;
+          rows.push_back(run(name, p, graphed, layout, flops, peak, a, device));
+          const Row& r = rows.back();
+          std::printf("%-10s %-9s %-6s %-6s %10.1f %10.3f %12.1f %6.1f%% %9lld %6lld\n",
+                      r.model.c_str(), r.precision.c_str(), r.mode.c_str(), r.layout.c_str(),
+                      r.images_per_s, r.flops_per_image / 1e9, r.peak_gflops,
+                      100 * r.images_per_s * r.flops_per_image / (r.peak_gflops * 1e9),
+                      static_cast<long long>(r.launches), static_cast<long long>(r.syncs));
+          std::fflush(stdout);
+        }
     }
   }
   std::ostringstream json;
@@ -247,8 +261,9 @@ int main(int argc, char** argv) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
     json << (i ? "," : "") << "{\"model\":\"" << r.model << "\",\"precision\":\"" << r.precision
-         << "\",\"mode\":\"" << r.mode << "\",\"images_per_s\":" << r.images_per_s
-         << ",\"flops_per_image\":" << r.flops_per_image << ",\"peak_gflops\":" << r.peak_gflops
+         << "\",\"mode\":\"" << r.mode << "\",\"layout\":\"" << r.layout
+         << "\",\"images_per_s\":" << r.images_per_s << ",\"flops_per_image\":" << r.flops_per_image
+         << ",\"peak_gflops\":" << r.peak_gflops
          << ",\"mfu\":" << r.images_per_s * r.flops_per_image / (r.peak_gflops * 1e9)
          << ",\"launches_per_step\":" << r.launches << ",\"syncs_per_step\":" << r.syncs << "}";
   }

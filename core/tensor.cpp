@@ -173,9 +173,18 @@ bool Tensor::is_contiguous(MemoryFormat format) const {
 }
 
 MemoryFormat Tensor::suggest_memory_format() const {
-  return !is_contiguous() && is_contiguous(MemoryFormat::channels_last)
-             ? MemoryFormat::channels_last
-             : MemoryFormat::contiguous;
+  // torch's is_channels_last_strides_2d_s4: the strides grow from C to W, H and N, each at least
+  // the span of the dims inside it. A size-1 dim's stride still counts (it is what tells an NHWC
+  // (N, 1, H, W) tensor, strides (HW, 1, W, 1), from an NCHW one, (HW, HW, W, 1)); ties fall back
+  // to contiguous (an (N, 1, 1, 1) tensor).
+  if (dim() != 4 || stride(1) == 0) return MemoryFormat::contiguous;
+  int64_t min = 0;
+  for (const int64_t d : {1, 3, 2, 0}) {
+    if (size(d) == 0 || stride(d) < min) return MemoryFormat::contiguous;
+    if (d == 0 && min == stride(1)) return MemoryFormat::contiguous;
+    min = stride(d) * (size(d) > 1 ? size(d) : 1);
+  }
+  return MemoryFormat::channels_last;
 }
 
 void* Tensor::data_ptr() const {
@@ -374,10 +383,11 @@ Tensor Tensor::contiguous(MemoryFormat format) const {
   if (format == MemoryFormat::contiguous) return contiguous();
   STOKE_CHECK(dim() == 4, "contiguous", "channels_last needs a 4-d (N, C, H, W) tensor, got shape ",
               shape());
-  if (is_contiguous(format)) return *this;
+  if (is_contiguous(format) && suggest_memory_format() == format) return *this;
   // NHWC is the row-major copy of the (N, H, W, C) permutation, seen back as (N, C, H, W): both
-  // permutes are views and the copy is clone's, so autograd records them as for any view.
-  return permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+  // permutes are views and the copy is clone's, so autograd records them as for any view. clone,
+  // not contiguous(): a tensor dense in both layouts (one channel) is copied to NHWC's strides.
+  return permute({0, 2, 3, 1}).clone().permute({0, 3, 1, 2});
 }
 
 Tensor Tensor::clone() const {
@@ -399,7 +409,12 @@ Tensor Tensor::to(DType t) const {
   // A range of its own (torch's aten::_to_copy): under autocast the casts are a visible part of
   // the step, which would otherwise be counted as the caller's self time.
   const profiler::Range range("to_copy", profiler::Category::op);
-  Tensor out = empty(shape(), {.dtype = t, .device = device()});
+  // torch's preserve_format: a channels_last tensor (autocast's cast of an NHWC activation) stays
+  // channels_last, and the copy runs in memory order.
+  const bool nhwc = suggest_memory_format() == MemoryFormat::channels_last;
+  Tensor out = nhwc ? empty({size(0), size(2), size(3), size(1)}, {.dtype = t, .device = device()})
+                          .permute({0, 3, 1, 2})
+                    : empty(shape(), {.dtype = t, .device = device()});
   copy_strided(out, *this);
   if (should_record(*this)) {
     STOKE_CHECK(is_floating(t), "to", "cannot cast a tensor that requires grad to ", t,

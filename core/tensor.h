@@ -90,8 +90,10 @@ class Tensor {
   // Whether the strides are `format`'s dense layout (dims of size 1 are ignored, as in torch);
   // channels_last needs 4 dims.
   bool is_contiguous(MemoryFormat format) const;
-  // channels_last when the strides are NHWC's and not NCHW's, else contiguous (torch's
-  // suggest_memory_format): the layout an op's output keeps.
+  // channels_last when a 4-d tensor's strides order its dims as NHWC does (C innermost, then W,
+  // H, N; torch's is_channels_last_strides_2d, which tells the two apart by the strides of size-1
+  // dims too, so a one-channel NHWC copy stays channels_last), else contiguous (torch's
+  // suggest_memory_format): the layout an op's output keeps (ops/memory_format.h).
   MemoryFormat suggest_memory_format() const;
 
   // Pointer to the first element (storage data + offset).
@@ -122,9 +124,12 @@ class Tensor {
   // --- copies ----------------------------------------------------------------------------------
   Tensor contiguous() const;  // this tensor if already contiguous
   // A copy in `format`'s layout, or this tensor if already in it; differentiable (the gradient
-  // comes back in the layout it arrives in). channels_last needs 4 dims.
+  // comes back in the layout it arrives in). channels_last needs 4 dims, and gives NHWC's own
+  // strides (a one-channel NCHW tensor, dense in both layouts, is copied to them).
   Tensor contiguous(MemoryFormat format) const;
   Tensor clone() const;  // always a new contiguous copy
+  // A cast copy (this tensor if already of `dtype`), in this tensor's layout when it is
+  // channels_last (torch's preserve_format), else contiguous.
   Tensor to(DType dtype) const;
   // A copy on `device` (this tensor if already there). Differentiable: the gradient goes back to
   // this tensor's device. With non_blocking a CPU<->device copy may still be in flight when this

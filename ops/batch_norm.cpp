@@ -6,6 +6,7 @@
 
 #include "ops/backend.h"
 #include "ops/check.h"
+#include "ops/memory_format.h"
 
 namespace stoke::ops {
 namespace {
@@ -39,8 +40,11 @@ BatchNormForward batch_norm_forward(const Tensor& input, const Tensor& running_m
       !use_batch || per_channel > 1, op,
       "expected more than 1 value per channel when using batch statistics, got input shape ",
       input.shape());
-  return dispatch(op, {&input, &running_mean, &running_var, &weight, &bias})
-      .batch_norm_forward(input, running_mean, running_var, weight, bias, options);
+  BatchNormForward r =
+      dispatch(op, {&input, &running_mean, &running_var, &weight, &bias})
+          .batch_norm_forward(input, running_mean, running_var, weight, bias, options);
+  r.output = in_format(r.output, input.suggest_memory_format());
+  return r;
 }
 
 Tensor batch_norm(const Tensor& input, const Tensor& running_mean, const Tensor& running_var,
@@ -68,9 +72,12 @@ BatchNormGrads batch_norm_backward(const Tensor& grad_output, const Tensor& inpu
                 "expected relu_output of the input's shape and dtype ", input.dtype(), " ",
                 input.shape(), ", got ", relu_output.dtype(), " ", relu_output.shape());
   }
-  return dispatch(op, {&grad_output, &input, &weight, &save_mean, &save_invstd, &relu_output})
-      .batch_norm_backward(grad_output, input, weight, save_mean, save_invstd, training,
-                           output_mask, relu_output);
+  BatchNormGrads r =
+      dispatch(op, {&grad_output, &input, &weight, &save_mean, &save_invstd, &relu_output})
+          .batch_norm_backward(grad_output, input, weight, save_mean, save_invstd, training,
+                               output_mask, relu_output);
+  r.grad_input = in_format(r.grad_input, input.suggest_memory_format());
+  return r;
 }
 
 }  // namespace stoke::ops

@@ -8,6 +8,7 @@
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
+#include "ops/memory_format.h"
 
 namespace stoke::ops {
 namespace {
@@ -84,7 +85,10 @@ Tensor conv2d(const Tensor& input, const Tensor& weight, const Tensor& bias,
     return conv2d(input.detach().unsqueeze(0), weight, bias, options).squeeze(0);
   const auto out = check_conv("conv2d", input, weight, bias, options);
   if (profiler::enabled()) profiler::next_range_flops(conv_flops(input, weight, out));
-  return dispatch("conv2d", {&input, &weight, &bias}).conv2d(input, weight, bias, options);
+  // The output keeps the input's layout (a backend may compute NCHW or, like cuDNN's, NHWC).
+  return in_format(
+      dispatch("conv2d", {&input, &weight, &bias}).conv2d(input, weight, bias, options),
+      input.suggest_memory_format());
 }
 
 Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& input, const Tensor& weight,
@@ -107,8 +111,11 @@ Conv2dGrads conv2d_backward(const Tensor& grad_out, const Tensor& input, const T
   if (profiler::enabled())
     profiler::next_range_flops(conv_flops(input, weight, out) *
                                (int{need_input} + int{need_weight}));
-  return dispatch("conv2d_backward", {&grad_out, &input, &weight})
-      .conv2d_backward(grad_out, input, weight, options, need_input, need_weight, need_bias);
+  Conv2dGrads r =
+      dispatch("conv2d_backward", {&grad_out, &input, &weight})
+          .conv2d_backward(grad_out, input, weight, options, need_input, need_weight, need_bias);
+  r.grad_input = in_format(r.grad_input, input.suggest_memory_format());
+  return r;
 }
 
 Tensor conv2d_backward_input(const Tensor& grad_out, const Tensor& input, const Tensor& weight,

@@ -7,6 +7,7 @@
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/elementwise.h"
+#include "ops/memory_format.h"
 
 namespace stoke::ops {
 namespace {
@@ -30,7 +31,11 @@ DropoutResult dropout_with_mask(const Tensor& input, double p, Generator* genera
   Generator& gen = generator ? *generator : default_generator();
   // Reserved the same way on every device, so that one seed gives one mask on cpu and cuda.
   const GeneratorState st = gen.reserve(blocks);
-  return backend.dropout_with_mask(input, p, st);
+  // The mask is drawn in NCHW order on every layout; output and mask keep the input's layout.
+  DropoutResult r = backend.dropout_with_mask(input, p, st);
+  r.output = in_format(r.output, input.suggest_memory_format());
+  r.mask = in_format(r.mask, input.suggest_memory_format());
+  return r;
 }
 
 Tensor dropout(const Tensor& input, double p, bool training, Generator* generator) {
@@ -102,7 +107,8 @@ Tensor dropout_backward(const Tensor& grad_output, const Tensor& mask, double p)
   check_p(op, p);
   STOKE_CHECK(mask.dtype() == DType::u8, op, "expected a mask of dtype u8, got ", mask.dtype());
   check_shape(op, mask, "mask", grad_output.shape());
-  return dispatch(op, {&grad_output, &mask}).dropout_backward(grad_output, mask, p);
+  return in_format(dispatch(op, {&grad_output, &mask}).dropout_backward(grad_output, mask, p),
+                   grad_output.suggest_memory_format());
 }
 
 }  // namespace stoke::ops

@@ -6,35 +6,55 @@
 #include "ops/backend.h"
 #include "ops/check.h"
 #include "ops/elementwise.h"
+#include "ops/memory_format.h"
 
 namespace stoke::ops {
 
 namespace {
 
+// f(operands...), where the output of shape `out` keeps channels_last: then f runs on the
+// operands' (N, H, W, C) views and its result is seen back as (N, C, H, W) with NHWC strides
+// (ops/memory_format.h). Each element gets the same operations either way.
+template <class F, class... T>
+Tensor keep_format(const Shape& out, F&& f, const T&... operands) {
+  if (elementwise_format({&operands...}, out) == MemoryFormat::channels_last)
+    return nchw_view(f(nhwc_view(operands)...));
+  return f(operands...);
+}
+
 Tensor binary(const char* op, BinaryOp kind, const Tensor& a, const Tensor& b) {
   Backend& backend = dispatch(op, {&a, &b});
   check_same_dtype(op, a, "a", b, "b");
-  broadcast_shapes(a.shape(), b.shape(), op);
-  return backend.binary(kind, a, b);
+  return keep_format(
+      broadcast_shapes(a.shape(), b.shape(), op),
+      [&](const Tensor& x, const Tensor& y) { return backend.binary(kind, x, y); }, a, b);
 }
 
 Tensor binary_scalar(const char* op, BinaryOp kind, const Tensor& a, double s, bool scalar_first) {
-  return dispatch(op, {&a}).binary_scalar(kind, a, s, scalar_first);
+  Backend& backend = dispatch(op, {&a});
+  return keep_format(
+      a.shape(), [&](const Tensor& x) { return backend.binary_scalar(kind, x, s, scalar_first); },
+      a);
 }
 
 Tensor compare(const char* op, CompareOp kind, const Tensor& a, const Tensor& b) {
   Backend& backend = dispatch(op, {&a, &b});
   check_same_dtype(op, a, "a", b, "b");
-  broadcast_shapes(a.shape(), b.shape(), op);
-  return backend.compare(kind, a, b);
+  return keep_format(
+      broadcast_shapes(a.shape(), b.shape(), op),
+      [&](const Tensor& x, const Tensor& y) { return backend.compare(kind, x, y); }, a, b);
 }
 
 Tensor compare_scalar(const char* op, CompareOp kind, const Tensor& a, double s) {
-  return dispatch(op, {&a}).compare_scalar(kind, a, s);
+  Backend& backend = dispatch(op, {&a});
+  return keep_format(
+      a.shape(), [&](const Tensor& x) { return backend.compare_scalar(kind, x, s); }, a);
 }
 
 Tensor unary(const char* op, UnaryOp kind, const Tensor& x) {
-  return dispatch(op, {&x}).unary(kind, x);
+  Backend& backend = dispatch(op, {&x});
+  return keep_format(
+      x.shape(), [&](const Tensor& v) { return backend.unary(kind, v); }, x);
 }
 
 void check_bounds(const char* op, std::optional<double> lo, std::optional<double> hi) {
@@ -69,21 +89,26 @@ Backend& inplace_dispatch(const char* op, const Tensor& t) {
   return backend;
 }
 
-// The backend of a backward map f(grad, saved), after the checks every device shares.
-Backend& backward_dispatch(const char* op, const Tensor& grad, const Tensor& saved) {
+// A backward map f(backend, grad, saved), after the checks every device shares.
+template <class F>
+Tensor backward_map(const char* op, const Tensor& grad, const Tensor& saved, F&& f) {
   Backend& backend = dispatch(op, {&grad, &saved});
   check_same_dtype(op, grad, "grad", saved, "saved tensor");
-  broadcast_shapes(grad.shape(), saved.shape(), op);
-  return backend;
+  return keep_format(
+      broadcast_shapes(grad.shape(), saved.shape(), op),
+      [&](const Tensor& g, const Tensor& v) { return f(backend, g, v); }, grad, saved);
 }
 
-// The backend of a backward kernel of grad and the two operands of a binary op.
-Backend& ternary_dispatch(const char* op, const Tensor& grad, const Tensor& a, const Tensor& b) {
+// A backward kernel f(backend, grad, a, b) of grad and the two operands of a binary op.
+template <class F>
+Tensor ternary_map(const char* op, const Tensor& grad, const Tensor& a, const Tensor& b, F&& f) {
   Backend& backend = dispatch(op, {&grad, &a, &b});
   check_same_dtype(op, grad, "grad", a, "a");
   check_same_dtype(op, grad, "grad", b, "b");
-  broadcast_shapes(broadcast_shapes(grad.shape(), a.shape(), op), b.shape(), op);
-  return backend;
+  return keep_format(
+      broadcast_shapes(broadcast_shapes(grad.shape(), a.shape(), op), b.shape(), op),
+      [&](const Tensor& g, const Tensor& x, const Tensor& y) { return f(backend, g, x, y); }, grad,
+      a, b);
 }
 
 }  // namespace
@@ -131,13 +156,17 @@ STOKE_DEFINE_SCALAR_FIRST(div)
 #undef STOKE_DEFINE_SCALAR_FIRST
 
 Tensor pow(const Tensor& x, double exponent) {
-  return dispatch("pow", {&x}).pow(x, exponent);
+  Backend& backend = dispatch("pow", {&x});
+  return keep_format(
+      x.shape(), [&](const Tensor& v) { return backend.pow(v, exponent); }, x);
 }
 
 // --- the unary maps with parameters and where ---------------------------------------------------
 
 Tensor leaky_relu(const Tensor& x, double negative_slope) {
-  return dispatch("leaky_relu", {&x}).leaky_relu(x, negative_slope);
+  Backend& backend = dispatch("leaky_relu", {&x});
+  return keep_format(
+      x.shape(), [&](const Tensor& v) { return backend.leaky_relu(v, negative_slope); }, x);
 }
 Tensor gelu(const Tensor& x, GeluApproximate approximate) {
   return unary("gelu", approximate == GeluApproximate::tanh ? UnaryOp::gelu_tanh : UnaryOp::gelu,
@@ -145,15 +174,22 @@ Tensor gelu(const Tensor& x, GeluApproximate approximate) {
 }
 Tensor clamp(const Tensor& x, std::optional<double> min, std::optional<double> max) {
   check_bounds("clamp", min, max);
-  return dispatch("clamp", {&x}).clamp(x, min, max);
+  Backend& backend = dispatch("clamp", {&x});
+  return keep_format(
+      x.shape(), [&](const Tensor& v) { return backend.clamp(v, min, max); }, x);
 }
 
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
   STOKE_CHECK(cond.dtype() == DType::boolean, "where", "expected cond of dtype bool, got ",
               cond.dtype());
   check_same_dtype("where", a, "a", b, "b");
-  broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
-  return dispatch("where", {&cond, &a, &b}).where(cond, a, b);
+  const Shape out =
+      broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Backend& backend = dispatch("where", {&cond, &a, &b});
+  return keep_format(
+      out,
+      [&](const Tensor& c, const Tensor& x, const Tensor& y) { return backend.where(c, x, y); },
+      cond, a, b);
 }
 
 // --- in place ---------------------------------------------------------------------------------
@@ -231,15 +267,19 @@ Tensor sum_to(const Tensor& grad, const Shape& shape) {
 }
 
 Tensor relu_backward(const Tensor& grad, const Tensor& out) {
-  return backward_dispatch("relu_backward", grad, out).relu_backward(grad, out);
+  return backward_map("relu_backward", grad, out, [](Backend& b, const Tensor& g, const Tensor& y) {
+    return b.relu_backward(g, y);
+  });
 }
 
 // The backward maps without parameters; `saved` is the forward's input or output, as each is
 // declared in ops/elementwise.h.
-#define STOKE_DEFINE_UNARY_BACKWARD(name)                           \
-  Tensor name##_backward(const Tensor& grad, const Tensor& saved) { \
-    return backward_dispatch(#name "_backward", grad, saved)        \
-        .unary_backward(UnaryGradOp::name, grad, saved, {});        \
+#define STOKE_DEFINE_UNARY_BACKWARD(name)                                       \
+  Tensor name##_backward(const Tensor& grad, const Tensor& saved) {             \
+    return backward_map(#name "_backward", grad, saved,                         \
+                        [](Backend& b, const Tensor& g, const Tensor& s) {      \
+                          return b.unary_backward(UnaryGradOp::name, g, s, {}); \
+                        });                                                     \
   }
 STOKE_DEFINE_UNARY_BACKWARD(sigmoid)
 STOKE_DEFINE_UNARY_BACKWARD(tanh)
@@ -251,47 +291,64 @@ STOKE_DEFINE_UNARY_BACKWARD(rsqrt)
 #undef STOKE_DEFINE_UNARY_BACKWARD
 
 Tensor leaky_relu_backward(const Tensor& grad, const Tensor& x, double negative_slope) {
-  return backward_dispatch("leaky_relu_backward", grad, x)
-      .unary_backward(UnaryGradOp::leaky_relu, grad, x, {.negative_slope = negative_slope});
+  return backward_map(
+      "leaky_relu_backward", grad, x, [&](Backend& b, const Tensor& g, const Tensor& v) {
+        return b.unary_backward(UnaryGradOp::leaky_relu, g, v, {.negative_slope = negative_slope});
+      });
 }
 
 Tensor gelu_backward(const Tensor& grad, const Tensor& x, GeluApproximate approximate) {
-  return backward_dispatch("gelu_backward", grad, x)
-      .unary_backward(
-          approximate == GeluApproximate::tanh ? UnaryGradOp::gelu_tanh : UnaryGradOp::gelu, grad,
-          x, {});
+  const UnaryGradOp kind =
+      approximate == GeluApproximate::tanh ? UnaryGradOp::gelu_tanh : UnaryGradOp::gelu;
+  return backward_map("gelu_backward", grad, x, [&](Backend& b, const Tensor& g, const Tensor& v) {
+    return b.unary_backward(kind, g, v, {});
+  });
 }
 
 Tensor clamp_backward(const Tensor& grad, const Tensor& x, std::optional<double> min,
                       std::optional<double> max) {
   // A missing bound is infinite: it always passes.
   const double lo = min ? *min : -INFINITY, hi = max ? *max : INFINITY;
-  return backward_dispatch("clamp_backward", grad, x)
-      .unary_backward(UnaryGradOp::clamp, grad, x, {.min = lo, .max = hi});
+  return backward_map("clamp_backward", grad, x, [&](Backend& b, const Tensor& g, const Tensor& v) {
+    return b.unary_backward(UnaryGradOp::clamp, g, v, {.min = lo, .max = hi});
+  });
 }
 
 Tensor pow_backward(const Tensor& grad, const Tensor& x, double exponent) {
-  return backward_dispatch("pow_backward", grad, x).pow_backward(grad, x, exponent);
+  return backward_map("pow_backward", grad, x, [&](Backend& b, const Tensor& g, const Tensor& v) {
+    return b.pow_backward(g, v, exponent);
+  });
 }
 
 Tensor div_backward_other(const Tensor& grad, const Tensor& a, const Tensor& b) {
-  return ternary_dispatch("div_backward", grad, a, b).div_backward_other(grad, a, b);
+  return ternary_map("div_backward", grad, a, b,
+                     [](Backend& be, const Tensor& g, const Tensor& x, const Tensor& y) {
+                       return be.div_backward_other(g, x, y);
+                     });
 }
 
 Tensor maximum_backward(const Tensor& grad, const Tensor& a, const Tensor& b) {
-  return ternary_dispatch("maximum_backward", grad, a, b).minmax_backward(true, grad, a, b);
+  return ternary_map("maximum_backward", grad, a, b,
+                     [](Backend& be, const Tensor& g, const Tensor& x, const Tensor& y) {
+                       return be.minmax_backward(true, g, x, y);
+                     });
 }
 
 Tensor minimum_backward(const Tensor& grad, const Tensor& a, const Tensor& b) {
-  return ternary_dispatch("minimum_backward", grad, a, b).minmax_backward(false, grad, a, b);
+  return ternary_map("minimum_backward", grad, a, b,
+                     [](Backend& be, const Tensor& g, const Tensor& x, const Tensor& y) {
+                       return be.minmax_backward(false, g, x, y);
+                     });
 }
 
 Tensor where_backward(const Tensor& grad, const Tensor& cond, bool for_a) {
   STOKE_CHECK(cond.dtype() == DType::boolean, "where_backward", "expected cond of dtype bool, got ",
               cond.dtype());
   Backend& backend = dispatch("where_backward", {&grad, &cond});
-  broadcast_shapes(grad.shape(), cond.shape(), "where_backward");
-  return backend.where_backward(grad, cond, for_a);
+  return keep_format(
+      broadcast_shapes(grad.shape(), cond.shape(), "where_backward"),
+      [&](const Tensor& g, const Tensor& c) { return backend.where_backward(g, c, for_a); }, grad,
+      cond);
 }
 
 }  // namespace stoke::ops

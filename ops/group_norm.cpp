@@ -5,6 +5,7 @@
 
 #include "ops/backend.h"
 #include "ops/check.h"
+#include "ops/memory_format.h"
 
 namespace stoke::ops {
 namespace {
@@ -98,7 +99,9 @@ GroupNormForward group_norm_forward(const Tensor& input, int64_t num_groups, con
                                     const Tensor& bias, const NormOptions& options) {
   const char* op = "group_norm";
   const GroupNormLayout l = group_layout(op, input, num_groups);
-  return forward(op, input, weight, bias, {input.size(1)}, l, options);
+  GroupNormForward r = forward(op, input, weight, bias, {input.size(1)}, l, options);
+  r.output = in_format(r.output, input.suggest_memory_format());  // ops/memory_format.h
+  return r;
 }
 
 Tensor group_norm(const Tensor& input, int64_t num_groups, const Tensor& weight, const Tensor& bias,
@@ -112,8 +115,10 @@ GroupNormGrads group_norm_backward(const Tensor& grad_output, const Tensor& inpu
                                    std::array<bool, 3> output_mask) {
   const char* op = "group_norm_backward";
   const GroupNormLayout l = group_layout(op, input, num_groups);
-  return backward(op, grad_output, input, weight, save_mean, save_rstd, {input.size(1)}, l,
-                  output_mask);
+  GroupNormGrads r = backward(op, grad_output, input, weight, save_mean, save_rstd, {input.size(1)},
+                              l, output_mask);
+  r.grad_input = in_format(r.grad_input, input.suggest_memory_format());
+  return r;
 }
 
 GroupNormForward layer_norm_forward(const Tensor& input, const Shape& normalized_shape,

@@ -4,6 +4,7 @@
 
 #include "ops/backend.h"
 #include "ops/check.h"
+#include "ops/memory_format.h"
 #include "ops/pool_detail.h"
 
 namespace stoke::ops {
@@ -81,12 +82,19 @@ int64_t pool_output_size(int64_t input, int64_t kernel, int64_t stride, int64_t 
   return out;
 }
 
+// Each output keeps its input's layout, each input gradient its output gradient's
+// (ops/memory_format.h); the kernels may compute NCHW.
 Tensor max_pool2d(const Tensor& input, const Pool2dOptions& options) {
-  return window_pool_dispatch("max_pool2d", input, options).max_pool2d(input, options);
+  return in_format(window_pool_dispatch("max_pool2d", input, options).max_pool2d(input, options),
+                   input.suggest_memory_format());
 }
 
 MaxPool2dResult max_pool2d_with_indices(const Tensor& input, const Pool2dOptions& options) {
-  return window_pool_dispatch("max_pool2d", input, options).max_pool2d_with_indices(input, options);
+  MaxPool2dResult r =
+      window_pool_dispatch("max_pool2d", input, options).max_pool2d_with_indices(input, options);
+  r.output = in_format(r.output, input.suggest_memory_format());
+  r.indices = in_format(r.indices, input.suggest_memory_format());
+  return r;
 }
 
 Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
@@ -97,12 +105,14 @@ Tensor max_pool2d_backward(const Tensor& grad_output, const Tensor& indices,
               "expected indices of dtype i64, got ",
               indices.defined() ? dtype_name(indices.dtype()) : "an undefined tensor");
   check_shape(op, indices, "indices", grad_output.shape());
-  return dispatch(op, {&grad_output, &indices})
-      .max_pool2d_backward(grad_output, indices, input_shape, options);
+  return in_format(dispatch(op, {&grad_output, &indices})
+                       .max_pool2d_backward(grad_output, indices, input_shape, options),
+                   grad_output.suggest_memory_format());
 }
 
 Tensor avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
-  return window_pool_dispatch("avg_pool2d", input, options).avg_pool2d(input, options);
+  return in_format(window_pool_dispatch("avg_pool2d", input, options).avg_pool2d(input, options),
+                   input.suggest_memory_format());
 }
 
 Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
@@ -111,7 +121,9 @@ Tensor avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
   checked_grad(op, grad_output, input_shape);
   const PoolGeometry g = pool_geometry(op, input_shape, options);
   check_shape(op, grad_output, "grad_output", g.out_shape);
-  return dispatch(op, {&grad_output}).avg_pool2d_backward(grad_output, input_shape, options);
+  return in_format(
+      dispatch(op, {&grad_output}).avg_pool2d_backward(grad_output, input_shape, options),
+      grad_output.suggest_memory_format());
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size) {
@@ -119,13 +131,16 @@ Tensor adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_si
   check_pool_input(op, input);
   STOKE_CHECK(output_size[0] > 0 && output_size[1] > 0, op, "expected output_size > 0, got ",
               output_size[0], ",", output_size[1]);
-  return dispatch(op, {&input}).adaptive_avg_pool2d(input, output_size);
+  return in_format(dispatch(op, {&input}).adaptive_avg_pool2d(input, output_size),
+                   input.suggest_memory_format());
 }
 
 Tensor adaptive_avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape) {
   const char* op = "adaptive_avg_pool2d_backward";
   checked_grad(op, grad_output, input_shape);
-  return dispatch(op, {&grad_output}).adaptive_avg_pool2d_backward(grad_output, input_shape);
+  return in_format(
+      dispatch(op, {&grad_output}).adaptive_avg_pool2d_backward(grad_output, input_shape),
+      grad_output.suggest_memory_format());
 }
 
 }  // namespace stoke::ops

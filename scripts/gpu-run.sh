@@ -16,8 +16,9 @@
 #      profiler's kernel launches and host waits per step;
 #   3. stoke-bench-ops-cuda --quick: stoke's kernels beside cuBLAS and cuDNN (its JSON line).
 #   4. stoke-bench-train-cuda: ResNet-50 at 224x224 on synthetic data, batch 64, in fp32, TF32,
-#      fp16 and bf16, eager and CUDA-graphed: img/s, MFU against the row precision's measured
-#      GEMM peak, launches and host waits per step (--quick: its LeNet-5 smoke run).
+#      fp16 and bf16, eager and CUDA-graphed, NCHW and channels_last (cuDNN's NHWC convolutions):
+#      img/s, MFU against the row precision's measured GEMM peak, launches and host waits per step
+#      (--quick: its LeNet-5 smoke run).
 # Without a GPU every binary says so and exits 0: the table then says "no GPU" and nothing failed.
 set -uo pipefail
 

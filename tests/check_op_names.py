@@ -18,7 +18,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 # Shared infrastructure: not an op, or used by several families.
 SHARED = {
-    "ops": {"backend", "backend_methods", "check", "math_mode", "profiled_backend"},
+    # memory_format: the channels_last rule the layers' entry points share
+    "ops": {"backend", "backend_methods", "check", "math_mode", "memory_format",
+            "profiled_backend"},
     # gemm: linalg and conv2d; gemm_avx512: its own kernel beside it; rows: softmax, loss;
     # transpose: conv2d's layout changes and gemm's transposed operand
     "ops/cpu": {"backend", "gemm", "gemm_avx512", "row_kernels", "transpose"},

@@ -36,12 +36,14 @@ DeviceBatch to_device(const data::Batch& batch, Device device, const BatchFinish
       device.is_cpu() ? batch.images : batch.images.to(device, /*non_blocking=*/true);
   const Tensor labels =
       device.is_cpu() ? batch.labels : batch.labels.to(device, /*non_blocking=*/true);
-  if (!finish.augment) return {data::normalize(images, norm), labels};
+  if (!finish.augment)
+    return {data::normalize(images, norm).contiguous(finish.memory_format), labels};
   const int64_t n = batch.images.size(0);
   Tensor crops = host_crops(n, device);
   data::draw_crops_into(crops, batch.indices, batch.images.size(1), batch.images.size(2),
                         finish.crop, finish.seed, batch.epoch);
-  return {data::crop_flip_normalize(images, crops, norm, finish.crop.height, finish.crop.width),
+  return {data::crop_flip_normalize(images, crops, norm, finish.crop.height, finish.crop.width)
+              .contiguous(finish.memory_format),
           labels};
 }
 
@@ -67,7 +69,8 @@ Tensor top5_predictions(const Tensor& logits, const Tensor& labels) {
 }
 
 EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
-                    const Distributed& dist, const data::NormalizeOptions& normalize) {
+                    const Distributed& dist, const data::NormalizeOptions& normalize,
+                    MemoryFormat memory_format) {
   NoGradGuard no_grad;
   model.eval();
   double loss_sum = 0;
@@ -76,6 +79,7 @@ EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
   test.set_epoch(0);
   BatchFinish finish;  // f32, no augmentation
   finish.normalize = normalize;
+  finish.memory_format = memory_format;
   // Each batch's loss sum and counts stay on the device, read back 64 batches at a time.
   DeviceValues batch_sums(device, 64, 2);
   const Tensor no_top5 = zeros({1}, {.dtype = DType::i64, .device = device});  // 5 classes or fewer

@@ -24,6 +24,7 @@ struct BatchFinish {
   bool augment = false;
   data::CropFlipOptions crop;
   uint64_t seed = 0;
+  MemoryFormat memory_format = MemoryFormat::contiguous;  // the images' layout (--channels-last)
 };
 DeviceBatch to_device(const data::Batch& batch, Device device, const BatchFinish& finish = {});
 
@@ -40,8 +41,9 @@ struct EvalResult {
 
 // The whole test split, normalized as the training batches are (`normalize`), in eval mode under
 // no-grad; `model` is back in training mode after. In a job each rank evaluates its shard and the
-// sums are added over the ranks.
+// sums are added over the ranks. The images go in `memory_format` (--channels-last).
 EvalResult evaluate(nn::Module& model, data::DataLoader& test, Device device,
-                    const Distributed& dist, const data::NormalizeOptions& normalize);
+                    const Distributed& dist, const data::NormalizeOptions& normalize,
+                    MemoryFormat memory_format = MemoryFormat::contiguous);
 
 }  // namespace stoke::train

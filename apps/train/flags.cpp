@@ -219,6 +219,10 @@ constexpr const char* kUsage = R"(usage: stoke-train [flags]
                           the learning rate from device memory; with --accum, one graph per
                           accumulation group; every optimizer skips an overflowing --amp fp16
                           step on the device); not in a job of several ranks yet
+  --channels-last         the batches in the channels_last memory format (NHWC strides, as torch's
+                          memory_format=torch.channels_last), which every layer's output keeps;
+                          on a GPU the convolutions run cuDNN's NHWC (tensor-core) kernels. The
+                          parameters stay NCHW; on the CPU the convolutions copy to NCHW and back
 Output paths (--metrics, --profile, DIR's files) must be regular files or not exist yet, each a
 file of its own: a FIFO, a directory or one path given twice is refused before anything runs.
 Under mpirun -np N (one process per rank; --batch is per rank, each rank trains on its shard).
@@ -383,6 +387,7 @@ Flags parse_flags(int argc, char** argv) {
       {"--augment", [&](bool on) { f.augment = on; }},
       {"--profile-device", [&](bool on) { f.profile_device = on; }},
       {"--cuda-graph", [&](bool on) { f.cuda_graph = on; }},
+      {"--channels-last", [&](bool on) { f.channels_last = on; }},
       {"--master-weights", [&](bool on) { f.master_weights = on; }},
       {"--resume", [&](bool on) { f.resume = on; }},
       {"--overwrite", [&](bool on) { f.overwrite = on; }},

@@ -75,6 +75,9 @@ struct Flags {
   // the --amp dtype, f32 master weights in ZeRO's shards (nn/amp/half_parameters.h).
   bool master_weights = false;
   bool cuda_graph = false;  // --cuda-graph: each step replays a CUDA graph (step_graph.h)
+  // --channels-last: each batch in the channels_last memory format (NHWC strides), which every
+  // layer then keeps (ops/memory_format.h); cuDNN's NHWC convolutions on a GPU.
+  bool channels_last = false;
   // The flags given on the command line, in order (without their values): what --recipe set is
   // not among them.
   std::vector<std::string> given;

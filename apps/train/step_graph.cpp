@@ -75,7 +75,9 @@ void StepGraph::run(const std::vector<DeviceBatch>& group,
   Impl& g = *impl_;
   if (g.inputs.empty())
     for (const DeviceBatch& b : group)
-      g.inputs.push_back({empty_like(b.images), empty_like(b.labels)});
+      // In the batches' own layout (--channels-last), which the captured step then keeps.
+      g.inputs.push_back(
+          {b.images.clone().contiguous(b.images.suggest_memory_format()), empty_like(b.labels)});
   STOKE_CHECK(group.size() == g.inputs.size(), "stoke-train", "--cuda-graph: a group of ",
               group.size(), " batches for a graph captured with ", g.inputs.size());
   {

@@ -121,7 +121,9 @@ Trainer::Trainer(const Flags& f, Device device, MetricsLog& metrics, Distributed
               .dtype = amp_.value_or(DType::f32),
               .augment = f_.augment && f_.augment_on == "device",
               .crop = {.padding = 2},
-              .seed = f_.seed},
+              .seed = f_.seed,
+              .memory_format =
+                  f_.channels_last ? MemoryFormat::channels_last : MemoryFormat::contiguous},
       scaler_(make_scaler(f_, dist_)),
       last_finite_loss_(std::numeric_limits<double>::quiet_NaN()),
       uniform_loss_(
@@ -449,7 +451,8 @@ bool Trainer::update_best(const EvalResult& r) {
 EvalResult Trainer::evaluate_finite() {
   std::optional<autocast> region;  // --master-weights: half parameters take half inputs
   if (f_.master_weights) region.emplace(device_.type, AutocastOptions{.dtype = *amp_});
-  const EvalResult r = evaluate(*model_, *data_.test, device_, dist_, finish_.normalize);
+  const EvalResult r =
+      evaluate(*model_, *data_.test, device_, dist_, finish_.normalize, finish_.memory_format);
   region.reset();
   STOKE_CHECK(std::isfinite(r.loss), "stoke-train", "the test loss is ", non_finite_name(r.loss),
               " after step ", pos_.global_step, " (epoch ", pos_.epoch + 1,

@@ -35,12 +35,14 @@ struct Descriptors {
     STOKE_CUDNN_CHECK(cudnnCreateTensorDescriptor(&y));
     STOKE_CUDNN_CHECK(cudnnCreateFilterDescriptor(&w));
     STOKE_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&conv));
+    // The dims are (n, c, h, w) and (k, c / groups, r, s) in either format; the format names the
+    // memory order (NHWC: c innermost; the filter's NHWC is KRSC).
+    const cudnnTensorFormat_t f = g.channels_last ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    STOKE_CUDNN_CHECK(cudnnSetTensor4dDescriptor(x, f, t, i(g.n), i(g.c), i(g.h), i(g.w)));
     STOKE_CUDNN_CHECK(
-        cudnnSetTensor4dDescriptor(x, CUDNN_TENSOR_NCHW, t, i(g.n), i(g.c), i(g.h), i(g.w)));
-    STOKE_CUDNN_CHECK(cudnnSetTensor4dDescriptor(y, CUDNN_TENSOR_NCHW, t, i(g.n), i(g.k),
-                                                 i(g.out_h()), i(g.out_w())));
-    STOKE_CUDNN_CHECK(cudnnSetFilter4dDescriptor(w, t, CUDNN_TENSOR_NCHW, i(g.k), i(g.c / g.groups),
-                                                 i(g.r), i(g.s)));
+        cudnnSetTensor4dDescriptor(y, f, t, i(g.n), i(g.k), i(g.out_h()), i(g.out_w())));
+    STOKE_CUDNN_CHECK(
+        cudnnSetFilter4dDescriptor(w, t, f, i(g.k), i(g.c / g.groups), i(g.r), i(g.s)));
     // f32 accumulation for every dtype (f16/bf16 data with f32 compute).
     STOKE_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(
         conv, i(g.padding[0]), i(g.padding[1]), i(g.stride[0]), i(g.stride[1]), i(g.dilation[0]),
@@ -92,6 +94,7 @@ std::vector<int64_t> geometry_key(const ConvGeometry& g) {
           g.groups,
           static_cast<int64_t>(g.dtype),
           g.allow_tf32,
+          g.channels_last,
           g_benchmark.load()};
 }
 
@@ -282,7 +285,7 @@ std::string ConvGeometry::str() const {
   os << "n=" << n << " c=" << c << " h=" << h << " w=" << w << " k=" << k << " r=" << r
      << " s=" << s << " stride=" << stride[0] << "x" << stride[1] << " pad=" << padding[0] << "x"
      << padding[1] << " dil=" << dilation[0] << "x" << dilation[1] << " g=" << groups << " "
-     << dtype_name(dtype) << (allow_tf32 ? " tf32" : "");
+     << dtype_name(dtype) << (allow_tf32 ? " tf32" : "") << (channels_last ? " nhwc" : "");
   return os.str();
 }
 

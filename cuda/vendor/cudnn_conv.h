@@ -1,7 +1,7 @@
 // cuDNN 2-D convolution (real builds only): forward, backward-data and backward-filter on NCHW
-// tensors in f32, f16 or bf16 (f32 accumulation). The algorithm is chosen once per (direction,
-// shape, dtype, math, device) — by cuDNN's heuristics (cudnnGet*_v7) or, with
-// set_cudnn_benchmark(true), by timing every algorithm (cudnnFind*Ex) like
+// (or, with ConvGeometry::channels_last, NHWC) tensors in f32, f16 or bf16 (f32 accumulation). The
+// algorithm is chosen once per (direction, shape, dtype, math, device) — by cuDNN's heuristics
+// (cudnnGet*_v7) or, with set_cudnn_benchmark(true), by timing every algorithm (cudnnFind*Ex) like
 // torch.backends.cudnn.benchmark — and cached; workspaces come from the caching allocator. Every
 // usable algorithm is kept in rank order: when one fails to launch (a status, or its workspace
 // cannot be allocated) the next is tried, and the one that ran is used from then on
@@ -28,6 +28,9 @@ struct ConvGeometry {
   int64_t groups = 1;
   DType dtype = DType::f32;
   bool allow_tf32 = false;  // f32 only: let cuDNN use TF32 tensor cores
+  // x, y and dy in NHWC (channels_last) and the weight and dw in KRSC (k, r, s, c / groups), the
+  // layout of cuDNN's fastest f16/bf16 tensor-core kernels; NCHW and KCRS when false.
+  bool channels_last = false;
 
   int64_t out_h() const;
   int64_t out_w() const;

@@ -1,6 +1,7 @@
 // conv2d on cuda tensors. Two implementations behind one switch (backend.h, ConvImpl):
 //  - cudnn (real builds, the default there): cuda/vendor/cudnn_conv.h, f32/f16/bf16, the
-//    algorithm chosen once per shape and cached, workspaces from our allocator;
+//    algorithm chosen once per shape and cached, workspaces from our allocator; NHWC kernels for
+//    a channels_last input, NCHW ones otherwise;
 //  - stoke (the only one in the emulated build): the implicit-GEMM forward kernel, and for the
 //    backward cuda::conv2d_backward (cuda/kernels/conv2d_backward.h: im2col + SGEMM for the weight
 //    gradient, SGEMM + col2im for the input gradient), a chunk of samples at a time so the column
@@ -106,8 +107,18 @@ void stoke_backward(const Geometry& g, const Tensor& gy_in, const Tensor& x_in, 
 }
 
 #ifndef STOKE_CUDA_EMU
-// The geometry cuDNN's forward and backward calls take.
-cuda::ConvGeometry cudnn_geometry(const Geometry& g, const Conv2dOptions& o, DType dtype) {
+// A new (n, c, h, w) tensor laid out in `format` (NHWC strides for channels_last).
+Tensor empty_in(MemoryFormat format, int64_t n, int64_t c, int64_t h, int64_t w, DType dtype,
+                Device device) {
+  if (format == MemoryFormat::contiguous) return empty_on({n, c, h, w}, dtype, device);
+  return empty_on({n, h, w, c}, dtype, device).permute({0, 3, 1, 2});
+}
+
+// The geometry cuDNN's forward and backward calls take. A channels_last input runs cuDNN's NHWC
+// kernels (the tensor-core ones for f16/bf16): x, y and dy in NHWC, the weight and dw in KRSC
+// (the weight's own channels_last copy), with no transposes around the call.
+cuda::ConvGeometry cudnn_geometry(const Geometry& g, const Conv2dOptions& o, DType dtype,
+                                  MemoryFormat format) {
   cuda::ConvGeometry c;
   c.n = g.N, c.c = g.C, c.h = g.H, c.w = g.W, c.k = g.K, c.r = g.kh, c.s = g.kw;
   c.stride = o.stride;
@@ -116,6 +127,7 @@ cuda::ConvGeometry cudnn_geometry(const Geometry& g, const Conv2dOptions& o, DTy
   c.groups = o.groups;
   c.dtype = dtype;
   c.allow_tf32 = allow_tf32();
+  c.channels_last = format == MemoryFormat::channels_last;
   return c;
 }
 #endif
@@ -147,9 +159,10 @@ Tensor CudaBackend::conv2d(const Tensor& input, const Tensor& weight, const Tens
   if (g.N == 0) return empty_on({0, g.K, g.OH, g.OW}, input.dtype(), input.device());
 #ifndef STOKE_CUDA_EMU
   if (conv_impl() == ConvImpl::cudnn) {
-    const Tensor x = input.detach().contiguous(), w = weight.detach().contiguous();
-    const cuda::ConvGeometry c = cudnn_geometry(g, options, x.dtype());
-    Tensor y = empty_on({g.N, g.K, g.OH, g.OW}, x.dtype(), x.device());
+    const MemoryFormat f = input.suggest_memory_format();
+    const Tensor x = input.detach().contiguous(f), w = weight.detach().contiguous(f);
+    const cuda::ConvGeometry c = cudnn_geometry(g, options, x.dtype(), f);
+    Tensor y = empty_in(f, g.N, g.K, g.OH, g.OW, x.dtype(), x.device());
     cuda::conv2d_forward(c, x.data_ptr(), w.data_ptr(), y.data_ptr(), launch_stream());
     if (bias.defined()) add_(y, bias.detach().view({1, g.K, 1, 1}));
     return y;
@@ -174,17 +187,21 @@ Conv2dGrads CudaBackend::conv2d_backward(const Tensor& grad_out, const Tensor& i
   }
 #ifndef STOKE_CUDA_EMU
   if (conv_impl() == ConvImpl::cudnn) {
-    const Tensor gyc = gy.contiguous(), xc = x.contiguous(), wc = w.contiguous();
-    const cuda::ConvGeometry c = cudnn_geometry(g, options, x.dtype());
+    const MemoryFormat f = x.suggest_memory_format();
+    const Tensor gyc = gy.contiguous(f), xc = x.contiguous(f), wc = w.contiguous(f);
+    const cuda::ConvGeometry c = cudnn_geometry(g, options, x.dtype(), f);
     if (need_input) {
-      r.grad_input = empty_on(x.shape(), x.dtype(), x.device());
+      r.grad_input = empty_in(f, g.N, g.C, g.H, g.W, x.dtype(), x.device());
       cuda::conv2d_backward_data(c, gyc.data_ptr(), wc.data_ptr(), r.grad_input.data_ptr(),
                                  launch_stream());
     }
     if (need_weight) {
-      r.grad_weight = empty_on(w.shape(), w.dtype(), w.device());
-      cuda::conv2d_backward_filter(c, xc.data_ptr(), gyc.data_ptr(), r.grad_weight.data_ptr(),
+      // cuDNN writes dw in the weight descriptor's layout (KRSC for NHWC); the parameter's
+      // gradient takes the parameter's own layout.
+      Tensor gw = empty_in(f, w.size(0), w.size(1), w.size(2), w.size(3), w.dtype(), w.device());
+      cuda::conv2d_backward_filter(c, xc.data_ptr(), gyc.data_ptr(), gw.data_ptr(),
                                    launch_stream());
+      r.grad_weight = gw.contiguous(w.suggest_memory_format());
     }
     return r;
   }

@@ -160,6 +160,40 @@ TEST_CASE(
   fs::remove_all(dir);
 }
 
+TEST_CASE(
+    "stoke-train --device cuda --channels-last (and with --amp fp16) in emu equals the NCHW run",
+    "[train_cuda_cli][channels_last]") {
+#if defined(__SANITIZE_THREAD__)
+  WARN("skipped under ThreadSanitizer (minutes there; the kernels have their own tests)");
+  return;
+#endif
+  const fs::path data = fashion_mnist();
+  if (data.empty()) return;
+  const std::string amp = GENERATE(std::string(""), std::string(" --amp fp16"));
+  INFO("extra flags:" << amp);
+  const fs::path dir = fresh_dir("stoke-train-emu-cl");
+  const std::string common = std::string(STOKE_TRAIN_EMU_EXE) +
+                             " --model lenet5 --epochs 1 --limit-train 24 --limit-test 8 "
+                             "--batch 8 --lr 0.05 --seed 7 --log-every 1 --no-progress "
+                             "--workers 2 --device cuda" +
+                             amp;
+  const Run nchw = run(common + " --metrics " + (dir / "nchw.jsonl").string());
+  INFO(nchw.output);
+  REQUIRE(nchw.exit_code == 0);
+  const Run nhwc = run(common + " --channels-last --metrics " + (dir / "nhwc.jsonl").string());
+  INFO(nhwc.output);
+  REQUIRE(nhwc.exit_code == 0);
+  // Bit for bit by construction: the emulated build's kernels compute NCHW on NCHW copies, and
+  // the elementwise maps apply the same operations to each element in NHWC order
+  // (tests/support/channels_last_util.h, check_model_channels_last).
+  const auto want = metric(dir / "nchw.jsonl", "step", "loss");
+  REQUIRE(want.size() == 3);
+  CHECK(metric(dir / "nhwc.jsonl", "step", "loss") == want);
+  CHECK(metric(dir / "nhwc.jsonl", "epoch", "test_loss") ==
+        metric(dir / "nchw.jsonl", "epoch", "test_loss"));
+  fs::remove_all(dir);
+}
+
 TEST_CASE("stoke-train --device cuda trains a 512-image LeNet-5 epoch in emu's fiber mode",
           "[train_cuda_cli][epoch]") {
 #if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)

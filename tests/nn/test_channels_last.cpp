@@ -1,7 +1,16 @@
 // The channels_last memory format (Tensor::contiguous(MemoryFormat::channels_last)) on the CPU:
-// the layout's strides and copies, and every op a CNN of the zoo runs accepting it.
+// the layout's strides and copies, every op a CNN of the zoo runs accepting it and keeping it,
+// models training in it as in NCHW, and stoke-train --channels-last.
+#include <sys/wait.h>
 #include <catch2/catch.hpp>
 
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "core/parallel.h"
 #include "support/channels_last_util.h"
 
 using namespace stoke;
@@ -29,11 +38,26 @@ TEST_CASE("channels_last: strides, the copy's values, size-1 dims, and what is r
   CHECK(y.contiguous(MemoryFormat::channels_last).data_ptr() == y.data_ptr());  // no copy
   CHECK(y.contiguous().strides() == Shape{60, 20, 5, 1});
   CHECK(y.contiguous().to_vector<float>() == xv);
-  // One channel, or 1x1 images: both layouts at once (size-1 dims do not count, as in torch).
+  // One channel, or 1x1 images: dense in both layouts at once (size-1 dims do not count, as in
+  // torch); the strides of the size-1 dims tell which one a tensor suggests (torch's rule), and
+  // contiguous(channels_last) gives NHWC's own strides.
   const Tensor one_channel = randn({2, 1, 4, 5}, {}, &g);
   CHECK(one_channel.is_contiguous(MemoryFormat::channels_last));
   CHECK(one_channel.suggest_memory_format() == MemoryFormat::contiguous);
-  CHECK(randn({3, 8, 1, 1}, {}, &g).is_contiguous(MemoryFormat::channels_last));
+  const Tensor one_channel_nhwc = one_channel.contiguous(MemoryFormat::channels_last);
+  CHECK(one_channel_nhwc.strides() == Shape{20, 1, 5, 1});
+  CHECK(one_channel_nhwc.suggest_memory_format() == MemoryFormat::channels_last);
+  CHECK(one_channel_nhwc.to_vector<float>() == one_channel.to_vector<float>());
+  const Tensor pooled = randn({3, 8, 1, 1}, {}, &g);
+  CHECK(pooled.is_contiguous(MemoryFormat::channels_last));
+  CHECK(pooled.suggest_memory_format() == MemoryFormat::contiguous);
+  CHECK(pooled.contiguous(MemoryFormat::channels_last).strides() == Shape{8, 1, 8, 8});
+  CHECK(pooled.contiguous(MemoryFormat::channels_last).suggest_memory_format() ==
+        MemoryFormat::channels_last);
+  // Neither layout: a transposed view, an expanded one.
+  CHECK(x.transpose(2, 3).suggest_memory_format() == MemoryFormat::contiguous);
+  CHECK(randn({1, 3, 1, 1}, {}, &g).expand({2, 3, 4, 5}).suggest_memory_format() ==
+        MemoryFormat::contiguous);
   // The gradient comes back through the copy.
   Tensor leaf = x.clone();
   leaf.set_requires_grad(true);
@@ -48,3 +72,84 @@ TEST_CASE("channels_last: every op of the zoo's CNNs accepts NHWC input and equa
           "[channels_last]") {
   check_channels_last_equals_nchw(Device::cpu());
 }
+
+TEST_CASE(
+    "channels_last: ResNet-8, MobileNetV2 and LeNet-5 keep NHWC through every layer and train "
+    "as in NCHW bit for bit, at 1 and 2 threads and under bf16 autocast",
+    "[channels_last]") {
+  const int threads = num_threads();
+  for (const int t : {1, 2}) {
+    set_num_threads(t);
+    INFO(t << " threads");
+    check_model_channels_last("resnet8", 3, 16, Device::cpu(), 3);
+    check_model_channels_last("mobilenetv2", 3, 32, Device::cpu(), 2);
+    check_model_channels_last("lenet5", 1, 28, Device::cpu(), 3);  // one input channel
+  }
+  check_model_channels_last("resnet8", 3, 16, Device::cpu(), 2, DType::bf16);  // under autocast
+  set_num_threads(threads);
+}
+
+#ifdef STOKE_TRAIN_EXE
+namespace {
+
+namespace fs = std::filesystem;
+
+// stoke-train's exit code and output.
+std::pair<int, std::string> run_train(const std::string& args) {
+  FILE* p = popen((std::string(STOKE_TRAIN_EXE) + " " + args + " 2>&1").c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), p) != nullptr) out += buf.data();
+  const int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, out};
+}
+
+// The text of `key` in each metrics record of `type`, in order (compared as text: bit for bit).
+std::vector<std::string> metric_text(const fs::path& file, const std::string& type,
+                                     const std::string& key) {
+  std::ifstream in(file);
+  const std::regex re("\"" + key + "\":([-+0-9.eEnaif]+)");
+  std::vector<std::string> out;
+  std::smatch m;
+  for (std::string line; std::getline(in, line);)
+    if (line.find("\"type\":\"" + type + "\"") != std::string::npos &&
+        std::regex_search(line, m, re))
+      out.push_back(m[1].str());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("channels_last: stoke-train --channels-last trains ResNet-8 to the NCHW run's losses",
+          "[channels_last]") {
+  const fs::path data = "/usr/share/datasets/fashion-mnist";
+  if (!fs::exists(data)) {
+    WARN("no Fashion-MNIST at " << data << " (scripts/install-deps.sh installs it): skipped");
+    return;
+  }
+  const fs::path dir = fs::temp_directory_path() / ("stoke-cl-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string common =
+      " --model resnet8 --epochs 1 --limit-train 48 --limit-test 16 --batch 16 --lr 0.05 "
+      "--seed 3 --log-every 1 --no-progress --workers 2 --augment";
+  const auto nchw = run_train(common + " --metrics " + (dir / "nchw.jsonl").string());
+  INFO(nchw.second);
+  REQUIRE(nchw.first == 0);
+  const auto nhwc =
+      run_train(common + " --channels-last --metrics " + (dir / "nhwc.jsonl").string());
+  INFO(nhwc.second);
+  REQUIRE(nhwc.first == 0);
+  // The same operations on each element (check_model_channels_last): equal as printed.
+  const auto want = metric_text(dir / "nchw.jsonl", "step", "loss");
+  REQUIRE(want.size() == 3);
+  CHECK(metric_text(dir / "nhwc.jsonl", "step", "loss") == want);
+  CHECK(metric_text(dir / "nhwc.jsonl", "epoch", "test_loss") ==
+        metric_text(dir / "nchw.jsonl", "epoch", "test_loss"));
+  const auto bad = run_train("--channels-last=maybe");  // a switch takes no other value
+  CHECK(bad.first == 1);
+  CHECK_THAT(bad.second, Catch::Contains("--channels-last is a switch"));
+  fs::remove_all(dir);
+}
+#endif

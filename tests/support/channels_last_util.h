@@ -5,17 +5,23 @@
 
 #include <catch2/catch.hpp>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "nn/models/models.h"
+#include "nn/optim/optimizer.h"
 #include "stoke/stoke.h"
 
 namespace stoke::test {
 
 // An op of the sweep: its output from a 4-d input x (2, 4, 6, 6), parameters made from `seed`.
+// `keeps`: the output is 4-d and keeps a channels_last input's layout, as in torch
+// (ops/memory_format.h), and so does the input's gradient.
 struct ChannelsLastCase {
   std::string name;
   std::function<Tensor(const Tensor& x, Device device)> run;
+  bool keeps = true;
 };
 
 inline Tensor cl_param(const Shape& shape, uint64_t seed, Device device) {
@@ -77,16 +83,20 @@ inline std::vector<ChannelsLastCase> channels_last_cases() {
       {"mean over H and W",
        [](const Tensor& x, Device) {
          return mean(x, {2, 3});
-       }},
+       },
+       false},
       {"flatten then linear",
        [](const Tensor& x, Device d) {
          return linear(x.flatten(1), cl_param({3, 4 * 6 * 6}, 11, d), cl_param({3}, 12, d));
-       }},
+       },
+       false},
+      // Not kept yet (torch keeps both): their outputs come back NCHW.
       {"cat along channels",
        [=](const Tensor& x, Device d) {
          return cat({x, nchw(x, d)}, 1);
-       }},
-      {"softmax over channels", [](const Tensor& x, Device) { return softmax(x, 1); }},
+       },
+       false},
+      {"softmax over channels", [](const Tensor& x, Device) { return softmax(x, 1); }, false},
   };
 }
 
@@ -113,16 +123,88 @@ inline void check_channels_last_equals_nchw(Device device) {
       b.set_requires_grad(true);
       const Tensor ya = c.run(a, device), yb = c.run(b, device);
       REQUIRE(ya.shape() == yb.shape());
+      CHECK(ya.suggest_memory_format() == MemoryFormat::contiguous);
+      if (c.keeps) CHECK(yb.suggest_memory_format() == MemoryFormat::channels_last);
       CHECK(ya.to(Device::cpu()).contiguous().to_vector<float>() ==
             yb.to(Device::cpu()).contiguous().to_vector<float>());
+      // The output gradient in each run's output layout (as a following layer would give it).
       const Tensor gw = cl_param(ya.shape(), 13, device);
       sum(mul(ya, gw)).backward();
-      sum(mul(yb, gw)).backward();
+      sum(mul(yb, c.keeps ? gw.contiguous(MemoryFormat::channels_last) : gw)).backward();
       REQUIRE(a.grad().defined());
       REQUIRE(b.grad().defined());
+      if (c.keeps) CHECK(b.grad().suggest_memory_format() == MemoryFormat::channels_last);
       CHECK(a.grad().to(Device::cpu()).contiguous().to_vector<float>() ==
             b.grad().to(Device::cpu()).contiguous().to_vector<float>());
     }
+  }
+}
+
+// Which of a model's layers gave a 4-d output in NCHW: every module's forward hook notes the
+// names of those whose output is 4-d and not channels_last.
+inline void watch_layouts(nn::Module& m, const std::string& prefix,
+                          const std::shared_ptr<std::vector<std::string>>& nchw) {
+  m.register_forward_hook([name = prefix, nchw](nn::Module&, const Tensor&, const Tensor& y) {
+    if (y.dim() == 4 && y.suggest_memory_format() != MemoryFormat::channels_last)
+      nchw->push_back(name.empty() ? "(the model)" : name);
+    return Tensor();
+  });
+  for (auto& [child, module] : m.named_children())
+    watch_layouts(*module, prefix.empty() ? child : prefix + "." + child, nchw);
+}
+
+// A zoo model trained `steps` SGD-momentum steps from one initialization on one batch sequence,
+// once on NCHW images and once on channels_last ones: every layer's 4-d output is channels_last in
+// the second run, and the losses and parameters after every step equal the first run's bit for
+// bit (and batch norm's running statistics). By construction, not by tolerance: the layers that
+// keep channels_last either run the NCHW kernel on an NCHW copy and copy the result back (conv,
+// norms, pooling) or apply the same operations to each element in another memory order (the
+// elementwise maps), and the parameters and their gradients stay NCHW.
+// With `amp`, each forward runs under autocast in that dtype (its casts keep the layout).
+inline void check_model_channels_last(const std::string& model, int64_t in_channels, int64_t size,
+                                      Device device, int steps,
+                                      std::optional<DType> amp = std::nullopt) {
+  std::vector<std::vector<float>> params[2];
+  std::vector<float> losses[2];
+  for (int run = 0; run < 2; ++run) {
+    const MemoryFormat format = run == 0 ? MemoryFormat::contiguous : MemoryFormat::channels_last;
+    Generator init(3);
+    auto m = nn::models::make_model(
+        model,
+        {.in_channels = in_channels, .num_classes = 10, .input_size = size, .generator = &init});
+    m->to(device);
+    auto nchw = std::make_shared<std::vector<std::string>>();
+    if (run == 1) watch_layouts(*m, "", nchw);
+    nn::optim::SGD opt(m->parameters(), {.lr = 0.05, .momentum = 0.9});
+    Generator data(11);
+    for (int s = 0; s < steps; ++s) {
+      const Tensor x = randn({4, in_channels, size, size}, {}, &data).to(device).contiguous(format);
+      const Tensor y = randint(0, 10, {4}, {.dtype = DType::i64}, &data).to(device);
+      opt.zero_grad();
+      Tensor loss;
+      {
+        std::optional<autocast> region;
+        if (amp) region.emplace(device.type, AutocastOptions{.dtype = amp});
+        loss = cross_entropy((*m)(x), y);
+      }
+      loss.backward();
+      opt.step();
+      losses[run].push_back(loss.item<float>());
+    }
+    for (const auto& [name, t] : m->state_dict())  // parameters and batch norm's statistics
+      if (is_floating(t.dtype()))
+        params[run].push_back(t.to(Device::cpu()).to(DType::f32).contiguous().to_vector<float>());
+    INFO(model << " on " << device << ": layers with an NCHW output: " << nchw->size());
+    for (const std::string& n : *nchw) INFO(n);
+    CHECK(nchw->empty());
+    if (!nchw->empty()) FAIL_CHECK("first NCHW output: " << nchw->front());
+  }
+  INFO(model << " on " << device);
+  CHECK(losses[0] == losses[1]);
+  REQUIRE(params[0].size() == params[1].size());
+  for (size_t i = 0; i < params[0].size(); ++i) {
+    INFO("state_dict entry " << i);
+    CHECK(params[0][i] == params[1][i]);
   }
 }
 
