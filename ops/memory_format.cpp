@@ -28,7 +28,7 @@ Tensor nchw_view(const Tensor& t) {
 
 Tensor in_format(const Tensor& t, MemoryFormat format) {
   if (!t.defined() || t.dim() != 4 || format == MemoryFormat::contiguous) return t;
-  return t.suggest_memory_format() == format ? t : t.detach().contiguous(format);
+  return t.contiguous(format);  // itself when already laid out so (ops' outputs record no graph)
 }
 
 }  // namespace stoke::ops
