@@ -5,9 +5,9 @@
 // `relu_y` (that output) its backward into the backward's passes: dy counts
 // only where relu_y > 0, and neither the pre-ReLU values nor ReLU's gradient
 // are ever written. The input is contiguous (N, C, S) with S the product of the
-// trailing dims; it is f32, f16 or bf16, while the per-channel tensors (weight,
-// bias, running and saved statistics, gradients of weight and bias) are f32, as
-// cuDNN's mixed-precision batch norm does. All math is f32.
+// trailing dims, or (N, S, C) (BatchNormLayout::channels_last); it is f32, f16 or bf16, while the
+// per-channel tensors (weight, bias, running and saved statistics, gradients of weight and bias)
+// are f32, as cuDNN's mixed-precision batch norm does. All math is f32.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +18,11 @@ namespace stoke::cuda {
 
 // The (N, C, S) view of the input: S = the product of the dims after the
 // channel dim (1 for 2-D).
+// channels_last: the memory is (N, S, C) instead, the channel fastest (a 4-d channels_last
+// tensor's NHWC storage); the results equal the (N, C, S) layout's bit for bit.
 struct BatchNormLayout {
   int64_t batch = 0, channels = 0, spatial = 1;
+  bool channels_last = false;
 };
 
 // Training forward: per-channel mean and biased variance of x over (N, S), y =

@@ -5,6 +5,9 @@
 // Dtypes: an f32 input takes f32 per-channel tensors, as on the CPU. An f16 or bf16 input takes
 // f32 per-channel tensors (weight, bias, running and saved statistics), as cuDNN's and PyTorch's
 // mixed-precision batch norm do: the statistics of half values need f32 to stay accurate.
+//
+// Layouts: a channels_last input runs the kernels' NHWC layout in place (equal to NCHW bit for
+// bit, cuda/kernels/batch_norm.cu), with no copy to NCHW and back.
 #include "cuda/kernels/batch_norm.h"
 #include "cuda/kernels/elementwise_util.h"
 #include "ops/batch_norm.h"
@@ -21,6 +24,7 @@ cuda::BatchNormLayout layout_of(const Tensor& x) {
   l.batch = x.size(0);
   l.channels = x.size(1);
   for (int64_t d = 2; d < x.dim(); ++d) l.spatial *= x.size(d);
+  l.channels_last = kernel_format(x) == MemoryFormat::channels_last;
   return l;
 }
 
@@ -50,10 +54,12 @@ BatchNormForward CudaBackend::batch_norm_forward(const Tensor& input, const Tens
   check_f32_per_channel(op, bias, "bias", input);
   // running_mean/var together, eps and the values per channel: ops/batch_norm.cpp.
   const bool use_batch = options.training || !running_mean.defined();
-  const Tensor x = input.contiguous();
+  const MemoryFormat format = kernel_format(input);
+  const Tensor x = input.contiguous(format);
   const cuda::BatchNormLayout l = layout_of(x);
   const Device dev = x.device();
-  BatchNormForward r{empty_on(x.shape(), x.dtype(), dev), empty_on({l.channels}, DType::f32, dev),
+  BatchNormForward r{empty_in_format(x.shape(), x.dtype(), dev, format),
+                     empty_on({l.channels}, DType::f32, dev),
                      empty_on({l.channels}, DType::f32, dev)};
   const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   const Tensor b = bias.defined() ? bias.contiguous() : Tensor();
@@ -92,15 +98,16 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_output, const
   check_f32_per_channel(op, weight, "weight", input);
   check_f32_per_channel(op, save_mean, "save_mean", input);
   check_f32_per_channel(op, save_invstd, "save_invstd", input);
-  const Tensor x = input.contiguous(), dy = grad_output.contiguous();
-  const Tensor relu_y = relu_output.defined() ? relu_output.contiguous() : Tensor();
+  const MemoryFormat format = kernel_format(input);
+  const Tensor x = input.contiguous(format), dy = grad_output.contiguous(format);
+  const Tensor relu_y = relu_output.defined() ? relu_output.contiguous(format) : Tensor();
   const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
   const Tensor mean = save_mean.contiguous(), invstd = save_invstd.contiguous();
   const cuda::BatchNormLayout l = layout_of(x);
   const Device dev = x.device();
   const DType channel_dtype = DType::f32;
   BatchNormGrads g;
-  if (output_mask[0]) g.grad_input = empty_on(x.shape(), x.dtype(), dev);
+  if (output_mask[0]) g.grad_input = empty_in_format(x.shape(), x.dtype(), dev, format);
   if (output_mask[1]) g.grad_weight = empty_on({l.channels}, channel_dtype, dev);
   if (output_mask[2]) g.grad_bias = empty_on({l.channels}, channel_dtype, dev);
   if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return g;

@@ -2,7 +2,8 @@
 // batch_norm_backward, in f32, f16 and bf16 (the CPU reference runs in f32 on the same rounded
 // inputs, and its result is rounded to the kernel's dtype), at aligned and misaligned (one
 // element off) addresses. Kernels covered: batch_norm_stats_kernel, batch_norm_apply_kernel,
-// batch_norm_backward_reduce_kernel, batch_norm_backward_input_kernel.
+// batch_norm_backward_reduce_kernel, batch_norm_backward_input_kernel, and their channels-last
+// (*_nhwc_kernel) twins.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -21,6 +22,7 @@ using namespace stoke;
 using kernels_test::input;
 using kernels_test::output;
 using kernels_test::require_close;
+using kernels_test::require_equal;
 using kernels_test::rounded;
 
 using kernels_test::kFloatDtypes;
@@ -267,4 +269,102 @@ TEST_CASE(
         require_close(gb, gref.grad_bias, kGradSumTol, "relu grad_bias");
         require_close(gx, rounded(gref.grad_input, d), elem_tol(d), "relu grad_input");
       }
+}
+
+// The channels-last layout (batch_norm_stats_nhwc_kernel, batch_norm_apply_nhwc_kernel,
+// batch_norm_backward_reduce_nhwc_kernel, batch_norm_backward_input_nhwc_kernel) on the NHWC copy
+// of the input: every result equals the NCHW kernels' bit for bit, by construction (the same
+// positions summed in the same order per thread, the same block combine, the same per-value steps;
+// batch_norm.cu), and is within the tolerances above of the CPU. The channel counts take each
+// channels-per-block instance (1, 2, 4, 8; nhwc_channels_per_block) with a partial last block, and
+// more than 256 positions per channel (each thread sums several).
+TEST_CASE("cuda kernels: batch norm on channels-last memory equals the NCHW kernels and the CPU",
+          "[cuda][kernels][batch_norm]") {
+  const std::vector<Shape> shapes = {
+      {3, 5, 12, 10}, {2, 131, 10, 14}, {2, 259, 2, 3}, {1, 517, 2, 3}};
+  uint64_t seed = 2000;
+  for (const Shape& shape : shapes)
+    for (DType d : kFloatDtypes)
+      for (bool training : {true, false})
+        for (bool relu : {false, true}) {
+          const bool mis = relu;  // misaligned once per pair
+          INFO(detail::str_cat("input ", shape, " ", dtype_name(d),
+                               training ? " training" : " eval", relu ? " relu misaligned" : ""));
+          const int64_t C = shape[1];
+          const Shape nhwc{shape[0], shape[2], shape[3], C};
+          const auto to_nhwc = [&](const Tensor& t) {
+            Tensor o = output(nhwc, t.dtype(), mis);
+            o.copy_(t.permute({0, 2, 3, 1}));
+            return o;
+          };
+          const auto to_nchw = [](const Tensor& t) { return t.permute({0, 3, 1, 2}).contiguous(); };
+          const Tensor x = input(shape, d, false, -2, 3, seed++);
+          const Tensor gy = input(shape, d, false, -1, 1, seed++);
+          const Tensor w = input({C}, DType::f32, false, 0.5, 1.5, seed++);
+          const Tensor b = input({C}, DType::f32, false, -1, 1, seed++);
+          const Tensor rm0 = input({C}, DType::f32, false, -1, 1, seed++);
+          const Tensor rv0 = input({C}, DType::f32, false, 0.5, 2, seed++);
+          struct Run {
+            Tensor y, mean, invstd, rm, rv, gx, gw, gb;
+          };
+          const auto run = [&](bool cl) {
+            cuda::BatchNormLayout l = layout_of(shape);
+            l.channels_last = cl;
+            const Shape s = cl ? nhwc : shape;
+            const Tensor xs = cl ? to_nhwc(x) : x, gys = cl ? to_nhwc(gy) : gy;
+            Run r{output(s, d, mis),
+                  output({C}, DType::f32, false),
+                  output({C}, DType::f32, false),
+                  rm0.clone(),
+                  rv0.clone(),
+                  output(s, d, mis),
+                  output({C}, DType::f32, false),
+                  output({C}, DType::f32, false)};
+            std::vector<float> ws(
+                static_cast<size_t>(cuda::batch_norm_backward_workspace_floats(C)));
+            with_float_type(d, [&](auto tag) {
+              using T = decltype(tag);
+              if (training)
+                cuda::batch_norm_forward_training(
+                    l, ptr<T>(xs), ptr<T>(r.y), w.data<float>(), b.data<float>(),
+                    r.rm.data<float>(), r.rv.data<float>(), 0.1f, 1e-5f, r.mean.data<float>(),
+                    r.invstd.data<float>(), nullptr, relu);
+              else
+                cuda::batch_norm_forward_eval(l, ptr<T>(xs), ptr<T>(r.y), w.data<float>(),
+                                              b.data<float>(), r.rm.data<float>(),
+                                              r.rv.data<float>(), 1e-5f, r.mean.data<float>(),
+                                              r.invstd.data<float>(), nullptr, relu);
+              cuda::batch_norm_backward(l, ptr<T>(gys), ptr<T>(xs), w.data<float>(),
+                                        r.mean.data<float>(), r.invstd.data<float>(), training,
+                                        ptr<T>(r.gx), r.gw.data<float>(), r.gb.data<float>(),
+                                        ws.data(), nullptr, relu ? ptr<T>(r.y) : nullptr);
+            });
+            if (cl) {
+              r.y = to_nchw(r.y);
+              r.gx = to_nchw(r.gx);
+            }
+            return r;
+          };
+          const Run a = run(false), c = run(true);
+          require_equal(c.y, a.y, "output");
+          require_equal(c.mean, a.mean, "save_mean");
+          require_equal(c.invstd, a.invstd, "save_invstd");
+          require_equal(c.rm, a.rm, "running_mean");
+          require_equal(c.rv, a.rv, "running_var");
+          require_equal(c.gx, a.gx, "grad_input");
+          require_equal(c.gw, a.gw, "grad_weight");
+          require_equal(c.gb, a.gb, "grad_bias");
+          // The CPU, as in the tests above (the backward masked by the device's own output).
+          const auto ref = ops::batch_norm_forward(x.to(DType::f32), training ? Tensor() : rm0,
+                                                   training ? Tensor() : rv0, w, b,
+                                                   {.training = training, .relu = relu});
+          require_close(c.y, rounded(ref.output, d), elem_tol(d), "output against the CPU");
+          const auto gref = ops::batch_norm_backward(
+              gy.to(DType::f32), x.to(DType::f32), w, ref.save_mean, ref.save_invstd, training,
+              {true, true, true}, relu ? c.y.to(DType::f32) : Tensor());
+          require_close(c.gx, rounded(gref.grad_input, d), elem_tol(d),
+                        "grad_input against the CPU");
+          require_close(c.gw, gref.grad_weight, kGradSumTol, "grad_weight against the CPU");
+          require_close(c.gb, gref.grad_bias, kGradSumTol, "grad_bias against the CPU");
+        }
 }
