@@ -32,8 +32,37 @@ __device__ __forceinline__ int imax(int a, int b) {
 struct Params {
   int64_t planes;
   int H, W, OH, OW, kh, kw, sh, sw, ph, pw;
+  int C;  // channels (channels-last instances only)
   bool include_pad;
 };
+
+// Where flat index i of an (N, C, Hs, Ws) tensor lies: its spatial position (h, w), and (n, c)
+// such that plane_base gives where its plane starts. NCHW memory (kCL false) is (planes, Hs, Ws):
+// n is the plane and c 0. Channels-last memory (kCL) is (N, Hs, Ws, C). Each kernel takes its
+// window in the same order in both layouts, so the two give equal results bit for bit.
+template <bool kCL, class I>
+__device__ __forceinline__ void locate(I i, int Hs, int Ws, int C, int& h, int& w, I& n, int& c) {
+  if constexpr (kCL) {
+    c = static_cast<int>(i % C);
+    i /= C;
+  } else {
+    c = 0;
+  }
+  w = static_cast<int>(i % Ws);
+  const I t = i / Ws;
+  h = static_cast<int>(t % Hs);
+  n = t / Hs;
+}
+// The offset of plane (n, c) of a tensor of spatial size `area` (see locate), and the distance
+// between its spatial neighbours: 1 in NCHW, C in channels-last memory.
+template <bool kCL, class I>
+__device__ __forceinline__ I plane_base(I n, int c, int area, int C) {
+  return kCL ? n * area * C + c : n * area;
+}
+template <bool kCL>
+__device__ __forceinline__ int spatial_stride(int C) {
+  return kCL ? C : 1;
+}
 
 // The outputs whose window [o * s - p, o * s - p + k) holds input position `i`:
 // [lo, hi).
@@ -77,25 +106,25 @@ using pool_detail::store_f32;
   for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + threadIdx.x; i < (total); \
        i += static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x))
 
-template <class T, class I>
+template <class T, class I, bool kCL>
 __global__ void __launch_bounds__(256)
     max_pool2d_forward_kernel(pool_detail::Params p, const T* __restrict__ x, T* __restrict__ y,
                               int64_t* __restrict__ indices) {
   const I total = static_cast<I>(p.planes) * p.OH * p.OW;
+  const I ss = pool_detail::spatial_stride<kCL>(p.C);
   STOKE_POOL_LOOP(I, i, total) {
-    const int ow = static_cast<int>(i % p.OW);
-    const I t = i / p.OW;
-    const int oh = static_cast<int>(t % p.OH);
-    const I plane = t / p.OH;
+    int oh, ow, c;
+    I n;
+    pool_detail::locate<kCL>(i, p.OH, p.OW, p.C, oh, ow, n, c);
     const int h0 = oh * p.sh - p.ph, w0 = ow * p.sw - p.pw;
     const int hs = pool_detail::imax(h0, 0), he = pool_detail::imin(h0 + p.kh, p.H);
     const int ws = pool_detail::imax(w0, 0), we = pool_detail::imin(w0 + p.kw, p.W);
-    const T* xp = x + static_cast<I>(plane) * p.H * p.W;
+    const T* xp = x + pool_detail::plane_base<kCL>(n, c, p.H * p.W, p.C);
     float m = -INFINITY;
     int idx = hs * p.W + ws;
     for (int h = hs; h < he; ++h)
       for (int w = ws; w < we; ++w) {
-        const float v = load_f32(xp + h * p.W + w);
+        const float v = load_f32(xp + (h * p.W + w) * ss);
         if (v > m || v != v) {  // NaN propagates; the first of equal maxima stays
           m = v;
           idx = h * p.W + w;
@@ -106,16 +135,17 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-template <class T, class I>
+template <class T, class I, bool kCL>
 __global__ void __launch_bounds__(256)
     max_pool2d_backward_kernel(pool_detail::Params p, const T* __restrict__ grad_y,
                                const int64_t* __restrict__ indices, T* __restrict__ grad_x) {
   const I total = static_cast<I>(p.planes) * p.H * p.W;
+  const I ss = pool_detail::spatial_stride<kCL>(p.C);
   STOKE_POOL_LOOP(I, i, total) {
-    const int w = static_cast<int>(i % p.W);
-    const I t = i / p.W;
-    const int h = static_cast<int>(t % p.H);
-    const I out0 = (t / p.H) * p.OH * p.OW;
+    int h, w, c;
+    I n;
+    pool_detail::locate<kCL>(i, p.H, p.W, p.C, h, w, n, c);
+    const I out0 = pool_detail::plane_base<kCL>(n, c, p.OH * p.OW, p.C);
     int oh0, oh1, ow0, ow1;
     pool_detail::covering(h, p.kh, p.sh, p.ph, p.OH, oh0, oh1);
     pool_detail::covering(w, p.kw, p.sw, p.pw, p.OW, ow0, ow1);
@@ -123,41 +153,43 @@ __global__ void __launch_bounds__(256)
     float acc = 0.f;
     for (int oh = oh0; oh < oh1; ++oh)
       for (int ow = ow0; ow < ow1; ++ow) {
-        const I o = out0 + oh * p.OW + ow;
+        const I o = out0 + (oh * p.OW + ow) * ss;
         if (indices[o] == target) acc += load_f32(grad_y + o);
       }
     store_f32(grad_x + i, acc);
   }
 }
 
-template <class T, class I>
+template <class T, class I, bool kCL>
 __global__ void __launch_bounds__(256)
     avg_pool2d_forward_kernel(pool_detail::Params p, const T* __restrict__ x, T* __restrict__ y) {
   const I total = static_cast<I>(p.planes) * p.OH * p.OW;
+  const I ss = pool_detail::spatial_stride<kCL>(p.C);
   STOKE_POOL_LOOP(I, i, total) {
-    const int ow = static_cast<int>(i % p.OW);
-    const I t = i / p.OW;
-    const int oh = static_cast<int>(t % p.OH);
-    const T* xp = x + (t / p.OH) * p.H * p.W;
+    int oh, ow, c;
+    I n;
+    pool_detail::locate<kCL>(i, p.OH, p.OW, p.C, oh, ow, n, c);
+    const T* xp = x + pool_detail::plane_base<kCL>(n, c, p.H * p.W, p.C);
     int hs, he, ws, we;
     const int d = pool_detail::avg_divisor(p, oh, ow, hs, he, ws, we);
     float sum = 0.f;
     for (int h = hs; h < he; ++h)
-      for (int w = ws; w < we; ++w) sum += load_f32(xp + h * p.W + w);
+      for (int w = ws; w < we; ++w) sum += load_f32(xp + (h * p.W + w) * ss);
     store_f32(y + i, sum / static_cast<float>(d));
   }
 }
 
-template <class T, class I>
+template <class T, class I, bool kCL>
 __global__ void __launch_bounds__(256)
     avg_pool2d_backward_kernel(pool_detail::Params p, const T* __restrict__ grad_y,
                                T* __restrict__ grad_x) {
   const I total = static_cast<I>(p.planes) * p.H * p.W;
+  const I ss = pool_detail::spatial_stride<kCL>(p.C);
   STOKE_POOL_LOOP(I, i, total) {
-    const int w = static_cast<int>(i % p.W);
-    const I t = i / p.W;
-    const int h = static_cast<int>(t % p.H);
-    const T* gy = grad_y + (t / p.H) * p.OH * p.OW;
+    int h, w, c;
+    I n;
+    pool_detail::locate<kCL>(i, p.H, p.W, p.C, h, w, n, c);
+    const T* gy = grad_y + pool_detail::plane_base<kCL>(n, c, p.OH * p.OW, p.C);
     int oh0, oh1, ow0, ow1;
     pool_detail::covering(h, p.kh, p.sh, p.ph, p.OH, oh0, oh1);
     pool_detail::covering(w, p.kw, p.sw, p.pw, p.OW, ow0, ow1);
@@ -166,43 +198,45 @@ __global__ void __launch_bounds__(256)
       for (int ow = ow0; ow < ow1; ++ow) {
         int hs, he, ws, we;
         const int d = pool_detail::avg_divisor(p, oh, ow, hs, he, ws, we);
-        acc += load_f32(gy + oh * p.OW + ow) / static_cast<float>(d);
+        acc += load_f32(gy + (oh * p.OW + ow) * ss) / static_cast<float>(d);
       }
     store_f32(grad_x + i, acc);
   }
 }
 
-template <class T, class I>
+template <class T, class I, bool kCL>
 __global__ void __launch_bounds__(256)
     adaptive_avg_pool2d_forward_kernel(pool_detail::Params p, const T* __restrict__ x,
                                        T* __restrict__ y) {
   const I total = static_cast<I>(p.planes) * p.OH * p.OW;
+  const I ss = pool_detail::spatial_stride<kCL>(p.C);
   STOKE_POOL_LOOP(I, i, total) {
-    const int ow = static_cast<int>(i % p.OW);
-    const I t = i / p.OW;
-    const int oh = static_cast<int>(t % p.OH);
-    const T* xp = x + (t / p.OH) * p.H * p.W;
+    int oh, ow, c;
+    I n;
+    pool_detail::locate<kCL>(i, p.OH, p.OW, p.C, oh, ow, n, c);
+    const T* xp = x + pool_detail::plane_base<kCL>(n, c, p.H * p.W, p.C);
     const int hs = pool_detail::adaptive_start(oh, p.H, p.OH);
     const int he = pool_detail::adaptive_end(oh, p.H, p.OH);
     const int ws = pool_detail::adaptive_start(ow, p.W, p.OW);
     const int we = pool_detail::adaptive_end(ow, p.W, p.OW);
     float sum = 0.f;
     for (int h = hs; h < he; ++h)
-      for (int w = ws; w < we; ++w) sum += load_f32(xp + h * p.W + w);
+      for (int w = ws; w < we; ++w) sum += load_f32(xp + (h * p.W + w) * ss);
     store_f32(y + i, sum / static_cast<float>((he - hs) * (we - ws)));
   }
 }
 
-template <class T, class I>
+template <class T, class I, bool kCL>
 __global__ void __launch_bounds__(256)
     adaptive_avg_pool2d_backward_kernel(pool_detail::Params p, const T* __restrict__ grad_y,
                                         T* __restrict__ grad_x) {
   const I total = static_cast<I>(p.planes) * p.H * p.W;
+  const I ss = pool_detail::spatial_stride<kCL>(p.C);
   STOKE_POOL_LOOP(I, i, total) {
-    const int w = static_cast<int>(i % p.W);
-    const I t = i / p.W;
-    const int h = static_cast<int>(t % p.H);
-    const T* gy = grad_y + (t / p.H) * p.OH * p.OW;
+    int h, w, c;
+    I n;
+    pool_detail::locate<kCL>(i, p.H, p.W, p.C, h, w, n, c);
+    const T* gy = grad_y + pool_detail::plane_base<kCL>(n, c, p.OH * p.OW, p.C);
     // The outputs whose adaptive window holds h: [floor(h * OH / H), ceil((h +
     // 1) * OH / H)).
     const int oh0 = pool_detail::adaptive_start(h, p.OH, p.H);
@@ -216,7 +250,7 @@ __global__ void __launch_bounds__(256)
       for (int ow = ow0; ow < ow1; ++ow) {
         const int cols =
             pool_detail::adaptive_end(ow, p.W, p.OW) - pool_detail::adaptive_start(ow, p.W, p.OW);
-        acc += load_f32(gy + oh * p.OW + ow) / static_cast<float>(rows * cols);
+        acc += load_f32(gy + (oh * p.OW + ow) * ss) / static_cast<float>(rows * cols);
       }
     }
     store_f32(grad_x + i, acc);
@@ -265,6 +299,14 @@ pool_detail::Params checked_params(const char* op, const Pool2dGeometry& g, bool
   p.ph = static_cast<int>(g.pad_h);
   p.pw = static_cast<int>(g.pad_w);
   p.include_pad = g.count_include_pad;
+  if (g.channels_last) {
+    STOKE_CHECK(g.channels >= 1 && g.planes % g.channels == 0 && g.channels <= INT_MAX, op,
+                "expected channels >= 1 dividing planes for channels-last memory, got channels ",
+                g.channels, " and planes ", g.planes);
+    p.C = static_cast<int>(g.channels);
+  } else {
+    p.C = 1;
+  }
   return p;
 }
 
@@ -272,8 +314,8 @@ pool_detail::Params checked_params(const char* op, const Pool2dGeometry& g, bool
 // per element up to a grid of 65535 blocks (grid-stride beyond). 32 bits when
 // both tensors are small enough.
 template <class... P, class... A>
-void launch_flat(void (*k32)(P...), void (*k64)(P...), const Pool2dGeometry& g, bool per_output,
-                 cudaStream_t stream, A... args) {
+void launch_flat_instance(void (*k32)(P...), void (*k64)(P...), const Pool2dGeometry& g,
+                          bool per_output, cudaStream_t stream, A... args) {
   const int64_t in_total = g.planes * g.height * g.width, out_total = g.planes * g.out_h * g.out_w;
   const int64_t total = per_output ? out_total : in_total;
   if (total == 0) return;
@@ -288,6 +330,22 @@ void launch_flat(void (*k32)(P...), void (*k64)(P...), const Pool2dGeometry& g, 
   STOKE_CUDA_CHECK(cudaGetLastError());
 }
 
+// launch_flat_instance with the NCHW (k32, k64) or the channels-last (k32_cl, k64_cl) instances,
+// as g.channels_last says.
+template <class K, class... A>
+void launch_flat(K k32, K k64, K k32_cl, K k64_cl, const Pool2dGeometry& g, bool per_output,
+                 cudaStream_t stream, A... args) {
+  if (g.channels_last)
+    launch_flat_instance(k32_cl, k64_cl, g, per_output, stream, args...);
+  else
+    launch_flat_instance(k32, k64, g, per_output, stream, args...);
+}
+
+// The four instances of a pooling kernel for element type T, in launch_flat's order.
+#define STOKE_POOL_INSTANCES(kernel, T)                                              \
+  &kernel<T, int32_t, false>, &kernel<T, int64_t, false>, &kernel<T, int32_t, true>, \
+      &kernel<T, int64_t, true>
+
 }  // namespace
 
 // The dtype overloads declared in pool.h, each forwarding to the kernel
@@ -297,48 +355,47 @@ void launch_flat(void (*k32)(P...), void (*k64)(P...), const Pool2dGeometry& g, 
                           cudaStream_t stream) {                                                   \
     STOKE_NVTX_RANGE("stoke::cuda::max_pool2d_forward");                                           \
     const auto p = checked_params("cuda::max_pool2d", g, true);                                    \
-    launch_flat(&max_pool2d_forward_kernel<T, int32_t>, &max_pool2d_forward_kernel<T, int64_t>, g, \
-                true, stream, p, x, y, indices);                                                   \
+    launch_flat(STOKE_POOL_INSTANCES(max_pool2d_forward_kernel, T), g, true, stream, p, x, y,      \
+                indices);                                                                          \
   }                                                                                                \
   void max_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, const int64_t* indices,       \
                            T* grad_x, cudaStream_t stream) {                                       \
     STOKE_NVTX_RANGE("stoke::cuda::max_pool2d_backward");                                          \
     const auto p = checked_params("cuda::max_pool2d_backward", g, true);                           \
-    launch_flat(&max_pool2d_backward_kernel<T, int32_t>, &max_pool2d_backward_kernel<T, int64_t>,  \
-                g, false, stream, p, grad_y, indices, grad_x);                                     \
+    launch_flat(STOKE_POOL_INSTANCES(max_pool2d_backward_kernel, T), g, false, stream, p, grad_y,  \
+                indices, grad_x);                                                                  \
   }                                                                                                \
   void avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y, cudaStream_t stream) {        \
     STOKE_NVTX_RANGE("stoke::cuda::avg_pool2d_forward");                                           \
     const auto p = checked_params("cuda::avg_pool2d", g, true);                                    \
-    launch_flat(&avg_pool2d_forward_kernel<T, int32_t>, &avg_pool2d_forward_kernel<T, int64_t>, g, \
-                true, stream, p, x, y);                                                            \
+    launch_flat(STOKE_POOL_INSTANCES(avg_pool2d_forward_kernel, T), g, true, stream, p, x, y);     \
   }                                                                                                \
   void avg_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, T* grad_x,                    \
                            cudaStream_t stream) {                                                  \
     STOKE_NVTX_RANGE("stoke::cuda::avg_pool2d_backward");                                          \
     const auto p = checked_params("cuda::avg_pool2d_backward", g, true);                           \
-    launch_flat(&avg_pool2d_backward_kernel<T, int32_t>, &avg_pool2d_backward_kernel<T, int64_t>,  \
-                g, false, stream, p, grad_y, grad_x);                                              \
+    launch_flat(STOKE_POOL_INSTANCES(avg_pool2d_backward_kernel, T), g, false, stream, p, grad_y,  \
+                grad_x);                                                                           \
   }                                                                                                \
   void adaptive_avg_pool2d_forward(const Pool2dGeometry& g, const T* x, T* y,                      \
                                    cudaStream_t stream) {                                          \
     STOKE_NVTX_RANGE("stoke::cuda::adaptive_avg_pool2d_forward");                                  \
     const auto p = checked_params("cuda::adaptive_avg_pool2d", g, false);                          \
-    launch_flat(&adaptive_avg_pool2d_forward_kernel<T, int32_t>,                                   \
-                &adaptive_avg_pool2d_forward_kernel<T, int64_t>, g, true, stream, p, x, y);        \
+    launch_flat(STOKE_POOL_INSTANCES(adaptive_avg_pool2d_forward_kernel, T), g, true, stream, p,   \
+                x, y);                                                                             \
   }                                                                                                \
   void adaptive_avg_pool2d_backward(const Pool2dGeometry& g, const T* grad_y, T* grad_x,           \
                                     cudaStream_t stream) {                                         \
     STOKE_NVTX_RANGE("stoke::cuda::adaptive_avg_pool2d_backward");                                 \
     const auto p = checked_params("cuda::adaptive_avg_pool2d_backward", g, false);                 \
-    launch_flat(&adaptive_avg_pool2d_backward_kernel<T, int32_t>,                                  \
-                &adaptive_avg_pool2d_backward_kernel<T, int64_t>, g, false, stream, p, grad_y,     \
-                grad_x);                                                                           \
+    launch_flat(STOKE_POOL_INSTANCES(adaptive_avg_pool2d_backward_kernel, T), g, false, stream, p, \
+                grad_y, grad_x);                                                                   \
   }
 
 STOKE_POOL_OVERLOADS(float)
 STOKE_POOL_OVERLOADS(__half)
 STOKE_POOL_OVERLOADS(__nv_bfloat16)
 #undef STOKE_POOL_OVERLOADS
+#undef STOKE_POOL_INSTANCES
 
 }  // namespace stoke::cuda

@@ -2,9 +2,9 @@
 // average pooling and adaptive average pooling, forward and backward, with the
 // semantics of ops/pool.h (PyTorch's window placement, ceil_mode output sizes,
 // count_include_pad, tie and NaN rules). Inputs are contiguous (planes, H, W)
-// with planes = N * C; f32, f16 and bf16 (math in f32). The backward kernels
-// gather (one thread per input element sums the outputs whose window holds it),
-// so they need no atomics and are deterministic.
+// with planes = N * C, or (N, H, W, C) (Pool2dGeometry::channels_last); f32, f16 and bf16 (math in
+// f32). The backward kernels gather (one thread per input element sums the outputs whose window
+// holds it), so they need no atomics and are deterministic.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,11 @@ struct Pool2dGeometry {
   int64_t stride_h = 0, stride_w = 0;
   int64_t pad_h = 0, pad_w = 0;   // <= kernel / 2
   bool count_include_pad = true;  // avg only: padded positions count in the divisor
+  // Channels-last memory: every tensor of the call is (N, H, W, C) (out_h, out_w for the
+  // outputs) with planes = N * C; max pooling's indices are still h * W + w. The results equal
+  // the NCHW layout's bit for bit (each window is taken in the same order).
+  bool channels_last = false;
+  int64_t channels = 0;  // C, when channels_last
 };
 
 // Max pooling: y (planes, out_h, out_w); indices (same shape, may be null)

@@ -2,10 +2,12 @@
 // entry points have already checked the geometry (ops/pool.cpp); here the dtype is checked
 // and the geometry rebuilt for the kernels. Both builds use our kernels: cuDNN pooling
 // (cuda/vendor/cudnn_pool.h) is exercised by stoke-gpu-selftest, and which one the dispatch uses
-// is to be chosen by measurement on a GPU (bench/ops_cuda puts them side by side).
+// is to be chosen by measurement on a GPU (bench/ops_cuda puts them side by side). A channels_last
+// input runs the kernels' channels-last instances in place (cuda/kernels/pool.h).
 #include "cuda/kernels/pool.h"
 #include "cuda/kernels/elementwise_util.h"
 #include "ops/cuda/backend.h"
+#include "ops/cuda/glue_util.h"
 #include "ops/pool.h"
 
 namespace stoke::ops::cuda_glue {
@@ -18,6 +20,15 @@ cuda::Pool2dGeometry planes_of(const Shape& in) {
   g.height = in[nd - 2];
   g.width = in[nd - 1];
   g.planes = g.height * g.width == 0 ? 0 : in.numel() / (g.height * g.width);
+  return g;
+}
+
+// g in `format` (shape: the 4-d input's, when channels_last).
+cuda::Pool2dGeometry in_layout(cuda::Pool2dGeometry g, const Shape& shape, MemoryFormat format) {
+  if (format == MemoryFormat::channels_last) {
+    g.channels_last = true;
+    g.channels = shape[1];
+  }
   return g;
 }
 
@@ -43,11 +54,12 @@ Shape with_spatial(Shape s, int64_t h, int64_t w) {
 }
 
 // The frame of the launchers with one source and one destination of its dtype: the destination
-// of `dst_shape`, then launch(src, dst) with pointers of the dtype; nothing is launched for an
-// empty destination. `src` is contiguous.
+// of `dst_shape` in `format`, then launch(src, dst) with pointers of the dtype; nothing is launched
+// for an empty destination. `src` is laid out in `format`.
 template <class Launch>
-Tensor launch_floating(const char* op, const Tensor& src, const Shape& dst_shape, Launch launch) {
-  Tensor dst = empty_on(dst_shape, src.dtype(), src.device());
+Tensor launch_floating(const char* op, const Tensor& src, const Shape& dst_shape,
+                       MemoryFormat format, Launch launch) {
+  Tensor dst = empty_in_format(dst_shape, src.dtype(), src.device(), format);
   if (dst.numel() == 0) return dst;
   cuda::ew::dispatch_floating(src.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -67,11 +79,12 @@ MaxPool2dResult CudaBackend::max_pool2d_with_indices(const Tensor& input,
                                                      const Pool2dOptions& options) {
   const char* op = "max_pool2d";
   check_float_dtype(op, input);
-  const Tensor x = input.contiguous();
-  const cuda::Pool2dGeometry g = window_of(x.shape(), options);
+  const MemoryFormat format = kernel_format(input);
+  const Tensor x = input.contiguous(format);
+  const cuda::Pool2dGeometry g = in_layout(window_of(x.shape(), options), x.shape(), format);
   const Shape out_shape = with_spatial(x.shape(), g.out_h, g.out_w);
-  MaxPool2dResult r{empty_on(out_shape, x.dtype(), x.device()),
-                    empty_on(out_shape, DType::i64, x.device())};
+  MaxPool2dResult r{empty_in_format(out_shape, x.dtype(), x.device(), format),
+                    empty_in_format(out_shape, DType::i64, x.device(), format)};
   if (g.planes == 0) return r;
   cuda::ew::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -85,7 +98,9 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_output, const Tensor&
                                         const Shape& input_shape, const Pool2dOptions& options) {
   const char* op = "max_pool2d_backward";
   check_float_dtype(op, grad_output);
-  const Tensor gy = grad_output.contiguous(), ind = indices.contiguous();
+  const MemoryFormat format =
+      input_shape.size() == 4 ? kernel_format(grad_output) : MemoryFormat::contiguous;
+  const Tensor gy = grad_output.contiguous(format), ind = indices.contiguous(format);
   cuda::Pool2dGeometry g;
   if (options.kernel_size[0] > 0 && options.kernel_size[1] > 0) {
     g = window_of(input_shape, options);
@@ -105,7 +120,8 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_output, const Tensor&
     g.pad_w = ew;
     g.stride_h = g.stride_w = 1;
   }
-  Tensor gx = empty_on(input_shape, gy.dtype(), gy.device());
+  g = in_layout(g, input_shape, format);
+  Tensor gx = empty_in_format(input_shape, gy.dtype(), gy.device(), format);
   if (gx.numel() == 0) return gx;
   cuda::ew::dispatch_floating(gy.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -117,20 +133,23 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_output, const Tensor&
 Tensor CudaBackend::avg_pool2d(const Tensor& input, const Pool2dOptions& options) {
   const char* op = "avg_pool2d";
   check_float_dtype(op, input);
-  const Tensor x = input.contiguous();
-  const cuda::Pool2dGeometry g = window_of(x.shape(), options);
-  return launch_floating(op, x, with_spatial(x.shape(), g.out_h, g.out_w), [&](auto src, auto dst) {
-    cuda::avg_pool2d_forward(g, src, dst, launch_stream());
-  });
+  const MemoryFormat format = kernel_format(input);
+  const Tensor x = input.contiguous(format);
+  const cuda::Pool2dGeometry g = in_layout(window_of(x.shape(), options), x.shape(), format);
+  return launch_floating(
+      op, x, with_spatial(x.shape(), g.out_h, g.out_w), format,
+      [&](auto src, auto dst) { cuda::avg_pool2d_forward(g, src, dst, launch_stream()); });
 }
 
 Tensor CudaBackend::avg_pool2d_backward(const Tensor& grad_output, const Shape& input_shape,
                                         const Pool2dOptions& options) {
   const char* op = "avg_pool2d_backward";
   check_float_dtype(op, grad_output);
-  const Tensor gy = grad_output.contiguous();
-  const cuda::Pool2dGeometry g = window_of(input_shape, options);
-  return launch_floating(op, gy, input_shape, [&](auto src, auto dst) {
+  const MemoryFormat format =
+      input_shape.size() == 4 ? kernel_format(grad_output) : MemoryFormat::contiguous;
+  const Tensor gy = grad_output.contiguous(format);
+  const cuda::Pool2dGeometry g = in_layout(window_of(input_shape, options), input_shape, format);
+  return launch_floating(op, gy, input_shape, format, [&](auto src, auto dst) {
     cuda::avg_pool2d_backward(g, src, dst, launch_stream());
   });
 }
@@ -138,24 +157,27 @@ Tensor CudaBackend::avg_pool2d_backward(const Tensor& grad_output, const Shape& 
 Tensor CudaBackend::adaptive_avg_pool2d(const Tensor& input, std::array<int64_t, 2> output_size) {
   const char* op = "adaptive_avg_pool2d";
   check_float_dtype(op, input);
-  const Tensor x = input.contiguous();
-  cuda::Pool2dGeometry g = planes_of(x.shape());
+  const MemoryFormat format = kernel_format(input);
+  const Tensor x = input.contiguous(format);
+  cuda::Pool2dGeometry g = in_layout(planes_of(x.shape()), x.shape(), format);
   g.out_h = output_size[0];
   g.out_w = output_size[1];
-  return launch_floating(op, x, with_spatial(x.shape(), g.out_h, g.out_w), [&](auto src, auto dst) {
-    cuda::adaptive_avg_pool2d_forward(g, src, dst, launch_stream());
-  });
+  return launch_floating(
+      op, x, with_spatial(x.shape(), g.out_h, g.out_w), format,
+      [&](auto src, auto dst) { cuda::adaptive_avg_pool2d_forward(g, src, dst, launch_stream()); });
 }
 
 Tensor CudaBackend::adaptive_avg_pool2d_backward(const Tensor& grad_output,
                                                  const Shape& input_shape) {
   const char* op = "adaptive_avg_pool2d_backward";
   check_float_dtype(op, grad_output);
-  const Tensor gy = grad_output.contiguous();
-  cuda::Pool2dGeometry g = planes_of(input_shape);
+  const MemoryFormat format =
+      input_shape.size() == 4 ? kernel_format(grad_output) : MemoryFormat::contiguous;
+  const Tensor gy = grad_output.contiguous(format);
+  cuda::Pool2dGeometry g = in_layout(planes_of(input_shape), input_shape, format);
   g.out_h = gy.size(-2);
   g.out_w = gy.size(-1);
-  return launch_floating(op, gy, input_shape, [&](auto src, auto dst) {
+  return launch_floating(op, gy, input_shape, format, [&](auto src, auto dst) {
     cuda::adaptive_avg_pool2d_backward(g, src, dst, launch_stream());
   });
 }

@@ -227,3 +227,77 @@ TEST_CASE("cuda kernels: pooling launchers reject bad geometry with messages",
   CHECK_THROWS_WITH(cuda::adaptive_avg_pool2d_forward(bad, buf.data(), buf.data(), nullptr),
                     Catch::Contains("cuda::adaptive_avg_pool2d") && Catch::Contains("output 0x2"));
 }
+
+// The channels-last instances (Pool2dGeometry::channels_last: every tensor (N, H, W, C)) of
+// max_pool2d_forward_kernel, max_pool2d_backward_kernel, avg_pool2d_forward_kernel,
+// avg_pool2d_backward_kernel, adaptive_avg_pool2d_forward_kernel and
+// adaptive_avg_pool2d_backward_kernel: bit for bit the CPU, as the NCHW instances above (each
+// window is taken in the same order; only where its values lie changes).
+TEST_CASE("cuda kernels: pooling on channels-last memory equals the CPU bit for bit",
+          "[cuda][kernels][pool]") {
+  const auto nhwc_of = [](const Shape& s) { return Shape{s[0], s[2], s[3], s[1]}; };
+  const auto to_nhwc = [&](const Tensor& t, bool mis) {
+    Tensor o = output(nhwc_of(t.shape()), t.dtype(), mis);
+    o.copy_(t.permute({0, 2, 3, 1}));
+    return o;
+  };
+  const auto to_nchw = [](const Tensor& t) { return t.permute({0, 3, 1, 2}).contiguous(); };
+  std::vector<PoolCase> cases = kPoolCases;
+  cases.push_back({{2, 5, 6, 7}, {.kernel_size = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}});
+  uint64_t seed = 400;
+  for (const PoolCase& c : cases)
+    for (DType d : kFloatDtypes) {
+      const bool mis = d != DType::f32;
+      INFO(describe(c, d, mis));
+      const Tensor x = input(c.shape, d, false, -2, 2, seed++);
+      const Tensor xh = to_nhwc(x, mis);
+      // max: output, indices and the backward.
+      const auto ref = ops::max_pool2d_with_indices(x.to(DType::f32), c.o);
+      cuda::Pool2dGeometry g = geometry(c, ref.output.shape());
+      g.channels_last = true;
+      g.channels = c.shape[1];
+      const Tensor y = output(nhwc_of(ref.output.shape()), d, mis);
+      const Tensor ind = output(nhwc_of(ref.output.shape()), DType::i64, false);
+      const Tensor gy = input(ref.output.shape(), d, false, -1, 1, seed++);
+      const Tensor gyh = to_nhwc(gy, mis), indh = to_nhwc(ref.indices, false);
+      const Tensor gx = output(nhwc_of(c.shape), d, mis);
+      // avg (count_include_pad as the case says) and adaptive to (3, 2).
+      const Tensor aref = ops::avg_pool2d(x.to(DType::f32), c.o);
+      const Tensor ay = output(nhwc_of(aref.shape()), d, mis),
+                   agx = output(nhwc_of(c.shape), d, mis);
+      const Tensor agy = input(aref.shape(), d, false, -1, 1, seed++);
+      const Tensor agyh = to_nhwc(agy, mis);
+      const Tensor dref = ops::adaptive_avg_pool2d(x.to(DType::f32), {3, 2});
+      cuda::Pool2dGeometry ga{
+          .planes = g.planes, .height = g.height, .width = g.width, .out_h = 3, .out_w = 2};
+      ga.channels_last = true;
+      ga.channels = c.shape[1];
+      const Tensor dy = output(nhwc_of(dref.shape()), d, mis),
+                   dgx = output(nhwc_of(c.shape), d, mis);
+      const Tensor dgy = input(dref.shape(), d, false, -1, 1, seed++);
+      const Tensor dgyh = to_nhwc(dgy, mis);
+      with_float_type(d, [&](auto tag) {
+        using T = decltype(tag);
+        cuda::max_pool2d_forward(g, ptr<T>(xh), ptr<T>(y), ind.data<int64_t>(), nullptr);
+        cuda::max_pool2d_backward(g, ptr<T>(gyh), indh.data<int64_t>(), ptr<T>(gx), nullptr);
+        cuda::avg_pool2d_forward(g, ptr<T>(xh), ptr<T>(ay), nullptr);
+        cuda::avg_pool2d_backward(g, ptr<T>(agyh), ptr<T>(agx), nullptr);
+        cuda::adaptive_avg_pool2d_forward(ga, ptr<T>(xh), ptr<T>(dy), nullptr);
+        cuda::adaptive_avg_pool2d_backward(ga, ptr<T>(dgyh), ptr<T>(dgx), nullptr);
+      });
+      kernels_test::require_equal(to_nchw(y), rounded(ref.output, d), "max_pool2d output");
+      kernels_test::require_equal(to_nchw(ind), ref.indices, "max_pool2d indices");
+      kernels_test::require_equal(
+          to_nchw(gx),
+          rounded(ops::max_pool2d_backward(gy.to(DType::f32), ref.indices, c.shape), d),
+          "max_pool2d_backward");
+      kernels_test::require_equal(to_nchw(ay), rounded(aref, d), "avg_pool2d");
+      kernels_test::require_equal(
+          to_nchw(agx), rounded(ops::avg_pool2d_backward(agy.to(DType::f32), c.shape, c.o), d),
+          "avg_pool2d_backward");
+      kernels_test::require_equal(to_nchw(dy), rounded(dref, d), "adaptive_avg_pool2d");
+      kernels_test::require_equal(
+          to_nchw(dgx), rounded(ops::adaptive_avg_pool2d_backward(dgy.to(DType::f32), c.shape), d),
+          "adaptive_avg_pool2d_backward");
+    }
+}
