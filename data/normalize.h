@@ -16,6 +16,9 @@ struct NormalizeOptions {
   std::vector<float> mean = {0.f};  // one value for every channel, or one per channel
   std::vector<float> std = {1.f};   // likewise; no zeros
   DType dtype = DType::f32;         // f32, f16 or bf16
+  // The output's layout: channels_last gives NHWC memory (torch's channels_last), written by the
+  // fused pass itself on cuda (through an NCHW buffer and a copy on the CPU).
+  MemoryFormat memory_format = MemoryFormat::contiguous;
 };
 
 // images: contiguous u8 (N, H, W, C) on the CPU. Returns (N, C, H, W) of options.dtype with
@@ -23,8 +26,9 @@ struct NormalizeOptions {
 // multiply-add, a few ulps from the literal formula, as InMemoryBatcher does).
 Tensor normalize(const Tensor& images, const NormalizeOptions& options = {});
 
-// As normalize(), into `out`: a contiguous CPU tensor of shape (N, C, H, W) and dtype f32, f16 or
-// bf16 (reused across batches to avoid an allocation per step).
+// As normalize(), into `out`: a tensor of shape (N, C, H, W) and dtype f32, f16 or bf16 on the
+// images' device, contiguous or channels_last (reused across batches to avoid an allocation per
+// step); options.dtype and memory_format are out's.
 void normalize_into(const Tensor& images, const Tensor& out, const NormalizeOptions& options = {});
 
 // Augmentation where the batch is consumed (on the GPU after the upload, as DALI does, instead of

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "ops/backend.h"
+#include "ops/creation.h"
 
 namespace stoke::ops {
 
@@ -40,6 +41,21 @@ void check_images(const char* op, const Tensor& images, const Tensor& out) {
   STOKE_CHECK(images.is_contiguous(), op, "expected contiguous images");
 }
 
+// out laid out as the backends write it: contiguous NCHW, or channels_last (NHWC memory).
+bool dense_nchw_or_nhwc(const Tensor& out) {
+  return out.is_contiguous() || out.is_contiguous(MemoryFormat::channels_last);
+}
+
+// The CPU kernels write NCHW rows: a channels_last out gets them through an NCHW buffer and one
+// copy (the cuda kernels write NHWC directly).
+template <class Run>
+void on_cpu_layout(const Tensor& out, Run run) {
+  if (!out.device().is_cpu() || out.is_contiguous()) return run(out);
+  const Tensor nchw = empty(out.shape(), {.dtype = out.dtype(), .device = out.device()});
+  run(nchw);
+  Tensor(out).copy_(nchw);
+}
+
 }  // namespace
 
 void normalize_u8_nhwc(const Tensor& images, const Tensor& out, const std::vector<float>& mean,
@@ -49,12 +65,15 @@ void normalize_u8_nhwc(const Tensor& images, const Tensor& out, const std::vecto
   const int64_t n = images.size(0), h = images.size(1), w = images.size(2), c = images.size(3);
   STOKE_CHECK(out.dtype() == DType::f32 || out.dtype() == DType::f16 || out.dtype() == DType::bf16,
               kOp, "expected an f32 or f16 (or bf16) output, got ", out.dtype());
-  STOKE_CHECK(out.shape() == Shape({n, c, h, w}) && out.is_contiguous(), kOp,
-              "expected a contiguous output of shape ", Shape({n, c, h, w}), ", got ", out.shape());
+  STOKE_CHECK(out.shape() == Shape({n, c, h, w}) && dense_nchw_or_nhwc(out), kOp,
+              "expected an output of shape ", Shape({n, c, h, w}),
+              " that is contiguous or channels_last, got shape ", out.shape(), " strides ",
+              out.strides());
   // The backends take mean/std per channel (each folds them into its scale and bias).
   const auto [mean_c, std_c] = per_channel(kOp, c, mean, std);
   if (n == 0 || h == 0 || w == 0 || c == 0) return;
-  dispatch(kOp, {&images, &out}).normalize_u8_nhwc(images, out, mean_c, std_c);
+  Backend& backend = dispatch(kOp, {&images, &out});
+  on_cpu_layout(out, [&](const Tensor& o) { backend.normalize_u8_nhwc(images, o, mean_c, std_c); });
 }
 
 void crop_flip_normalize_u8_nhwc(const Tensor& images, const Tensor& out, const Tensor& crops,
@@ -64,9 +83,10 @@ void crop_flip_normalize_u8_nhwc(const Tensor& images, const Tensor& out, const 
   const int64_t n = images.size(0), c = images.size(3);
   STOKE_CHECK(out.dtype() == DType::f32 || out.dtype() == DType::f16 || out.dtype() == DType::bf16,
               kOp, "expected an f32, f16 or bf16 output, got ", out.dtype());
-  STOKE_CHECK(out.dim() == 4 && out.size(0) == n && out.size(1) == c && out.is_contiguous(), kOp,
-              "expected a contiguous output of shape (", n, ", ", c, ", OH, OW), got ",
-              out.shape());
+  STOKE_CHECK(out.dim() == 4 && out.size(0) == n && out.size(1) == c && dense_nchw_or_nhwc(out),
+              kOp, "expected an output of shape (", n, ", ", c,
+              ", OH, OW) that is contiguous or channels_last, got shape ", out.shape(), " strides ",
+              out.strides());
   STOKE_CHECK(crops.defined() && crops.dtype() == DType::i32 && crops.shape() == Shape({n, 3}) &&
                   crops.is_contiguous(),
               kOp, "expected crops as a contiguous i32 tensor of shape ", Shape({n, 3}),
@@ -83,8 +103,10 @@ void crop_flip_normalize_u8_nhwc(const Tensor& images, const Tensor& out, const 
   }
   const auto [mean_c, std_c] = per_channel(kOp, c, mean, std);
   if (out.numel() == 0) return;
-  dispatch(kOp, {&images, &out, &crops})
-      .crop_flip_normalize_u8_nhwc(images, out, crops, mean_c, std_c);
+  Backend& backend = dispatch(kOp, {&images, &out, &crops});
+  on_cpu_layout(out, [&](const Tensor& o) {
+    backend.crop_flip_normalize_u8_nhwc(images, o, crops, mean_c, std_c);
+  });
 }
 
 }  // namespace stoke::ops

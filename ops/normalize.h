@@ -13,9 +13,10 @@ namespace stoke::ops {
 
 // out (N, C, H, W) = (images (N, H, W, C) u8 / 255 - mean[c]) / std[c], computed as
 // x * (1 / (255 std[c])) - mean[c] / std[c] (one multiply-add, a few ulps from the literal
-// formula). images: contiguous u8 with 4 dims; out: contiguous f32, f16 or bf16 of shape (N, C, H,
-// W) on the same device; mean and std: 1 value (every channel) or C values, std without zeros.
-// Messages name the op "normalize", the name users call it by (data::normalize).
+// formula). images: contiguous u8 with 4 dims; out: f32, f16 or bf16 of shape (N, C, H, W) on the
+// same device, contiguous or channels_last (NHWC memory: written directly on cuda, through an
+// NCHW buffer and a copy on the CPU); mean and std: 1 value (every channel) or C values, std
+// without zeros. Messages name the op "normalize", the name users call it by (data::normalize).
 void normalize_u8_nhwc(const Tensor& images, const Tensor& out, const std::vector<float>& mean,
                        const std::vector<float>& std);
 
@@ -24,7 +25,8 @@ void normalize_u8_nhwc(const Tensor& images, const Tensor& out, const std::vecto
 // a pixel outside the image (H, W) being 0 (zero padding) before normalization; crops is a
 // contiguous i32 (N, 3) tensor of (top, left, flip) rows on the images' device (flip 0 or 1).
 // This is RandomCrop (top-left corner (top, left) of the image padded with zeros) followed by
-// HorizontalFlip. out: contiguous f32, f16 or bf16 (N, C, OH, OW), OH, OW >= 0 of any size; the
+// HorizontalFlip. out: f32, f16 or bf16 (N, C, OH, OW), contiguous or channels_last, OH, OW >= 0 of
+// any size; the
 // rest as normalize_u8_nhwc. Messages name the op "crop_flip_normalize".
 void crop_flip_normalize_u8_nhwc(const Tensor& images, const Tensor& out, const Tensor& crops,
                                  const std::vector<float>& mean, const std::vector<float>& std);

@@ -32,18 +32,17 @@ Tensor host_crops(int64_t n, Device device) {
 DeviceBatch to_device(const data::Batch& batch, Device device, const BatchFinish& finish) {
   data::NormalizeOptions norm = finish.normalize;
   norm.dtype = finish.dtype;
+  norm.memory_format = finish.memory_format;  // written in that layout by the fused pass
   const Tensor images =
       device.is_cpu() ? batch.images : batch.images.to(device, /*non_blocking=*/true);
   const Tensor labels =
       device.is_cpu() ? batch.labels : batch.labels.to(device, /*non_blocking=*/true);
-  if (!finish.augment)
-    return {data::normalize(images, norm).contiguous(finish.memory_format), labels};
+  if (!finish.augment) return {data::normalize(images, norm), labels};
   const int64_t n = batch.images.size(0);
   Tensor crops = host_crops(n, device);
   data::draw_crops_into(crops, batch.indices, batch.images.size(1), batch.images.size(2),
                         finish.crop, finish.seed, batch.epoch);
-  return {data::crop_flip_normalize(images, crops, norm, finish.crop.height, finish.crop.width)
-              .contiguous(finish.memory_format),
+  return {data::crop_flip_normalize(images, crops, norm, finish.crop.height, finish.crop.width),
           labels};
 }
 

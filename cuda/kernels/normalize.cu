@@ -1,7 +1,8 @@
 // CUDA normalize kernels (see normalize.h). One thread per output pixel: it reads the pixel's C
 // bytes (adjacent threads read adjacent pixels, in reverse order when flipped) and writes one
 // element to each of the C planes (adjacent threads write adjacent elements of a plane, so the
-// stores coalesce).
+// stores coalesce). The channels-last instances write the pixel's C values side by side instead
+// (NHWC out: the same values, the same operations).
 #include "cuda/kernels/normalize.h"
 
 #include "cuda/kernels/elementwise_util.h"
@@ -15,23 +16,34 @@ struct NormalizeCoeffs {
   float bias[kMaxNormalizeChannels];
 };
 
-template <class T>
+// Where output pixel p = (b, s) of an image of hw pixels starts, and the distance between its
+// channels: (b, c, s) in NCHW, (b, s, c) in channels-last memory (kCL).
+template <bool kCL>
+__device__ __forceinline__ int64_t pixel_offset(int64_t p, int64_t hw, int channels) {
+  return kCL ? p * channels : (p / hw) * channels * hw + p % hw;
+}
+template <bool kCL>
+__device__ __forceinline__ int64_t channel_stride(int64_t hw) {
+  return kCL ? 1 : hw;
+}
+
+template <class T, bool kCL>
 __global__ void __launch_bounds__(256)
     normalize_nhwc_to_nchw_kernel(const uint8_t* in, T* out, int64_t pixels, int64_t hw,
                                   int channels, NormalizeCoeffs k) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t cs = channel_stride<kCL>(hw);
   for (int64_t p = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; p < pixels;
        p += step) {
-    const int64_t b = p / hw, s = p % hw;
     const uint8_t* px = in + p * channels;
-    T* o = out + b * channels * hw + s;
+    T* o = out + pixel_offset<kCL>(p, hw, channels);
     for (int c = 0; c < channels; ++c)
-      o[c * hw] = ew::from_float<T>(static_cast<float>(px[c]) * k.scale[c] + k.bias[c]);
+      o[c * cs] = ew::from_float<T>(static_cast<float>(px[c]) * k.scale[c] + k.bias[c]);
   }
 }
 
 // Output pixel p = (b, y, x) of (batch, out_h, out_w): its source pixel under image b's crop.
-template <class T>
+template <class T, bool kCL>
 __global__ void __launch_bounds__(256)
     crop_flip_normalize_kernel(const uint8_t* in, const int32_t* crops, T* out, int64_t pixels,
                                int64_t height, int64_t width, int64_t out_h, int64_t out_w,
@@ -45,10 +57,11 @@ __global__ void __launch_bounds__(256)
     const int64_t sy = crop[0] + y, sx = crop[1] + (crop[2] != 0 ? out_w - 1 - x : x);
     const bool inside = sy >= 0 && sy < height && sx >= 0 && sx < width;
     const uint8_t* px = inside ? in + ((b * height + sy) * width + sx) * channels : in;
-    T* o = out + b * channels * ohw + s;
+    T* o = out + pixel_offset<kCL>(p, ohw, channels);
+    const int64_t cs = channel_stride<kCL>(ohw);
     for (int c = 0; c < channels; ++c) {
       const float v = inside ? static_cast<float>(px[c]) : 0.f;
-      o[c * ohw] = ew::from_float<T>(v * k.scale[c] + k.bias[c]);
+      o[c * cs] = ew::from_float<T>(v * k.scale[c] + k.bias[c]);
     }
   }
 }
@@ -72,7 +85,7 @@ NormalizeCoeffs coefficients(const char* op, int64_t channels, const float* mean
 
 void normalize_u8_nhwc(const uint8_t* in, DType out_dtype, void* out, int64_t batch, int64_t height,
                        int64_t width, int64_t channels, const float* mean, const float* std,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, bool channels_last) {
   STOKE_NVTX_RANGE("stoke::cuda::normalize_u8_nhwc");
   const char* op = "cuda::normalize_u8_nhwc";
   STOKE_CHECK(batch >= 0 && height >= 0 && width >= 0, op,
@@ -83,7 +96,8 @@ void normalize_u8_nhwc(const uint8_t* in, DType out_dtype, void* out, int64_t ba
   ew::dispatch_floating(out_dtype, op, [&](auto tag) {
     using T = decltype(tag);
     if (pixels == 0) return;
-    auto* kern = &normalize_nhwc_to_nchw_kernel<T>;
+    auto* kern = channels_last ? &normalize_nhwc_to_nchw_kernel<T, true>
+                               : &normalize_nhwc_to_nchw_kernel<T, false>;
     STOKE_LAUNCH(kern, ew::grid_for(pixels, 256), 256, 0, stream)
     (in, static_cast<T*>(out), pixels, height * width, static_cast<int>(channels), k);
     STOKE_CUDA_CHECK(cudaGetLastError());
@@ -93,7 +107,7 @@ void normalize_u8_nhwc(const uint8_t* in, DType out_dtype, void* out, int64_t ba
 void crop_flip_normalize_u8_nhwc(const uint8_t* in, const int32_t* crops, DType out_dtype,
                                  void* out, int64_t batch, int64_t height, int64_t width,
                                  int64_t channels, int64_t out_h, int64_t out_w, const float* mean,
-                                 const float* std, cudaStream_t stream) {
+                                 const float* std, cudaStream_t stream, bool channels_last) {
   STOKE_NVTX_RANGE("stoke::cuda::crop_flip_normalize_u8_nhwc");
   const char* op = "cuda::crop_flip_normalize_u8_nhwc";
   STOKE_CHECK(batch >= 0 && height >= 0 && width >= 0 && out_h >= 0 && out_w >= 0, op,
@@ -104,7 +118,8 @@ void crop_flip_normalize_u8_nhwc(const uint8_t* in, const int32_t* crops, DType 
   ew::dispatch_floating(out_dtype, op, [&](auto tag) {
     using T = decltype(tag);
     if (pixels == 0) return;
-    auto* kern = &crop_flip_normalize_kernel<T>;
+    auto* kern = channels_last ? &crop_flip_normalize_kernel<T, true>
+                               : &crop_flip_normalize_kernel<T, false>;
     STOKE_LAUNCH(kern, ew::grid_for(pixels, 256), 256, 0, stream)
     (in, crops, static_cast<T*>(out), pixels, height, width, out_h, out_w,
      static_cast<int>(channels), k);

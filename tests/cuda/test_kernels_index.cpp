@@ -194,6 +194,13 @@ TEST_CASE("cuda kernels: normalize_nhwc_to_nchw_kernel matches (x / 255 - mean) 
       t.atol += 32 * kt::kU;
       kt::require_close(out.to(DType::f32), want.to(DType::f32).to(dtype).to(DType::f32), t,
                         detail::str_cat("normalize ", dtype, " C=", c));
+      // The channels-last instance writes (b, h, w, c) memory: the same values bit for bit (the
+      // same multiply-add per value, stored elsewhere).
+      Tensor nhwc = kt::output({b, h, w, c}, dtype, true);
+      cuda::normalize_u8_nhwc(img.data<uint8_t>(), dtype, nhwc.data_ptr(), b, h, w, c, mean, stdv,
+                              nullptr, /*channels_last=*/true);
+      kt::require_equal(nhwc.permute({0, 3, 1, 2}).to(DType::f32).contiguous(), out.to(DType::f32),
+                        detail::str_cat("normalize channels_last ", dtype));
     }
   const float zero_std[1] = {0.f};
   Tensor img = zeros({1, 1, 1, 1}, {.dtype = DType::u8});
@@ -244,6 +251,13 @@ TEST_CASE("cuda kernels: crop_flip_normalize_kernel matches ops::crop_flip_norma
       // value once. (On a GPU nvcc may fuse the multiply-add: 1 ulp.)
       kt::require_equal(out.to(DType::f32), want.to(DType::f32),
                         detail::str_cat("crop_flip ", dtype, " C=", k.c, " ", k.oh, "x", k.ow));
+      // The channels-last instance: (b, oh, ow, c) memory, the same values bit for bit.
+      Tensor nhwc = kt::output({k.b, k.oh, k.ow, k.c}, dtype, true);
+      cuda::crop_flip_normalize_u8_nhwc(img.data<uint8_t>(), crops.data<int32_t>(), dtype,
+                                        nhwc.data_ptr(), k.b, k.h, k.w, k.c, k.oh, k.ow,
+                                        mean.data(), stdv.data(), nullptr, /*channels_last=*/true);
+      kt::require_equal(nhwc.permute({0, 3, 1, 2}).to(DType::f32).contiguous(), want.to(DType::f32),
+                        detail::str_cat("crop_flip channels_last ", dtype, " C=", k.c));
     }
   const float mean[1] = {0.f}, stdv[1] = {1.f};
   Tensor img = zeros({1, 2, 2, 1}, {.dtype = DType::u8});

@@ -223,3 +223,36 @@ TEST_CASE("crop_flip_normalize: errors name the op and what is wrong",
   CHECK(crop_flip_normalize(none, empty({0, 3}, {.dtype = DType::i32})).shape() ==
         Shape({0, 1, 4, 4}));
 }
+
+TEST_CASE("normalize and crop_flip_normalize: channels_last output holds the NCHW values",
+          "[data][normalize][crop_flip]") {
+  // The same multiply-add per value in both layouts (on the CPU the channels_last one is the NCHW
+  // pass copied): equal bit for bit, in a tensor whose strides are NHWC's. 3 channels and 1 (a
+  // one-channel tensor is dense in both layouts).
+  for (int64_t c : {3, 1})
+    for (DType dtype : {DType::f32, DType::f16, DType::bf16}) {
+      INFO("C=" << c << " " << dtype);
+      const Tensor images = random_u8(3, 6, 5, c, 40 + static_cast<uint64_t>(c));
+      const NormalizeOptions nchw{.mean = {0.4f}, .std = {0.3f}, .dtype = dtype};
+      NormalizeOptions nhwc = nchw;
+      nhwc.memory_format = MemoryFormat::channels_last;
+      const Tensor a = normalize(images, nchw), b = normalize(images, nhwc);
+      CHECK(b.is_contiguous(MemoryFormat::channels_last));
+      CHECK(b.shape() == a.shape());
+      CHECK(b.to(DType::f32).contiguous().to_vector<float>() ==
+            a.to(DType::f32).to_vector<float>());
+      const Tensor crops =
+          draw_crops(index_tensor({0, 1, 2}), 6, 5, {.height = 4, .width = 4, .padding = 2}, 7, 1);
+      const Tensor ca = crop_flip_normalize(images, crops, nchw, 4, 4),
+                   cb = crop_flip_normalize(images, crops, nhwc, 4, 4);
+      CHECK(cb.is_contiguous(MemoryFormat::channels_last));
+      CHECK(cb.shape() == Shape({3, c, 4, 4}));
+      CHECK(cb.to(DType::f32).contiguous().to_vector<float>() ==
+            ca.to(DType::f32).to_vector<float>());
+    }
+  // An output in neither layout is refused with its strides.
+  const Tensor images = random_u8(2, 3, 3, 2, 9);
+  Tensor odd = empty({2, 2, 3, 3}).transpose(2, 3);
+  CHECK_THROWS_WITH(normalize_into(images, odd),
+                    Contains("contiguous or channels_last") && Contains("strides"));
+}
