@@ -7,6 +7,7 @@
 #include "ops/check.h"
 #include "ops/creation.h"
 #include "ops/index.h"
+#include "ops/memory_format.h"
 #include "ops/reduce.h"
 
 namespace stoke::ops {
@@ -83,7 +84,13 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
                 ", got tensor ", i, " of shape ", t.shape());
     shape[dim] += t.size(dim);
   }
-  Tensor out = empty(shape, {.dtype = first.dtype(), .device = first.device()});
+  // torch's layout rule for cat: channels_last when every input suggests it, else contiguous.
+  bool channels_last = shape.size() == 4;
+  for (const Tensor& t : tensors)
+    channels_last = channels_last && t.suggest_memory_format() == MemoryFormat::channels_last;
+  Tensor out = channels_last ? nchw_view(empty({shape[0], shape[2], shape[3], shape[1]},
+                                               {.dtype = first.dtype(), .device = first.device()}))
+                             : empty(shape, {.dtype = first.dtype(), .device = first.device()});
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
     copy_strided(out.narrow(dim, offset, t.size(dim)), t.detach());

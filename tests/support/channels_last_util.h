@@ -90,8 +90,19 @@ inline std::vector<ChannelsLastCase> channels_last_cases() {
          return linear(x.flatten(1), cl_param({3, 4 * 6 * 6}, 11, d), cl_param({3}, 12, d));
        },
        false},
-      // Not kept yet (torch keeps both): their outputs come back NCHW.
-      {"cat along channels",
+      // cat keeps channels_last when every input has it, as torch's cat does (torch 1.13's
+      // torch.cat: channels_last for two channels_last inputs, contiguous with an NCHW one).
+      {"cat along channels (both channels_last)",
+       [](const Tensor& x, Device) {
+         return cat({x, relu(x)}, 1);
+       }},
+      {"cat along the batch (both channels_last)",
+       [](const Tensor& x, Device) {
+         return cat({x, x}, 0);
+       }},
+      // Contiguous outputs, as torch 1.13 gives them: cat with an NCHW input, and softmax (over
+      // any dim; torch's CPU softmax returns contiguous for a channels_last input).
+      {"cat along channels (with an NCHW tensor)",
        [=](const Tensor& x, Device d) {
          return cat({x, nchw(x, d)}, 1);
        },
