@@ -1,4 +1,6 @@
-// CPU batch norm. The contiguous input is viewed as (N, C, S); every pass is parallel over
+// CPU batch norm. The contiguous input is viewed as (N, C, S), a channels_last one as (N, S, C) on
+// its NHWC storage (the same sums in the same order per channel: channel_sums_cl, affine_cl, so the
+// results equal NCHW's bit for bit, without a copy to NCHW and back); every pass is parallel over
 // channel ranges, and a thread handles its channels for all n, so per-channel sums need no
 // combining across threads. Sums run in SIMD-width lanes of the input type over short blocks and
 // are folded into double after each block: vectorized, and accurate to double-ish precision for
@@ -18,9 +20,28 @@
 namespace stoke::ops::cpu {
 namespace {
 
+// The channels-last loops run over a row's channels, reading several per-channel arrays beside the
+// row and writing one: more streams than GCC's run-time alias checks allow, so it left them
+// scalar. They never overlap (distinct allocations); ivdep says so. Vectorizing across channels
+// changes no value: each channel's operations stay the same.
+#if defined(__clang__)
+#define STOKE_BN_IVDEP _Pragma("clang loop vectorize(assume_safety)")
+#else
+#define STOKE_BN_IVDEP _Pragma("GCC ivdep")
+#endif
+
+// cl: the memory is (N, S, C) (a 4-d channels_last tensor's NHWC storage) instead of (N, C, S).
 struct Layout {
   int64_t N = 0, C = 0, S = 0;
+  bool cl = false;
 };
+
+// A 4-d input that suggests channels_last runs on its NHWC storage (no copy to NCHW and back).
+MemoryFormat format_of(const Tensor& input) {
+  return input.dim() == 4 && input.suggest_memory_format() == MemoryFormat::channels_last
+             ? MemoryFormat::channels_last
+             : MemoryFormat::contiguous;
+}
 
 Layout layout_of(const Tensor& x) {
   Layout l;
@@ -28,7 +49,15 @@ Layout layout_of(const Tensor& x) {
   l.C = x.size(1);
   l.S = 1;
   for (int64_t d = 2; d < x.dim(); ++d) l.S *= x.size(d);
+  l.cl = format_of(x) == MemoryFormat::channels_last;
   return l;
+}
+
+// An uninitialized tensor of x's shape and dtype in its layout.
+Tensor empty_like_layout(const Tensor& x, const Layout& l) {
+  if (!l.cl) return empty(x.shape(), {.dtype = x.dtype()});
+  return empty({x.size(0), x.size(2), x.size(3), x.size(1)}, {.dtype = x.dtype()})
+      .permute({0, 3, 1, 2});
 }
 
 // Rows of fewer elements than this are handled channel-vectorized (loop over c innermost).
@@ -90,6 +119,81 @@ inline void lane_sums(const T* a, T ka, const T* b, T kb, const T* mask, int64_t
   }
 }
 
+// channel_sums on channels-last memory ((N, S, C), Layout::cl): per channel the same additions in
+// the same order as the (N, C, S) path below, so the sums are equal bit for bit. Each lane of a
+// channel gets the values it gets there (position k of a row's kBnFold chunk goes to lane k % L in
+// the chunk's whole-L part and to lane k - that part's length in its tail, as lane_sums assigns
+// them), the lanes fold into double at the same points, and the short-row path sums in double in
+// the same (n, s) order. The loops run over a row's channels innermost, contiguous here.
+template <class T, bool kMask>
+void channel_sums_cl(const Layout& l, const T* a, const T* ka, const T* b, const T* kb,
+                     const T* mask, int64_t c0, int64_t c1, double* s1, double* s2) {
+  const int64_t cb = c1 - c0;
+  std::fill(s1, s1 + cb, 0.0);
+  std::fill(s2, s2 + cb, 0.0);
+  const auto av = [](const T* ar, const T* mr, int64_t c) {
+    const T v = ar[c];  // loaded unconditionally, as in lane_sums
+    if constexpr (kMask)
+      return mr[c] > T(0) ? v : T(0);
+    else
+      return v;
+  };
+  if (l.S >= kRowMin) {
+    constexpr int64_t L = kBnLanes<T>;
+    std::vector<T> acc1(static_cast<size_t>(L * cb), T(0)), acc2(acc1);
+    int64_t pending = 0;
+    const auto fold = [&] {
+      for (int64_t c = 0; c < cb; ++c) {
+        double d1 = 0, d2 = 0;
+        for (int64_t j = 0; j < L; ++j) {
+          d1 += acc1[static_cast<size_t>(j * cb + c)];
+          d2 += acc2[static_cast<size_t>(j * cb + c)];
+        }
+        s1[c] += d1;
+        s2[c] += d2;
+      }
+      std::fill(acc1.begin(), acc1.end(), T(0));
+      std::fill(acc2.begin(), acc2.end(), T(0));
+      pending = 0;
+    };
+    for (int64_t n = 0; n < l.N; ++n)
+      for (int64_t i = 0; i < l.S; i += kBnFold) {
+        const int64_t len = std::min(kBnFold, l.S - i), whole = len / L * L;
+        for (int64_t k = 0; k < len; ++k) {
+          const int64_t off = (n * l.S + i + k) * l.C + c0;
+          const T* ar = a + off;
+          const T* br = b + off;
+          const T* mr = kMask ? mask + off : nullptr;
+          const int64_t lane = k < whole ? k % L : k - whole;
+          T* r1 = acc1.data() + lane * cb;
+          T* r2 = acc2.data() + lane * cb;
+          STOKE_BN_IVDEP
+          for (int64_t c = 0; c < cb; ++c) {
+            const T u = av(ar, mr, c) - ka[c0 + c];
+            r1[c] += u;
+            r2[c] += u * (br[c] - kb[c0 + c]);
+          }
+        }
+        pending += len;
+        if (pending >= kBnFold) fold();
+      }
+    fold();
+    return;
+  }
+  for (int64_t n = 0; n < l.N; ++n)
+    for (int64_t s = 0; s < l.S; ++s) {
+      const int64_t off = (n * l.S + s) * l.C;
+      const T* ar = a + off;
+      const T* br = b + off;
+      const T* mr = kMask ? mask + off : nullptr;
+      for (int64_t c = c0; c < c1; ++c) {
+        const double u = double(av(ar, mr, c)) - double(ka[c]);
+        s1[c - c0] += u;
+        s2[c - c0] += u * (double(br[c]) - double(kb[c]));
+      }
+    }
+}
+
 // Per channel in [c0, c1): s1[c - c0] += sum(a - ka[c]), s2 += sum((a - ka[c]) * (b - kb[c])),
 // a masked by mask > 0 when kMask (see lane_sums).
 // The lanes run on across the channel's rows and are folded into double once about kBnFold elements
@@ -98,6 +202,7 @@ inline void lane_sums(const T* a, T ka, const T* b, T kb, const T* mask, int64_t
 template <class T, bool kMask = false>
 void channel_sums(const Layout& l, const T* a, const T* ka, const T* b, const T* kb, const T* mask,
                   int64_t c0, int64_t c1, double* s1, double* s2) {
+  if (l.cl) return channel_sums_cl<T, kMask>(l, a, ka, b, kb, mask, c0, c1, s1, s2);
   std::fill(s1, s1 + (c1 - c0), 0.0);
   std::fill(s2, s2 + (c1 - c0), 0.0);
   if (l.S >= kRowMin) {
@@ -199,6 +304,46 @@ void channel_affine(const Layout& l, const T* x, const T* xm, const T* y, const 
   }
 }
 
+// channel_affine on channels-last memory for all channels, parallel over the (n, s) rows (a
+// split by channels would have two threads write one cache line): the same expression per value
+// as channel_affine, so equal bit for bit.
+template <class T, bool kMask = false, bool kRelu = false>
+void affine_cl(const Layout& l, const T* x, const T* xm, const T* y, const T* ym, const T* mask,
+               T* out, const T* p, const T* q, const T* r) {
+  const int64_t C = l.C;
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(C, 1));
+  parallel_for(0, l.N * l.S, grain, [&](int64_t r0, int64_t r1) {
+    for (int64_t row = r0; row < r1; ++row) {
+      const int64_t off = row * C;
+      const T* xr = x + off;
+      const T* mr = kMask ? mask + off : nullptr;
+      T* o = out + off;
+      const auto xv = [&](int64_t c) {
+        const T xi = xr[c];  // loaded unconditionally, as in channel_affine
+        if constexpr (kMask)
+          return mr[c] > T(0) ? xi : T(0);
+        else
+          return xi;
+      };
+      const auto store = [](T v) {
+        if constexpr (kRelu)
+          return v < T(0) ? T(0) : v;  // as stoke::relu: NaN stays NaN
+        else
+          return v;
+      };
+      if (y) {
+        const T* yr = y + off;
+        STOKE_BN_IVDEP
+        for (int64_t c = 0; c < C; ++c)
+          o[c] = store(p[c] * (xv(c) - xm[c]) + q[c] * (yr[c] - ym[c]) + r[c]);
+      } else {
+        STOKE_BN_IVDEP
+        for (int64_t c = 0; c < C; ++c) o[c] = store(p[c] * (xv(c) - xm[c]) + r[c]);
+      }
+    }
+  });
+}
+
 // Reads element c of a 1-D tensor (any stride) as double; 1 / 0 defaults for undefined tensors.
 template <class T>
 double at(const Tensor& t, int64_t c, double fallback) {
@@ -225,11 +370,11 @@ BatchNormForward CpuBackend::batch_norm_forward(const Tensor& input, const Tenso
   check_channel_tensor(op, bias, "bias", input);
   // running_mean/var together, eps and the values per channel: ops/batch_norm.cpp.
   const bool use_batch = options.training || !running_mean.defined();
-  const Tensor x = input.contiguous();
+  const Tensor x = input.contiguous(format_of(input));
   const Layout l = layout_of(x);
   const int64_t M = l.N * l.S;
   BatchNormForward r;
-  r.output = empty(x.shape(), {.dtype = x.dtype()});
+  r.output = empty_like_layout(x, l);
   r.save_mean = empty({l.C}, {.dtype = x.dtype()});
   r.save_invstd = empty({l.C}, {.dtype = x.dtype()});
   dispatch_float(x.dtype(), op, [&](auto tag) {
@@ -244,7 +389,7 @@ BatchNormForward CpuBackend::batch_norm_forward(const Tensor& input, const Tenso
     std::vector<double> offset(l.C, 0.0);  // mean - center, in double
     if (use_batch) {
       if (M > 0)
-        for (int64_t c = 0; c < l.C; ++c) first[c] = xp[c * l.S];
+        for (int64_t c = 0; c < l.C; ++c) first[c] = xp[l.cl ? c : c * l.S];  // position 0
       std::vector<double> var(l.C);
       for_channels(l, [&](int64_t c0, int64_t c1) {
         std::vector<double> s1(c1 - c0), s2(c1 - c0);
@@ -283,6 +428,15 @@ BatchNormForward CpuBackend::batch_norm_forward(const Tensor& input, const Tenso
       shift[c] = T(at<T>(bias, c, 0) - offset[c] * sc);
     }
     T* out = r.output.data<T>();
+    if (l.cl) {
+      if (options.relu)
+        affine_cl<T, false, true>(l, xp, first.data(), nullptr, nullptr, nullptr, out, scale.data(),
+                                  nullptr, shift.data());
+      else
+        affine_cl<T>(l, xp, first.data(), nullptr, nullptr, nullptr, out, scale.data(), nullptr,
+                     shift.data());
+      return;
+    }
     for_channels(l, [&](int64_t c0, int64_t c1) {
       if (options.relu)
         channel_affine<T, false, true>(l, xp, first.data(), nullptr, nullptr, nullptr, out,
@@ -305,12 +459,13 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_output, const 
   check_channel_tensor(op, weight, "weight", input);
   check_channel_tensor(op, save_mean, "save_mean", input);
   check_channel_tensor(op, save_invstd, "save_invstd", input);
-  const Tensor x = input.contiguous(), dy = grad_output.contiguous();
-  const Tensor relu_y = relu_output.defined() ? relu_output.contiguous() : Tensor();
+  const MemoryFormat format = format_of(input);
+  const Tensor x = input.contiguous(format), dy = grad_output.contiguous(format);
+  const Tensor relu_y = relu_output.defined() ? relu_output.contiguous(format) : Tensor();
   const Layout l = layout_of(x);
   const int64_t M = l.N * l.S;
   BatchNormGrads g;
-  if (output_mask[0]) g.grad_input = empty(x.shape(), {.dtype = x.dtype()});
+  if (output_mask[0]) g.grad_input = empty_like_layout(x, l);
   if (output_mask[1]) g.grad_weight = empty({l.C}, {.dtype = x.dtype()});
   if (output_mask[2]) g.grad_bias = empty({l.C}, {.dtype = x.dtype()});
   // The sums are needed for weight/bias grads, and for the input grad in training.
@@ -347,6 +502,7 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_output, const 
         k2[c] = T(b);
         k3[c] = T(d);
       }
+      if (l.cl) return;  // the input gradient: affine_cl below, over rows
       if (output_mask[0] && mask)
         channel_affine<T, true>(l, dyp, zero.data(), training ? xp : nullptr, mean.data(), mask,
                                 g.grad_input.data<T>(), k1.data(), k2.data(), k3.data(), c0, c1);
@@ -354,6 +510,14 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_output, const 
         channel_affine<T>(l, dyp, zero.data(), training ? xp : nullptr, mean.data(), nullptr,
                           g.grad_input.data<T>(), k1.data(), k2.data(), k3.data(), c0, c1);
     });
+    if (l.cl && output_mask[0]) {
+      if (mask)
+        affine_cl<T, true>(l, dyp, zero.data(), training ? xp : nullptr, mean.data(), mask,
+                           g.grad_input.data<T>(), k1.data(), k2.data(), k3.data());
+      else
+        affine_cl<T>(l, dyp, zero.data(), training ? xp : nullptr, mean.data(), nullptr,
+                     g.grad_input.data<T>(), k1.data(), k2.data(), k3.data());
+    }
   });
   return g;
 }

@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "core/parallel.h"
+#include "ops/batch_norm.h"
 #include "support/channels_last_util.h"
 
 using namespace stoke;
@@ -71,6 +72,55 @@ TEST_CASE("channels_last: strides, the copy's values, size-1 dims, and what is r
 TEST_CASE("channels_last: every op of the zoo's CNNs accepts NHWC input and equals NCHW",
           "[channels_last]") {
   check_channels_last_equals_nchw(Device::cpu());
+}
+
+// Batch norm runs on the NHWC storage itself on the CPU (ops/cpu/batch_norm.cpp, channel_sums_cl
+// and affine_cl), reproducing the NCHW path's lanes, folds and order per channel. So equality, by
+// construction, on planes that take each of that path's branches: rows of more than kBnFold = 1024
+// values (two chunks, the second with a tail past its whole lanes), a row with a tail (35 = 32 +
+// 3), short rows (9 < kRowMin = 16: sums in double), in f32 and f64 (other lane counts), training
+// (with and without the fused ReLU) and eval, forward and backward, at 1 and 2 threads.
+TEST_CASE("channels_last: CPU batch norm on NHWC memory equals NCHW bit for bit",
+          "[channels_last]") {
+  const int threads = num_threads();
+  const std::vector<Shape> shapes = {{2, 5, 37, 37}, {3, 6, 7, 5}, {4, 3, 3, 3}, {2, 4, 1, 1}};
+  for (const int t : {1, 2}) {
+    set_num_threads(t);
+    for (const Shape& shape : shapes)
+      for (DType d : {DType::f32, DType::f64})
+        for (int mode = 0; mode < 3; ++mode) {  // training, training with ReLU, eval
+          INFO(t << " threads, " << shape << " " << d << " mode " << mode);
+          const int64_t C = shape[1];
+          Generator g(static_cast<uint64_t>(C * 10 + mode));
+          const Tensor x = (randn(shape, {}, &g) * 2 + 3).to(d);
+          const Tensor gy = randn(shape, {}, &g).to(d);
+          const Tensor w = (randn({C}, {}, &g) * 0.3 + 1).to(d), b = randn({C}, {}, &g).to(d);
+          const Tensor rm = randn({C}, {}, &g).to(d), rv = (abs(randn({C}, {}, &g)) + 0.5).to(d);
+          const BatchNormOptions o{.training = mode < 2, .relu = mode == 1};
+          std::vector<std::vector<double>> got[2];
+          for (int run = 0; run < 2; ++run) {
+            const Tensor xi = run == 0 ? x : x.contiguous(MemoryFormat::channels_last);
+            const Tensor gyi = run == 0 ? gy : gy.contiguous(MemoryFormat::channels_last);
+            const Tensor rmi = rm.clone(), rvi = rv.clone();
+            const auto f = ops::batch_norm_forward(xi, rmi, rvi, w, b, o);
+            if (run == 1 && shape[2] * shape[3] > 1)
+              CHECK(f.output.suggest_memory_format() == MemoryFormat::channels_last);
+            const auto bw =
+                ops::batch_norm_backward(gyi, xi, w, f.save_mean, f.save_invstd, o.training,
+                                         {true, true, true}, o.relu ? f.output : Tensor());
+            for (const Tensor& v : {f.output, f.save_mean, f.save_invstd, rmi, rvi, bw.grad_input,
+                                    bw.grad_weight, bw.grad_bias})
+              got[run].push_back(v.contiguous().to(DType::f64).to_vector<double>());
+          }
+          for (size_t i = 0; i < got[0].size(); ++i) {
+            INFO("result " << i
+                           << " (output, save_mean, save_invstd, running_mean, running_var, "
+                              "grad_input, grad_weight, grad_bias)");
+            CHECK(got[1][i] == got[0][i]);
+          }
+        }
+  }
+  set_num_threads(threads);
 }
 
 TEST_CASE(
