@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "data/transforms.h"
+#include "ops/memory_format.h"
 #include "ops/normalize.h"
 
 namespace stoke::data {
@@ -9,14 +10,6 @@ namespace stoke::data {
 namespace {
 
 constexpr const char* kNormalizeOp = "normalize";
-
-// An uninitialized (N, C, H, W) output of the options' dtype and layout on `device`.
-Tensor empty_output(int64_t n, int64_t c, int64_t h, int64_t w, const NormalizeOptions& o,
-                    Device device) {
-  if (o.memory_format == MemoryFormat::channels_last)
-    return empty({n, h, w, c}, {.dtype = o.dtype, .device = device}).permute({0, 3, 1, 2});
-  return empty({n, c, h, w}, {.dtype = o.dtype, .device = device});
-}
 
 }  // namespace
 
@@ -32,8 +25,9 @@ Tensor normalize(const Tensor& images, const NormalizeOptions& options) {
   STOKE_CHECK(
       options.dtype == DType::f32 || options.dtype == DType::f16 || options.dtype == DType::bf16,
       kNormalizeOp, "expected dtype f32 or f16 (or bf16), got ", options.dtype);
-  Tensor out = empty_output(images.size(0), images.size(3), images.size(1), images.size(2), options,
-                            images.device());
+  Tensor out = ops::empty_in_format(
+      {images.size(0), images.size(3), images.size(1), images.size(2)},
+      {.dtype = options.dtype, .device = images.device()}, options.memory_format);
   normalize_into(images, out, options);
   return out;
 }
@@ -91,7 +85,9 @@ Tensor crop_flip_normalize(const Tensor& images, const Tensor& crops,
               crop_height, "x", crop_width);
   const int64_t oh = crop_height > 0 ? crop_height : images.size(1),
                 ow = crop_width > 0 ? crop_width : images.size(2);
-  Tensor out = empty_output(images.size(0), images.size(3), oh, ow, options, images.device());
+  Tensor out = ops::empty_in_format({images.size(0), images.size(3), oh, ow},
+                                    {.dtype = options.dtype, .device = images.device()},
+                                    options.memory_format);
   // Crops drawn on the host go to the device with the batch: asynchronously from pinned memory.
   const Tensor k = crops.defined() && crops.device() != images.device()
                        ? crops.to(images.device(), /*non_blocking=*/true)

@@ -85,12 +85,10 @@ Tensor cat(const std::vector<Tensor>& tensors, int64_t dim) {
     shape[dim] += t.size(dim);
   }
   // torch's layout rule for cat: channels_last when every input suggests it, else contiguous.
-  bool channels_last = shape.size() == 4;
+  MemoryFormat format = MemoryFormat::channels_last;
   for (const Tensor& t : tensors)
-    channels_last = channels_last && t.suggest_memory_format() == MemoryFormat::channels_last;
-  Tensor out = channels_last ? nchw_view(empty({shape[0], shape[2], shape[3], shape[1]},
-                                               {.dtype = first.dtype(), .device = first.device()}))
-                             : empty(shape, {.dtype = first.dtype(), .device = first.device()});
+    if (kernel_format(t) != MemoryFormat::channels_last) format = MemoryFormat::contiguous;
+  Tensor out = empty_in_format(shape, {.dtype = first.dtype(), .device = first.device()}, format);
   int64_t offset = 0;
   for (const Tensor& t : tensors) {
     copy_strided(out.narrow(dim, offset, t.size(dim)), t.detach());

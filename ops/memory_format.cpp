@@ -26,6 +26,17 @@ Tensor nchw_view(const Tensor& t) {
   return t.permute({0, 3, 1, 2});
 }
 
+MemoryFormat kernel_format(const Tensor& t) {
+  return t.dim() == 4 && t.suggest_memory_format() == MemoryFormat::channels_last
+             ? MemoryFormat::channels_last
+             : MemoryFormat::contiguous;
+}
+
+Tensor empty_in_format(const Shape& shape, TensorOptions options, MemoryFormat format) {
+  if (format != MemoryFormat::channels_last) return empty(shape, options);
+  return nchw_view(empty({shape[0], shape[2], shape[3], shape[1]}, options));
+}
+
 Tensor in_format(const Tensor& t, MemoryFormat format) {
   if (!t.defined() || t.dim() != 4 || format == MemoryFormat::contiguous) return t;
   return t.contiguous(format);  // itself when already laid out so (ops' outputs record no graph)

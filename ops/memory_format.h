@@ -25,6 +25,14 @@ Tensor nhwc_view(const Tensor& t);
 // The inverse for a 4-d (N, H, W, C) result: (N, C, H, W) with NHWC strides.
 Tensor nchw_view(const Tensor& t);
 
+// The layout a kernel with an NHWC variant of its own (batch norm, pooling, normalize) runs `t`
+// in: channels_last for a 4-d t that suggests it (its NHWC storage, no copy), else contiguous.
+MemoryFormat kernel_format(const Tensor& t);
+
+// An uninitialized tensor of `shape` laid out in `format` (channels_last: a 4-d shape, NHWC
+// memory seen as (N, C, H, W)).
+Tensor empty_in_format(const Shape& shape, TensorOptions options, MemoryFormat format);
+
 // `t` in `format`: t itself when it is already laid out so, else a copy. For the ops whose kernels
 // compute NCHW (a 4-d t only; anything else comes back as it is).
 Tensor in_format(const Tensor& t, MemoryFormat format);

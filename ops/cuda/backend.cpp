@@ -14,8 +14,6 @@
 #include "cuda/runtime/stream.h"
 #include "ops/check.h"
 #include "ops/creation.h"
-#include "ops/cuda/glue_util.h"
-#include "ops/memory_format.h"
 
 namespace stoke::ops {
 namespace cuda_glue {
@@ -74,11 +72,6 @@ cudaStream_t launch_stream() {
 
 Tensor empty_on(const Shape& shape, DType dtype, Device device) {
   return empty(shape, {.dtype = dtype, .device = device});
-}
-
-Tensor empty_in_format(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
-  if (format != MemoryFormat::channels_last) return empty_on(shape, dtype, device);
-  return nchw_view(empty_on({shape[0], shape[2], shape[3], shape[1]}, dtype, device));
 }
 
 Split split_at(const Tensor& t, int64_t dim) {

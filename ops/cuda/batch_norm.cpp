@@ -15,6 +15,7 @@
 #include "ops/creation.h"
 #include "ops/cuda/backend.h"
 #include "ops/cuda/glue_util.h"
+#include "ops/memory_format.h"
 
 namespace stoke::ops::cuda_glue {
 namespace {
@@ -58,7 +59,7 @@ BatchNormForward CudaBackend::batch_norm_forward(const Tensor& input, const Tens
   const Tensor x = input.contiguous(format);
   const cuda::BatchNormLayout l = layout_of(x);
   const Device dev = x.device();
-  BatchNormForward r{empty_in_format(x.shape(), x.dtype(), dev, format),
+  BatchNormForward r{empty_in_format(x.shape(), {.dtype = x.dtype(), .device = dev}, format),
                      empty_on({l.channels}, DType::f32, dev),
                      empty_on({l.channels}, DType::f32, dev)};
   const Tensor w = weight.defined() ? weight.contiguous() : Tensor();
@@ -107,7 +108,8 @@ BatchNormGrads CudaBackend::batch_norm_backward(const Tensor& grad_output, const
   const Device dev = x.device();
   const DType channel_dtype = DType::f32;
   BatchNormGrads g;
-  if (output_mask[0]) g.grad_input = empty_in_format(x.shape(), x.dtype(), dev, format);
+  if (output_mask[0])
+    g.grad_input = empty_in_format(x.shape(), {.dtype = x.dtype(), .device = dev}, format);
   if (output_mask[1]) g.grad_weight = empty_on({l.channels}, channel_dtype, dev);
   if (output_mask[2]) g.grad_bias = empty_on({l.channels}, channel_dtype, dev);
   if (!output_mask[0] && !output_mask[1] && !output_mask[2]) return g;

@@ -27,18 +27,6 @@ inline void check_f32_per_channel(const char* op, const Tensor& t, const char* n
                 " input on cuda (per-channel values stay f32), got ", t.dtype());
 }
 
-// The layout a kernel with an NHWC instance (batch norm, pooling) runs a tensor in: a 4-d tensor
-// that suggests channels_last runs on its NHWC storage (no copy to NCHW and back); anything else on
-// contiguous memory.
-inline MemoryFormat kernel_format(const Tensor& t) {
-  return t.dim() == 4 && t.suggest_memory_format() == MemoryFormat::channels_last
-             ? MemoryFormat::channels_last
-             : MemoryFormat::contiguous;
-}
-
-// An uninitialized tensor of `shape` in `format` (channels_last: a 4-d shape, NHWC memory).
-Tensor empty_in_format(const Shape& shape, DType dtype, Device device, MemoryFormat format);
-
 // Defines `To to_cuda(From op)`, mapping ops' op kind to the kernels' enumerator of the same name.
 // Both enums are declared from LIST (core/elementwise_ops.h), so each entry of the list is one
 // case; To may have more enumerators than From. STOKE_FAIL (ops/check.h) names `what` for a value

@@ -7,7 +7,7 @@
 #include "cuda/kernels/pool.h"
 #include "cuda/kernels/elementwise_util.h"
 #include "ops/cuda/backend.h"
-#include "ops/cuda/glue_util.h"
+#include "ops/memory_format.h"
 #include "ops/pool.h"
 
 namespace stoke::ops::cuda_glue {
@@ -59,7 +59,7 @@ Shape with_spatial(Shape s, int64_t h, int64_t w) {
 template <class Launch>
 Tensor launch_floating(const char* op, const Tensor& src, const Shape& dst_shape,
                        MemoryFormat format, Launch launch) {
-  Tensor dst = empty_in_format(dst_shape, src.dtype(), src.device(), format);
+  Tensor dst = empty_in_format(dst_shape, {.dtype = src.dtype(), .device = src.device()}, format);
   if (dst.numel() == 0) return dst;
   cuda::ew::dispatch_floating(src.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -83,8 +83,9 @@ MaxPool2dResult CudaBackend::max_pool2d_with_indices(const Tensor& input,
   const Tensor x = input.contiguous(format);
   const cuda::Pool2dGeometry g = in_layout(window_of(x.shape(), options), x.shape(), format);
   const Shape out_shape = with_spatial(x.shape(), g.out_h, g.out_w);
-  MaxPool2dResult r{empty_in_format(out_shape, x.dtype(), x.device(), format),
-                    empty_in_format(out_shape, DType::i64, x.device(), format)};
+  MaxPool2dResult r{
+      empty_in_format(out_shape, {.dtype = x.dtype(), .device = x.device()}, format),
+      empty_in_format(out_shape, {.dtype = DType::i64, .device = x.device()}, format)};
   if (g.planes == 0) return r;
   cuda::ew::dispatch_floating(x.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -98,8 +99,7 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_output, const Tensor&
                                         const Shape& input_shape, const Pool2dOptions& options) {
   const char* op = "max_pool2d_backward";
   check_float_dtype(op, grad_output);
-  const MemoryFormat format =
-      input_shape.size() == 4 ? kernel_format(grad_output) : MemoryFormat::contiguous;
+  const MemoryFormat format = kernel_format(grad_output);  // its dims are the input's
   const Tensor gy = grad_output.contiguous(format), ind = indices.contiguous(format);
   cuda::Pool2dGeometry g;
   if (options.kernel_size[0] > 0 && options.kernel_size[1] > 0) {
@@ -121,7 +121,7 @@ Tensor CudaBackend::max_pool2d_backward(const Tensor& grad_output, const Tensor&
     g.stride_h = g.stride_w = 1;
   }
   g = in_layout(g, input_shape, format);
-  Tensor gx = empty_in_format(input_shape, gy.dtype(), gy.device(), format);
+  Tensor gx = empty_in_format(input_shape, {.dtype = gy.dtype(), .device = gy.device()}, format);
   if (gx.numel() == 0) return gx;
   cuda::ew::dispatch_floating(gy.dtype(), op, [&](auto tag) {
     using T = decltype(tag);
@@ -145,8 +145,7 @@ Tensor CudaBackend::avg_pool2d_backward(const Tensor& grad_output, const Shape& 
                                         const Pool2dOptions& options) {
   const char* op = "avg_pool2d_backward";
   check_float_dtype(op, grad_output);
-  const MemoryFormat format =
-      input_shape.size() == 4 ? kernel_format(grad_output) : MemoryFormat::contiguous;
+  const MemoryFormat format = kernel_format(grad_output);  // its dims are the input's
   const Tensor gy = grad_output.contiguous(format);
   const cuda::Pool2dGeometry g = in_layout(window_of(input_shape, options), input_shape, format);
   return launch_floating(op, gy, input_shape, format, [&](auto src, auto dst) {
@@ -171,8 +170,7 @@ Tensor CudaBackend::adaptive_avg_pool2d_backward(const Tensor& grad_output,
                                                  const Shape& input_shape) {
   const char* op = "adaptive_avg_pool2d_backward";
   check_float_dtype(op, grad_output);
-  const MemoryFormat format =
-      input_shape.size() == 4 ? kernel_format(grad_output) : MemoryFormat::contiguous;
+  const MemoryFormat format = kernel_format(grad_output);  // its dims are the input's
   const Tensor gy = grad_output.contiguous(format);
   cuda::Pool2dGeometry g = in_layout(planes_of(input_shape), input_shape, format);
   g.out_h = gy.size(-2);
