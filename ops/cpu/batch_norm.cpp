@@ -16,6 +16,7 @@
 #include "ops/batch_norm.h"
 #include "ops/check.h"
 #include "ops/cpu/backend.h"
+#include "ops/memory_format.h"
 
 namespace stoke::ops::cpu {
 namespace {
@@ -36,30 +37,34 @@ struct Layout {
   bool cl = false;
 };
 
-// A 4-d input that suggests channels_last runs on its NHWC storage (no copy to NCHW and back).
-MemoryFormat format_of(const Tensor& input) {
-  return input.dim() == 4 && input.suggest_memory_format() == MemoryFormat::channels_last
-             ? MemoryFormat::channels_last
-             : MemoryFormat::contiguous;
-}
-
 Layout layout_of(const Tensor& x) {
   Layout l;
   l.N = x.size(0);
   l.C = x.size(1);
   l.S = 1;
   for (int64_t d = 2; d < x.dim(); ++d) l.S *= x.size(d);
-  l.cl = format_of(x) == MemoryFormat::channels_last;
+  l.cl = kernel_format(x) == MemoryFormat::channels_last;
   return l;
 }
 
-// An uninitialized tensor of x's shape and dtype in its layout.
-Tensor empty_like_layout(const Tensor& x, const Layout& l) {
-  if (!l.cl) return empty(x.shape(), {.dtype = x.dtype()});
-  return empty({x.size(0), x.size(2), x.size(3), x.size(1)}, {.dtype = x.dtype()})
-      .permute({0, 3, 1, 2});
+// The fused ReLU's two selects, shared by every pass of both layouts: kMask reads v as 0 where
+// m <= 0 (ReLU's backward on dy; v is loaded whatever m says: a select between two loaded values
+// vectorizes as a blend, where a load under the condition may not); kRelu stores relu(v), NaN kept
+// as stoke::relu keeps it.
+template <bool kMask, class T>
+inline T masked(T v, T m) {
+  if constexpr (kMask)
+    return m > T(0) ? v : T(0);
+  else
+    return v;
 }
-
+template <bool kRelu, class T>
+inline T relu_if(T v) {
+  if constexpr (kRelu)
+    return v < T(0) ? T(0) : v;
+  else
+    return v;
+}
 // Rows of fewer elements than this are handled channel-vectorized (loop over c innermost).
 constexpr int64_t kRowMin = 16;
 
@@ -92,15 +97,7 @@ inline void lane_sums(const T* a, T ka, const T* b, T kb, const T* mask, int64_t
     l1[j] = a1[j];
     l2[j] = a2[j];
   }
-  const auto av = [&](int64_t i) {
-    // a[i] is loaded whatever the mask says: a select between two loaded values vectorizes as a
-    // blend, where a load under the condition may not.
-    const T ai = a[i];
-    if constexpr (kMask)
-      return mask[i] > T(0) ? ai : T(0);
-    else
-      return ai;
-  };
+  const auto av = [&](int64_t i) { return masked<kMask>(a[i], kMask ? mask[i] : T(0)); };
   int64_t i = 0;
   for (; i + L <= n; i += L)
     for (int64_t j = 0; j < L; ++j) {
@@ -132,11 +129,7 @@ void channel_sums_cl(const Layout& l, const T* a, const T* ka, const T* b, const
   std::fill(s1, s1 + cb, 0.0);
   std::fill(s2, s2 + cb, 0.0);
   const auto av = [](const T* ar, const T* mr, int64_t c) {
-    const T v = ar[c];  // loaded unconditionally, as in lane_sums
-    if constexpr (kMask)
-      return mr[c] > T(0) ? v : T(0);
-    else
-      return v;
+    return masked<kMask>(ar[c], kMask ? mr[c] : T(0));
   };
   if (l.S >= kRowMin) {
     constexpr int64_t L = kBnLanes<T>;
@@ -242,7 +235,7 @@ void channel_sums(const Layout& l, const T* a, const T* ka, const T* b, const T*
       const T* br = b + n * l.C * l.S + s;
       const T* mr = kMask ? mask + n * l.C * l.S + s : nullptr;
       for (int64_t c = c0; c < c1; ++c) {
-        const T av = kMask && !(mr[c * l.S] > T(0)) ? T(0) : ar[c * l.S];
+        const T av = masked<kMask>(ar[c * l.S], kMask ? mr[c * l.S] : T(0));
         const double u = double(av) - double(ka[c]);
         s1[c - c0] += u;
         s2[c - c0] += u * (double(br[c * l.S]) - double(kb[c]));
@@ -261,18 +254,9 @@ void channel_affine(const Layout& l, const T* x, const T* xm, const T* y, const 
                     const T* mask, T* out, const T* p, const T* q, const T* r, int64_t c0,
                     int64_t c1) {
   const auto xv = [](const T* xr, const T* mr, int64_t i) {
-    const T xi = xr[i];  // loaded unconditionally, as in lane_sums
-    if constexpr (kMask)
-      return mr[i] > T(0) ? xi : T(0);
-    else
-      return xi;
+    return masked<kMask>(xr[i], kMask ? mr[i] : T(0));
   };
-  const auto store = [](T v) {
-    if constexpr (kRelu)
-      return v < T(0) ? T(0) : v;  // as stoke::relu: NaN stays NaN
-    else
-      return v;
-  };
+  const auto store = [](T v) { return relu_if<kRelu>(v); };
   for (int64_t n = 0; n < l.N; ++n) {
     if (l.S == 1) {
       const T* xr = x + n * l.C;
@@ -318,19 +302,8 @@ void affine_cl(const Layout& l, const T* x, const T* xm, const T* y, const T* ym
       const T* xr = x + off;
       const T* mr = kMask ? mask + off : nullptr;
       T* o = out + off;
-      const auto xv = [&](int64_t c) {
-        const T xi = xr[c];  // loaded unconditionally, as in channel_affine
-        if constexpr (kMask)
-          return mr[c] > T(0) ? xi : T(0);
-        else
-          return xi;
-      };
-      const auto store = [](T v) {
-        if constexpr (kRelu)
-          return v < T(0) ? T(0) : v;  // as stoke::relu: NaN stays NaN
-        else
-          return v;
-      };
+      const auto xv = [&](int64_t c) { return masked<kMask>(xr[c], kMask ? mr[c] : T(0)); };
+      const auto store = [](T v) { return relu_if<kRelu>(v); };
       if (y) {
         const T* yr = y + off;
         STOKE_BN_IVDEP
@@ -370,11 +343,11 @@ BatchNormForward CpuBackend::batch_norm_forward(const Tensor& input, const Tenso
   check_channel_tensor(op, bias, "bias", input);
   // running_mean/var together, eps and the values per channel: ops/batch_norm.cpp.
   const bool use_batch = options.training || !running_mean.defined();
-  const Tensor x = input.contiguous(format_of(input));
+  const Tensor x = input.contiguous(kernel_format(input));
   const Layout l = layout_of(x);
   const int64_t M = l.N * l.S;
   BatchNormForward r;
-  r.output = empty_like_layout(x, l);
+  r.output = empty_in_format(x.shape(), {.dtype = x.dtype()}, kernel_format(x));
   r.save_mean = empty({l.C}, {.dtype = x.dtype()});
   r.save_invstd = empty({l.C}, {.dtype = x.dtype()});
   dispatch_float(x.dtype(), op, [&](auto tag) {
@@ -459,13 +432,13 @@ BatchNormGrads CpuBackend::batch_norm_backward(const Tensor& grad_output, const 
   check_channel_tensor(op, weight, "weight", input);
   check_channel_tensor(op, save_mean, "save_mean", input);
   check_channel_tensor(op, save_invstd, "save_invstd", input);
-  const MemoryFormat format = format_of(input);
+  const MemoryFormat format = kernel_format(input);
   const Tensor x = input.contiguous(format), dy = grad_output.contiguous(format);
   const Tensor relu_y = relu_output.defined() ? relu_output.contiguous(format) : Tensor();
   const Layout l = layout_of(x);
   const int64_t M = l.N * l.S;
   BatchNormGrads g;
-  if (output_mask[0]) g.grad_input = empty_like_layout(x, l);
+  if (output_mask[0]) g.grad_input = empty_in_format(x.shape(), {.dtype = x.dtype()}, format);
   if (output_mask[1]) g.grad_weight = empty({l.C}, {.dtype = x.dtype()});
   if (output_mask[2]) g.grad_bias = empty({l.C}, {.dtype = x.dtype()});
   // The sums are needed for weight/bias grads, and for the input grad in training.
