@@ -6,7 +6,6 @@
 #include <utility>
 
 #include "ops/backend.h"
-#include "ops/creation.h"
 
 namespace stoke::ops {
 
@@ -46,16 +45,6 @@ bool dense_nchw_or_nhwc(const Tensor& out) {
   return out.is_contiguous() || out.is_contiguous(MemoryFormat::channels_last);
 }
 
-// The CPU kernels write NCHW rows: a channels_last out gets them through an NCHW buffer and one
-// copy (the cuda kernels write NHWC directly).
-template <class Run>
-void on_cpu_layout(const Tensor& out, Run run) {
-  if (!out.device().is_cpu() || out.is_contiguous()) return run(out);
-  const Tensor nchw = empty(out.shape(), {.dtype = out.dtype(), .device = out.device()});
-  run(nchw);
-  Tensor(out).copy_(nchw);
-}
-
 }  // namespace
 
 void normalize_u8_nhwc(const Tensor& images, const Tensor& out, const std::vector<float>& mean,
@@ -72,8 +61,7 @@ void normalize_u8_nhwc(const Tensor& images, const Tensor& out, const std::vecto
   // The backends take mean/std per channel (each folds them into its scale and bias).
   const auto [mean_c, std_c] = per_channel(kOp, c, mean, std);
   if (n == 0 || h == 0 || w == 0 || c == 0) return;
-  Backend& backend = dispatch(kOp, {&images, &out});
-  on_cpu_layout(out, [&](const Tensor& o) { backend.normalize_u8_nhwc(images, o, mean_c, std_c); });
+  dispatch(kOp, {&images, &out}).normalize_u8_nhwc(images, out, mean_c, std_c);
 }
 
 void crop_flip_normalize_u8_nhwc(const Tensor& images, const Tensor& out, const Tensor& crops,
@@ -103,10 +91,8 @@ void crop_flip_normalize_u8_nhwc(const Tensor& images, const Tensor& out, const 
   }
   const auto [mean_c, std_c] = per_channel(kOp, c, mean, std);
   if (out.numel() == 0) return;
-  Backend& backend = dispatch(kOp, {&images, &out, &crops});
-  on_cpu_layout(out, [&](const Tensor& o) {
-    backend.crop_flip_normalize_u8_nhwc(images, o, crops, mean_c, std_c);
-  });
+  dispatch(kOp, {&images, &out, &crops})
+      .crop_flip_normalize_u8_nhwc(images, out, crops, mean_c, std_c);
 }
 
 }  // namespace stoke::ops

@@ -142,12 +142,19 @@ void crop_flip_rows(const uint8_t* in, const int32_t* k, void* o, DType dt, int6
   });
 }
 
-}  // namespace
+// The kernels above write NCHW rows: a channels_last `out` gets them through an NCHW buffer and
+// one copy (the cuda kernels write NHWC themselves).
+template <class Run>
+void in_nchw(const Tensor& out, Run run) {
+  if (out.is_contiguous()) return run(out);
+  const Tensor nchw = empty(out.shape(), {.dtype = out.dtype()});
+  run(nchw);
+  Tensor(out).copy_(nchw);
+}
 
-// The entry point has checked the tensors (contiguous u8 NHWC in, contiguous f32/f16 NCHW out, not
-// empty) and expanded mean and std to one non-zero value per channel.
-void CpuBackend::normalize_u8_nhwc(const Tensor& images, const Tensor& out,
-                                   const std::vector<float>& mean, const std::vector<float>& std) {
+// normalize_u8_nhwc into a contiguous NCHW out.
+void normalize_nchw(const Tensor& images, const Tensor& out, const std::vector<float>& mean,
+                    const std::vector<float>& std) {
   const int64_t n = images.size(0), h = images.size(1), w = images.size(2), c = images.size(3);
   std::vector<float> scale(static_cast<size_t>(c)), bias(static_cast<size_t>(c));
   for (size_t ch = 0; ch < static_cast<size_t>(c); ++ch) {
@@ -166,11 +173,9 @@ void CpuBackend::normalize_u8_nhwc(const Tensor& images, const Tensor& out,
   }
 }
 
-// The entry point has checked the tensors (u8 NHWC images, i32 (N, 3) crops, a contiguous
-// (N, C, OH, OW) f32/f16/bf16 out that is not empty) and expanded mean and std per channel.
-void CpuBackend::crop_flip_normalize_u8_nhwc(const Tensor& images, const Tensor& out,
-                                             const Tensor& crops, const std::vector<float>& mean,
-                                             const std::vector<float>& std) {
+// crop_flip_normalize_u8_nhwc into a contiguous (N, C, OH, OW) out.
+void crop_flip_normalize_nchw(const Tensor& images, const Tensor& out, const Tensor& crops,
+                              const std::vector<float>& mean, const std::vector<float>& std) {
   const int64_t n = images.size(0), h = images.size(1), w = images.size(2), c = images.size(3);
   const int64_t oh = out.size(2), ow = out.size(3);
   std::vector<float> scale(static_cast<size_t>(c)), bias(static_cast<size_t>(c));
@@ -188,6 +193,23 @@ void CpuBackend::crop_flip_normalize_u8_nhwc(const Tensor& images, const Tensor&
     crop_flip_rows<3>(in, k, o, dt, n, c, h, w, oh, ow, scale.data(), bias.data());
   else
     crop_flip_rows<0>(in, k, o, dt, n, c, h, w, oh, ow, scale.data(), bias.data());
+}
+
+}  // namespace
+
+// The entry point has checked the tensors (contiguous u8 NHWC in, an f32/f16/bf16 NCHW out,
+// contiguous or channels_last, not empty) and expanded mean and std to one non-zero value per
+// channel.
+void CpuBackend::normalize_u8_nhwc(const Tensor& images, const Tensor& out_any,
+                                   const std::vector<float>& mean, const std::vector<float>& std) {
+  in_nchw(out_any, [&](const Tensor& out) { normalize_nchw(images, out, mean, std); });
+}
+
+void CpuBackend::crop_flip_normalize_u8_nhwc(const Tensor& images, const Tensor& out_any,
+                                             const Tensor& crops, const std::vector<float>& mean,
+                                             const std::vector<float>& std) {
+  in_nchw(out_any,
+          [&](const Tensor& out) { crop_flip_normalize_nchw(images, out, crops, mean, std); });
 }
 
 }  // namespace stoke::ops::cpu
